@@ -1,0 +1,40 @@
+"""``python -m hxmpi``: print every rank's topology, the MPI library and the hxmpi version."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from mpi4py import MPI
+
+from . import __version__
+from .topology import Topology
+
+
+def main(argv=None) -> int:
+    """Entry point; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m hxmpi", description=__doc__)
+    parser.add_argument("--ranks-per-node", type=int, default=None,
+                        help="virtual nodes of this many consecutive ranks (default: real nodes, "
+                             "or env HXMPI_RANKS_PER_NODE)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per rank instead of text")
+    args = parser.parse_args(argv)
+    topo = Topology(MPI.COMM_WORLD, ranks_per_node=args.ranks_per_node)
+    rows = topo.comm.gather(topo.describe(), root=0)
+    if topo.rank == 0:
+        if not args.json:
+            print(f"hxmpi {__version__}, mpi4py on {MPI.Get_library_version().splitlines()[0].strip()}")
+            print(f"MPI standard {'.'.join(map(str, MPI.Get_version()))}; {topo.size} ranks on "
+                  f"{topo.num_nodes} nodes, node sizes {list(topo.node_sizes)}")
+        for row in rows:
+            if args.json:
+                print(json.dumps(row))
+            else:
+                print(f"rank {row['rank']:>4} host {row['host']:<16} node {row['node']:>3} "
+                      f"local {row['local_rank']:>2} lane {row['lane']:>2} serves lanes {row['served_lanes']}")
+    topo.free()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

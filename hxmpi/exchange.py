@@ -1,0 +1,489 @@
+"""HierComm: Alltoall/Alltoallv, flat or hierarchical (lanes, then nodes), byte-exact with MPI_Alltoallv.
+
+The hierarchical algorithm (source A):
+  pack     gather this rank's blocks by destination node                 (Cython copy_blocks)
+  phase 1  Alltoallv on every lane this rank serves: one segment per node (inter-node)
+  repack   regroup the received segments by destination local rank      (Cython copy_blocks)
+  phase 2  Alltoallv on the node communicator                            (intra-node)
+  unpack   scatter the blocks to the caller's receive displacements      (Cython copy_blocks)
+Phase 2 needs to know what every rank of the node receives from every source; one Allgather of the
+receive counts on the node communicator provides it, before any data moves.
+
+All counts and displacements are handled as int64 bytes. MPI calls whose counts or displacements
+exceed a C int use Alltoallw with one struct datatype per peer (64-bit displacements), because
+Open MPI 5 has no MPI-4 large-count routines.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+from mpi4py import MPI
+
+from ._packing import copy_blocks
+from .errors import ExchangeError, raise_gathered
+from .topology import Topology
+
+ALGORITHMS = ("flat", "hier", "auto")
+ENV_HIER_MAX_BLOCK = "HXMPI_HIER_MAX_BLOCK"
+DEFAULT_HIER_MAX_BLOCK = 8192  # bytes per block; below it "auto" picks hier (first rule, see README)
+
+# The largest count or displacement a plain MPI call takes, and the chunk of the big-message
+# datatypes. Module attributes so that tests can drive the big-message path with small buffers.
+INT_LIMIT = 2**31 - 1
+CHUNK_BYTES = 1 << 30
+
+
+def _exclusive_cumsum(x: np.ndarray) -> np.ndarray:
+    out = np.zeros(x.shape[0], dtype=np.int64)
+    np.cumsum(x[:-1], out=out[1:])
+    return out
+
+
+@dataclass
+class _Side:
+    """One side (send or receive) of an exchange, in bytes."""
+    view: Optional[np.ndarray]      # uint8 view of the caller's buffer
+    counts: Optional[np.ndarray]    # int64 bytes per peer
+    displs: Optional[np.ndarray]    # int64 byte offsets per peer
+    elem: int = 1                   # bytes per element of the caller's datatype
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum()) if self.counts is not None else 0
+
+
+def _bytes_view(buf, writable: bool) -> tuple[Optional[np.ndarray], int, Optional[str]]:
+    """Return (uint8 view, default element size, problem)."""
+    if buf is None or buf is MPI.IN_PLACE or buf is MPI.BOTTOM:
+        return None, 1, "MPI.IN_PLACE/BOTTOM/None buffers are not supported; pass a real buffer"
+    try:
+        mv = memoryview(buf)
+    except TypeError:
+        return None, 1, f"{type(buf).__name__} does not expose a buffer"
+    if not mv.c_contiguous:
+        return None, 1, "buffer is not C-contiguous"
+    view = np.frombuffer(mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv, dtype=np.uint8) \
+        if mv.nbytes else np.empty(0, dtype=np.uint8)
+    if writable and mv.readonly:
+        return None, 1, "receive buffer is read-only"
+    return view, mv.itemsize, None
+
+
+def _int_vector(values, size: int, what: str) -> tuple[Optional[np.ndarray], Optional[str]]:
+    try:
+        arr = np.asarray(values)
+    except Exception as exc:  # unconvertible user input is reported, not raised here
+        return None, f"{what} is not a sequence of integers ({exc})"
+    if arr.ndim != 1 or arr.shape[0] != size:
+        return None, f"{what} has shape {arr.shape}, expected ({size},): one entry per rank"
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        return None, f"{what} must hold integers, got dtype {arr.dtype}"
+    arr = arr.astype(np.int64)
+    if arr.size and arr.min() < 0:
+        i = int(np.argmin(arr))
+        return None, f"{what}[{i}] = {arr[i]} is negative"
+    return arr, None
+
+
+def _datatype_elem(datatype) -> tuple[int, Optional[str]]:
+    if not isinstance(datatype, MPI.Datatype) or datatype == MPI.DATATYPE_NULL:
+        return 1, f"datatype {datatype!r} is not an MPI datatype"
+    if datatype.lb != 0 or datatype.size != datatype.extent or datatype.true_lb != 0:
+        return 1, (f"datatype {datatype!r} is not contiguous (size {datatype.size} B, extent "
+                   f"{datatype.extent} B); hxmpi moves contiguous types only")
+    return datatype.size, None
+
+
+def _parse_vector(spec, size: int, writable: bool, name: str) -> tuple[_Side, Optional[str]]:
+    """Parse an mpi4py vector buffer spec into bytes.
+
+    Accepted: ``[buf, counts]``, ``[buf, (counts, displs)]``, ``[buf, counts, displs]``, each with an
+    optional trailing MPI datatype. Counts and displacements are in elements of the datatype (or of
+    the buffer's items when no datatype is given); displs default to the packed prefix sums.
+    """
+    side = _Side(None, None, None)
+    if not isinstance(spec, (list, tuple)) or len(spec) not in (2, 3, 4):
+        return side, f"{name} spec must be [buf, counts(, displs)(, datatype)], got {type(spec).__name__}"
+    items = list(spec)
+    datatype = items.pop() if isinstance(items[-1], MPI.Datatype) else None
+    buf, rest = items[0], items[1:]
+    if len(rest) == 1 and isinstance(rest[0], tuple) and len(rest[0]) == 2:
+        counts, displs = rest[0]
+    elif len(rest) == 1:
+        counts, displs = rest[0], None
+    elif len(rest) == 2:
+        counts, displs = rest
+    else:
+        return side, f"{name} spec has too many items"
+    view, elem, problem = _bytes_view(buf, writable)
+    if problem:
+        return side, f"{name}: {problem}"
+    if datatype is not None:
+        elem, problem = _datatype_elem(datatype)
+        if problem:
+            return side, f"{name}: {problem}"
+    c, problem = _int_vector(counts, size, f"{name} counts")
+    if problem:
+        return side, problem
+    if displs is None:
+        d = _exclusive_cumsum(c)
+    else:
+        d, problem = _int_vector(displs, size, f"{name} displs")
+        if problem:
+            return side, problem
+    limit = (2**62) // max(elem, 1)
+    if c.size and max(int(c.max()), int(d.max())) > limit:
+        return side, f"{name} counts/displs exceed 2**62 bytes"
+    return _Side(view, c * elem, d * elem, elem), None
+
+
+def _check_side(side: _Side, name: str, overlap_check: bool) -> Optional[str]:
+    """Blocks must lie inside the buffer (and receive blocks must not overlap)."""
+    ends = side.displs + side.counts
+    nbytes = side.view.shape[0]
+    live = side.counts > 0
+    over = np.flatnonzero(live & (ends > nbytes))
+    if over.size:
+        p = int(over[0])
+        return (f"{name} block for rank {p} (displ {side.displs[p] // side.elem}, count "
+                f"{side.counts[p] // side.elem}, element {side.elem} B) ends at byte {ends[p]}, "
+                f"past the buffer's {nbytes} B")
+    if overlap_check and np.count_nonzero(live) > 1:
+        idx = np.flatnonzero(live)
+        idx = idx[np.argsort(side.displs[idx], kind="stable")]
+        clash = np.flatnonzero(side.displs[idx[1:]] < ends[idx[:-1]])
+        if clash.size:
+            a, b = int(idx[clash[0]]), int(idx[clash[0] + 1])
+            return f"{name} blocks for ranks {a} and {b} overlap"
+    return None
+
+
+def _struct_types(counts: np.ndarray, displs: np.ndarray, chunk: MPI.Datatype) -> list:
+    """One committed datatype per peer covering its block, with 64-bit byte displacements."""
+    types = []
+    for c, d in zip(counts.tolist(), displs.tolist()):
+        if c == 0:
+            types.append(MPI.BYTE)
+            continue
+        q, r = divmod(c, CHUNK_BYTES)
+        types.append(MPI.Datatype.Create_struct([q, r], [d, d + q * CHUNK_BYTES],
+                                                [chunk, MPI.BYTE]).Commit())
+    return types
+
+
+class _Transfer:
+    """A byte Alltoallv on one communicator, plain or big-message, blocking or not."""
+
+    def __init__(self, comm, sview, sc, sd, rview, rc, rd, big: bool):
+        # ``big`` must be the same on every rank of ``comm``: Alltoallv never matches Alltoallw.
+        self.comm = comm
+        self.types = []
+        self._chunk = None
+        if not big:
+            self.sargs = [sview, (sc, sd), MPI.BYTE]
+            self.rargs = [rview, (rc, rd), MPI.BYTE]
+            self.big = False
+        else:
+            self._chunk = MPI.BYTE.Create_contiguous(CHUNK_BYTES).Commit()
+            st = _struct_types(sc, sd, self._chunk)
+            rt = _struct_types(rc, rd, self._chunk)
+            self.types = st + rt
+            ones_s, ones_r = (sc > 0).astype(np.int64), (rc > 0).astype(np.int64)
+            zeros = np.zeros(sc.shape[0], dtype=np.int64)
+            self.sargs = [sview, (ones_s, zeros), st]
+            self.rargs = [rview, (ones_r, zeros), rt]
+            self.big = True
+
+    def run(self) -> None:
+        try:
+            (self.comm.Alltoallw if self.big else self.comm.Alltoallv)(self.sargs, self.rargs)
+        finally:
+            self.free()
+
+    def start(self) -> MPI.Request:
+        return (self.comm.Ialltoallw if self.big else self.comm.Ialltoallv)(self.sargs, self.rargs)
+
+    def free(self) -> None:
+        for t in self.types:
+            if t != MPI.BYTE:
+                t.Free()
+        self.types = []
+        if self._chunk is not None:
+            self._chunk.Free()
+            self._chunk = None
+
+
+class HierComm:
+    """All-to-all over a Topology: flat (one MPI_Alltoallv) or hierarchical (lanes, then nodes).
+
+    ``algorithm`` is "flat", "hier" or "auto" (per call overridable). Results equal
+    ``comm.Alltoallv`` byte for byte. Bad input raises ``ExchangeError`` on every rank. Collective.
+    """
+
+    def __init__(self, comm: MPI.Intracomm = MPI.COMM_WORLD, ranks_per_node: Optional[int] = None,
+                 node_of=None, algorithm: str = "auto", topology: Optional[Topology] = None,
+                 hier_max_block: Optional[int] = None):
+        self.algorithm = self._check_algorithm(algorithm)
+        self.topology = topology if topology is not None else Topology(comm, ranks_per_node, node_of)
+        self.comm = self.topology.comm
+        #: "auto" picks hier while the largest rank's mean block is at most this many bytes.
+        self.hier_max_block = int(hier_max_block if hier_max_block is not None
+                                  else os.environ.get(ENV_HIER_MAX_BLOCK, DEFAULT_HIER_MAX_BLOCK))
+        #: messages and bytes per phase of the last call (see README).
+        self.last_stats: dict = {}
+        self._buffers: dict[str, np.ndarray] = {}
+        self._plan()
+
+    # ------------------------------------------------------------------ static plan
+    def _plan(self) -> None:
+        t = self.topology
+        self._hier_possible = t.num_nodes > 1 and t.max_node_size > 1
+        sizes = np.asarray(t.node_sizes, dtype=np.int64)
+        members = [np.asarray(m, dtype=np.int64) for m in t.node_members]
+        self._node_of = np.asarray(t.node_of, dtype=np.int64)
+        self._dest_order = np.concatenate(members)
+        self._node_start = _exclusive_cumsum(sizes)
+        # Sources carried by lane l: the native member (n, l) of every node with more than l ranks.
+        lane_sources = [np.asarray([m[lane] for m in members if m.size > lane], dtype=np.int64)
+                        for lane in range(t.max_node_size)]
+        self._lane_src_nodes = [np.asarray([n for n, m in enumerate(members) if m.size > lane],
+                                           dtype=np.int64) for lane in range(t.max_node_size)]
+        self._lanes = [lane for lane, _ in t.served_lanes]
+        self._lane_comms = [c for _, c in t.served_lanes]
+        self._my_sources = np.concatenate([lane_sources[lane] for lane in self._lanes])
+        g = t.node_sizes[t.node]
+        # Phase 2 receives from local rank j the sources of every lane l with l % g == j.
+        per_local = [np.concatenate([lane_sources[lane] for lane in range(j, t.max_node_size, g)])
+                     for j in range(g)]
+        self._recv_order = np.concatenate(per_local)
+        self._recv_split = np.asarray([p.size for p in per_local], dtype=np.int64)
+
+    # ------------------------------------------------------------------ public API
+    def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
+        """All to All Scatter/Gather Vector, with mpi4py buffer specs (counts and displs in elements)."""
+        size = self.comm.size
+        s, ps = _parse_vector(sendbuf, size, False, "send")
+        r, pr = _parse_vector(recvbuf, size, True, "recv")
+        self._exchange(s, r, algorithm, validate, ps or pr)
+
+    def Alltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
+        """All to All Scatter/Gather: equal blocks of ``len(buf) / size`` elements (or a given count)."""
+        size = self.comm.size
+        specs, problems = [], []
+        for spec, writable, name in ((sendbuf, False, "send"), (recvbuf, True, "recv")):
+            spec_v, problem = self._uniform_to_vector(spec, size, writable, name)
+            specs.append(spec_v)
+            problems.append(problem)
+        s, ps = _parse_vector(specs[0], size, False, "send") if specs[0] else (_Side(None, None, None), None)
+        r, pr = _parse_vector(specs[1], size, True, "recv") if specs[1] else (_Side(None, None, None), None)
+        self._exchange(s, r, algorithm, validate, problems[0] or problems[1] or ps or pr)
+
+    def alltoallv(self, array, counts, algorithm: Optional[str] = None,
+                  validate: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Send ``counts[d]`` consecutive rows of ``array`` (axis 0) to rank d; return (rows, recv counts).
+
+        Rows arrive ordered by source rank. Counts are exchanged for you (one Alltoall of int64).
+        """
+        size = self.comm.size
+        array = np.ascontiguousarray(array)
+        c, problem = _int_vector(counts, size, "counts")
+        row_shape = array.shape[1:] if array.ndim else ()
+        row_bytes = int(array.itemsize * int(np.prod(row_shape, dtype=np.int64)))
+        if problem is None and array.ndim == 0:
+            problem = "array must have at least one dimension (rows along axis 0)"
+        if problem is None and int(c.sum()) != array.shape[0]:
+            problem = f"counts sum to {int(c.sum())} rows but the array has {array.shape[0]}"
+        header = np.full((size, 2), -1, dtype=np.int64)
+        if problem is None:
+            header[:, 0], header[:, 1] = c, row_bytes
+        got = np.empty_like(header)
+        self.comm.Alltoall(header, got)
+        if problem is None:
+            bad = np.flatnonzero((got[:, 0] > 0) & (got[:, 1] != row_bytes))
+            if bad.size:
+                p = int(bad[0])
+                problem = (f"rank {p} sends rows of {got[p, 1]} B but this rank's rows are {row_bytes} B "
+                           f"(dtype and row shape must match on every rank)")
+        if self.comm.allreduce(1 if problem else 0, op=MPI.MAX):
+            raise_gathered(self.comm, problem, ExchangeError)
+        rcounts = got[:, 0].copy()
+        out = np.empty((int(rcounts.sum()),) + row_shape, dtype=array.dtype)
+        s = _Side(np.frombuffer(array, np.uint8) if array.nbytes else np.empty(0, np.uint8),
+                  c * row_bytes, _exclusive_cumsum(c) * row_bytes)
+        r = _Side(out.reshape(-1).view(np.uint8) if out.nbytes else np.empty(0, np.uint8),
+                  rcounts * row_bytes, _exclusive_cumsum(rcounts) * row_bytes)
+        # The header exchange already proved that both sides agree on every count.
+        self._exchange(s, r, algorithm, validate=False, problem=None)
+        return out, rcounts
+
+    # ------------------------------------------------------------------ core
+    @staticmethod
+    def _check_algorithm(algorithm: str) -> str:
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+        return algorithm
+
+    @staticmethod
+    def _uniform_to_vector(spec, size, writable, name):
+        """Turn an Alltoall spec (buf | [buf, datatype] | [buf, count, datatype]) into a vector spec."""
+        items = list(spec) if isinstance(spec, (list, tuple)) else [spec]
+        datatype = items.pop() if len(items) > 1 and isinstance(items[-1], MPI.Datatype) else None
+        if len(items) not in (1, 2):
+            return None, f"{name} spec must be buf, [buf, datatype] or [buf, count, datatype]"
+        view, elem, problem = _bytes_view(items[0], writable)
+        if problem:
+            return None, f"{name}: {problem}"
+        if datatype is not None:
+            elem, problem = _datatype_elem(datatype)
+            if problem:
+                return None, f"{name}: {problem}"
+        if len(items) == 2:
+            count = items[1]
+        else:
+            total = view.shape[0] // elem
+            if total % size or view.shape[0] % elem:
+                return None, f"{name} buffer of {view.shape[0]} B does not split into {size} equal blocks"
+            count = total // size
+        counts = [count] * size
+        displs = [count * i for i in range(size)]
+        return [items[0], (counts, displs)] + ([datatype] if datatype is not None else []), None
+
+    def _buffer(self, name: str, nbytes: int) -> np.ndarray:
+        """A cached scratch buffer of at least ``nbytes``; grown only when a call needs more."""
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape[0] < nbytes:
+            self._buffers.pop(name, None)  # drop the old one before allocating the new one
+            buf = np.empty(max(nbytes, 1), dtype=np.uint8)
+            self._buffers[name] = buf
+        return buf
+
+    def _exchange(self, s: _Side, r: _Side, algorithm, validate: bool, problem: Optional[str]) -> None:
+        algo = self._check_algorithm(algorithm if algorithm is not None else self.algorithm)
+        comm = self.comm
+        if validate:
+            if problem is None:
+                problem = _check_side(s, "send", False) or _check_side(r, "recv", True)
+            problem = self._check_pairs(s, r, problem)
+        # One small Allreduce settles, identically on every rank: whether any rank failed, the
+        # algorithm for "auto", and whether any count or displacement of any phase can pass a C
+        # int (every internal one is bounded by the sum of all send bytes <= size * max).
+        extent = 0 if problem else max(s.view.shape[0], r.view.shape[0])
+        agreed = np.array([1 if problem else 0, 0 if problem else s.total, extent], dtype=np.int64)
+        comm.Allreduce(MPI.IN_PLACE, agreed, op=MPI.MAX)
+        if agreed[0]:
+            raise_gathered(comm, problem, ExchangeError)
+        big = int(agreed[2]) > INT_LIMIT or int(agreed[1]) * comm.size > INT_LIMIT
+        if algo == "auto":
+            algo = "hier" if int(agreed[1]) // comm.size <= self.hier_max_block else "flat"
+        if algo == "hier" and self._hier_possible:
+            self._hier(s, r, big)
+        else:
+            self._flat(s, r, big)
+
+    def _check_pairs(self, s: _Side, r: _Side, problem: Optional[str]) -> Optional[str]:
+        """Collective: every receiver compares the bytes each sender announces with what it expects."""
+        size, me = self.comm.size, self.comm.rank
+        announced = np.full(size, -1, dtype=np.int64) if problem else s.counts
+        got = np.empty(size, dtype=np.int64)
+        self.comm.Alltoall(announced, got)
+        if problem:
+            return problem
+        bad = np.flatnonzero((got >= 0) & (got != r.counts))
+        if bad.size:
+            parts = [f"rank {int(p)} sends {int(got[p])} B to rank {me}, which expects {int(r.counts[p])} B"
+                     for p in bad[:3]]
+            return "; ".join(parts) + (f" (+{bad.size - 3} more pairs)" if bad.size > 3 else "")
+        return None
+
+    def _flat(self, s: _Side, r: _Side, big: bool) -> None:
+        _Transfer(self.comm, s.view, s.counts, s.displs, r.view, r.counts, r.displs, big).run()
+        me = self.comm.rank
+        live = s.counts > 0
+        live[me] = False
+        remote = live & (self._node_of != self._node_of[me])
+        self.last_stats = {
+            "algorithm": "flat",
+            "flat": {"messages": int(live.sum()), "bytes": int(s.counts[live].sum())},
+            "inter_node": {"messages": int(remote.sum()), "bytes": int(s.counts[remote].sum())},
+            "copy_bytes": 0,
+        }
+
+    def _hier(self, s: _Side, r: _Side, big: bool) -> None:
+        t = self.topology
+        intra, me, node = t.intra, self.comm.rank, t.node
+        g = t.node_sizes[node]
+        # What every rank of this node receives from every source (bytes), for phase 2's layout.
+        rc_node = np.empty((g, self.comm.size), dtype=np.int64)
+        intra.Allgather(r.counts, rc_node)
+
+        # -- pack: my blocks in (destination node, local rank) order
+        oc, od = s.counts[self._dest_order], s.displs[self._dest_order]
+        pos = _exclusive_cumsum(oc)
+        node_bytes = np.add.reduceat(oc, self._node_start) if oc.size else oc
+        nz = np.flatnonzero(oc)
+        base = int(od[nz[0]] - pos[nz[0]]) if nz.size else 0
+        copied = 0
+        if base >= 0 and np.array_equal(od[nz], pos[nz] + base):
+            p1_send, p1_base = s.view, base  # already grouped by node: send in place
+        else:
+            p1_send = self._buffer("a", s.total)
+            copied += copy_blocks(s.view, od, p1_send, pos, oc)
+            p1_base = 0
+        p1_sdispls = pos[self._node_start] + p1_base
+
+        # -- phase 1: one Alltoallv per served lane; segment per source, sub-blocks by local rank
+        src_matrix = rc_node[:, self._my_sources]            # (g, sources) bytes
+        seg = src_matrix.sum(axis=0)
+        seg_off = _exclusive_cumsum(seg)
+        p1_recv_total = int(seg.sum())
+        p2_recv_counts = np.add.reduceat(r.counts[self._recv_order], _exclusive_cumsum(self._recv_split))
+        p2_recv_total = int(p2_recv_counts.sum())
+        recv_buf = self._buffer("b", max(p1_recv_total, p2_recv_total))
+        nodes = t.num_nodes
+        zeros = np.zeros(nodes, dtype=np.int64)
+        transfers, cursor = [], 0
+        for lane, comm in zip(self._lanes, self._lane_comms):
+            src_nodes = self._lane_src_nodes[lane]
+            rcounts, rdispls = zeros.copy(), zeros.copy()
+            rcounts[src_nodes] = seg[cursor:cursor + src_nodes.size]
+            rdispls[src_nodes] = seg_off[cursor:cursor + src_nodes.size]
+            cursor += src_nodes.size
+            native = lane == t.local_rank
+            transfers.append(_Transfer(comm, p1_send, node_bytes if native else zeros,
+                                       p1_sdispls if native else zeros, recv_buf, rcounts, rdispls, big))
+        # Always the nonblocking form: a rank serving two lanes must start both, and MPI never
+        # matches a blocking collective with a nonblocking one on the same communicator.
+        try:
+            MPI.Request.Waitall([tr.start() for tr in transfers])
+        finally:
+            for tr in transfers:
+                tr.free()
+
+        # -- repack: by destination local rank, then by source (the order phase 2's receiver expects)
+        src_off = (seg_off[None, :] + np.cumsum(src_matrix, axis=0) - src_matrix).ravel()
+        lengths = src_matrix.ravel()
+        p2_send = self._buffer("a", p1_recv_total)
+        copied += copy_blocks(recv_buf, src_off, p2_send, _exclusive_cumsum(lengths), lengths)
+        p2_send_counts = src_matrix.sum(axis=1)
+
+        # -- phase 2 on the node, then unpack to the caller's displacements
+        _Transfer(intra, p2_send, p2_send_counts, _exclusive_cumsum(p2_send_counts),
+                  recv_buf, p2_recv_counts, _exclusive_cumsum(p2_recv_counts), big).run()
+        ordered = r.counts[self._recv_order]
+        copied += copy_blocks(recv_buf, _exclusive_cumsum(ordered), r.view,
+                              r.displs[self._recv_order], ordered)
+
+        own = node_bytes.copy()
+        own[node] = 0
+        p2_out = p2_send_counts.copy()
+        p2_out[t.local_rank] = 0
+        self.last_stats = {
+            "algorithm": "hier",
+            "inter": {"messages": int(np.count_nonzero(own)), "bytes": int(own.sum())},
+            "intra": {"messages": int(np.count_nonzero(p2_out)), "bytes": int(p2_out.sum())},
+            "inter_node": {"messages": int(np.count_nonzero(own)), "bytes": int(own.sum())},
+            "copy_bytes": int(copied),
+        }

@@ -1,0 +1,165 @@
+"""Node topology: the world, intra-node and inter-node ("lane") communicators, and the node map.
+
+A rank is (node n, local rank l). ``intra`` holds the ranks of one node in world order. A lane is
+the set of ranks that share a local rank, one per node; ``inter`` is this rank's own lane.
+
+Irregular layouts: a node with fewer ranks than lane l has no native member of that lane. Following
+source A (claim 6), lane l on such a node m is served by its local rank ``l % G_m``, so every lane
+communicator has exactly one member per node, in node order (``inter.rank == node``). A rank may
+therefore serve several lanes: ``served_lanes`` lists them with their communicators.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from typing import Optional, Sequence
+
+import numpy as np
+from mpi4py import MPI
+
+from .errors import TopologyError, agree
+
+ENV_RANKS_PER_NODE = "HXMPI_RANKS_PER_NODE"
+
+
+def _check_node_of(node_of, size: int) -> tuple[Optional[np.ndarray], Optional[str]]:
+    """Return (node_of as int64 array, None) or (None, what is wrong)."""
+    try:
+        arr = np.asarray(node_of)
+    except Exception as exc:  # any unconvertible object is a user error, reported as such
+        return None, f"node_of is not a sequence of integers ({exc})"
+    if arr.ndim != 1 or arr.shape[0] != size:
+        return None, f"node_of has shape {arr.shape}, expected ({size},): one node id per rank"
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if not (np.issubdtype(arr.dtype, np.floating) and np.all(arr == np.floor(arr))):
+            return None, f"node_of must hold integers, got dtype {arr.dtype}"
+    arr = arr.astype(np.int64)
+    if arr.size and arr.min() < 0:
+        bad = int(np.argmin(arr))
+        return None, f"node_of[{bad}] = {arr[bad]} is negative"
+    return arr, None
+
+
+class Topology:
+    """Node map of ``comm`` and its intra-node and lane communicators.
+
+    ``ranks_per_node=k`` makes virtual nodes of k consecutive ranks (the last may be smaller);
+    ``node_of`` gives every rank's node id explicitly (any layout). With neither, nodes are the
+    shared-memory domains (``Split_type(COMM_TYPE_SHARED)``), unless env ``HXMPI_RANKS_PER_NODE`` is set.
+    Node ids are renumbered 0..num_nodes-1 in order of each node's lowest rank. Collective.
+    """
+
+    def __init__(self, comm: MPI.Intracomm = MPI.COMM_WORLD, ranks_per_node: Optional[int] = None,
+                 node_of: Optional[Sequence[int]] = None):
+        self.comm = comm.Dup()
+        size, rank = self.comm.size, self.comm.rank
+        if ranks_per_node is None and node_of is None and os.environ.get(ENV_RANKS_PER_NODE):
+            ranks_per_node = os.environ[ENV_RANKS_PER_NODE]
+        ids, problem = self._node_ids(ranks_per_node, node_of, size)
+        # Agree on how the layout is given before the shared-memory split, which is collective.
+        modes = self.comm.allgather(ids is None and problem is None)
+        if all(modes):
+            shm = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+            leader = shm.allreduce(rank, op=MPI.MIN)
+            shm.Free()
+            ids = np.asarray(self.comm.allgather(leader), dtype=np.int64)
+        elif problem is None and modes[rank]:
+            problem = "no ranks_per_node/node_of given here, but other ranks gave one"
+        # Every rank must pass the same layout: compare against rank 0's.
+        ref = self.comm.bcast(ids, root=0)
+        if problem is None and (ref is None or not np.array_equal(ref, ids)):
+            problem = "node layout differs from rank 0's (ranks_per_node/node_of must agree on all ranks)"
+        agree(self.comm, problem, TopologyError)
+
+        # Dense node numbering in order of each node's lowest rank.
+        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        order = np.argsort(first)
+        remap = np.empty_like(order)
+        remap[order] = np.arange(order.size)
+        node_of_arr = remap[inverse.reshape(-1)]
+
+        self.node_of: tuple[int, ...] = tuple(int(x) for x in node_of_arr)
+        self.num_nodes: int = int(order.size)
+        self.node: int = self.node_of[rank]
+        members = [np.flatnonzero(node_of_arr == n) for n in range(self.num_nodes)]
+        self.node_members: tuple[tuple[int, ...], ...] = tuple(tuple(int(r) for r in m) for m in members)
+        self.node_sizes: tuple[int, ...] = tuple(len(m) for m in members)
+        local_of = np.empty(size, dtype=np.int64)
+        for m in members:
+            local_of[m] = np.arange(m.size)
+        self.local_rank_of: tuple[int, ...] = tuple(int(x) for x in local_of)
+        self.local_rank: int = self.local_rank_of[rank]
+        self.is_regular: bool = len(set(self.node_sizes)) == 1
+        self.max_node_size: int = max(self.node_sizes)
+
+        self.intra = self.comm.Split(self.node, rank)
+        self.served_lanes: tuple[tuple[int, MPI.Intracomm], ...] = self._make_lanes()
+        self.inter = dict(self.served_lanes)[self.local_rank]
+
+    @staticmethod
+    def _node_ids(ranks_per_node, node_of, size) -> tuple[Optional[np.ndarray], Optional[str]]:
+        if ranks_per_node is not None and node_of is not None:
+            return None, "give ranks_per_node or node_of, not both"
+        if node_of is not None:
+            return _check_node_of(node_of, size)
+        if ranks_per_node is not None:
+            try:
+                k = int(ranks_per_node)
+                if isinstance(ranks_per_node, float) and k != ranks_per_node:
+                    raise ValueError
+            except (TypeError, ValueError):
+                return None, f"ranks_per_node must be a positive integer, got {ranks_per_node!r}"
+            if k < 1:
+                return None, f"ranks_per_node must be a positive integer, got {k}"
+            return np.arange(size, dtype=np.int64) // k, None
+        return None, None  # the caller asks the shared-memory split
+
+    def _make_lanes(self) -> tuple[tuple[int, MPI.Intracomm], ...]:
+        """Create every lane communicator this rank serves (one member per node, in node order)."""
+        sizes, node, local = self.node_sizes, self.node, self.local_rank
+        gmin, gmax = min(sizes), self.max_node_size
+        lanes = []
+        # Lanes below the smallest node size have a native member on every node: one Split.
+        native = self.comm.Split(local if local < gmin else MPI.UNDEFINED, node)
+        if native != MPI.COMM_NULL:
+            lanes.append((local, native))
+        # Each remaining lane needs stand-ins on small nodes, so it gets a Split of its own.
+        for lane in range(gmin, gmax):
+            serves = lane % sizes[node] == local
+            comm = self.comm.Split(0 if serves else MPI.UNDEFINED, node)
+            if serves:
+                lanes.append((lane, comm))
+        return tuple(lanes)
+
+    @property
+    def lane(self) -> MPI.Intracomm:
+        """This rank's own lane communicator (alias of ``inter``)."""
+        return self.inter
+
+    @property
+    def size(self) -> int:
+        """Number of ranks in ``comm``."""
+        return self.comm.size
+
+    @property
+    def rank(self) -> int:
+        """This rank in ``comm``."""
+        return self.comm.rank
+
+    def describe(self) -> dict:
+        """This rank's topology as a plain dict (for logs and ``python -m hxmpi``)."""
+        return {
+            "rank": self.rank, "size": self.size, "host": socket.gethostname(),
+            "node": self.node, "local_rank": self.local_rank, "lane": self.local_rank,
+            "served_lanes": [lane for lane, _ in self.served_lanes],
+            "num_nodes": self.num_nodes, "node_sizes": list(self.node_sizes),
+            "is_regular": self.is_regular,
+        }
+
+    def free(self) -> None:
+        """Free the communicators this Topology created (collective)."""
+        for _, comm in self.served_lanes:
+            comm.Free()
+        self.served_lanes = ()
+        self.intra.Free()
+        self.comm.Free()

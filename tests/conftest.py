@@ -1,0 +1,68 @@
+"""Test harness: MPI tests keep every rank in step, and a hang ends the run with tracebacks.
+
+- After each MPI test, the ranks agree on the outcome: a test that failed on one rank fails on all,
+  naming the rank, so its traceback (printed by that rank) is never hidden behind a pass.
+- A per-test watchdog (faulthandler) dumps every thread's stack and exits when a test hangs, which
+  makes mpirun end the job instead of waiting for CI's time limit.
+- Ranks other than 0 print only failures, so the output stays readable.
+"""
+from __future__ import annotations
+
+import faulthandler
+import os
+
+import pytest
+
+DEFAULT_WATCHDOG_S = float(os.environ.get("HXMPI_TEST_WATCHDOG", "240"))
+
+
+def _world():
+    from mpi4py import MPI
+    return MPI.COMM_WORLD
+
+
+def _under_mpi(config) -> bool:
+    return bool(config.getoption("--with-mpi", default=False))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    if _under_mpi(config) and _world().rank != 0:
+        config.option.verbose = -2
+        xml = getattr(config.option, "xmlpath", None)
+        if xml:  # one report per rank, so rank 0's is the one a runner reads
+            config.option.xmlpath = f"{xml}.rank{_world().rank}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    marker = item.get_closest_marker("watchdog")
+    seconds = float(marker.args[0]) if marker else DEFAULT_WATCHDOG_S
+    faulthandler.dump_traceback_later(seconds, exit=True)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if call.when != "call" or not _under_mpi(item.config) or item.get_closest_marker("mpi") is None:
+        return
+    comm = _world()
+    if comm.size == 1:
+        return
+    failed_ranks = [r for r, f in enumerate(comm.allgather(report.failed)) if f]
+    if failed_ranks and not report.failed:
+        report.outcome = "failed"
+        report.longrepr = f"failed on rank(s) {failed_ranks}; see their tracebacks above"
+
+
+@pytest.fixture
+def comm():
+    """A duplicate of COMM_WORLD, freed after the test."""
+    c = _world().Dup()
+    yield c
+    c.Free()
