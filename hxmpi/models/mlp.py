@@ -1,0 +1,48 @@
+"""Softmax regression and MLPs (ReLU hidden layers, softmax cross-entropy) on a flat buffer."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .base import FlatParams, glorot, softmax_xent
+
+
+class MLP:
+    """Dense classifier; ``hidden=()`` is softmax regression. Call ``loss_and_grad`` per batch."""
+
+    def __init__(self, n_features: int, n_classes: int, hidden: Sequence[int], seed: int):
+        dims = [n_features, *hidden, n_classes]
+        shapes = {}
+        for i in range(len(dims) - 1):
+            shapes[f"W{i}"] = (dims[i], dims[i + 1])
+            shapes[f"b{i}"] = (dims[i + 1],)
+        self.flat = FlatParams(shapes)
+        self.layers = len(dims) - 1
+        rng = np.random.default_rng(seed)
+        for i in range(self.layers):
+            self.flat.p[f"W{i}"][:] = glorot(rng, dims[i], dims[i + 1])
+
+    def logits(self, X: np.ndarray) -> np.ndarray:
+        """Forward pass only (evaluation)."""
+        h = X
+        for i in range(self.layers):
+            h = h @ self.flat.p[f"W{i}"] + self.flat.p[f"b{i}"]
+            if i < self.layers - 1:
+                h = np.maximum(h, 0.0)
+        return h
+
+    def loss_and_grad(self, X: np.ndarray, y: np.ndarray, scale: float) -> tuple[float, int]:
+        """Add scale * d(sum of losses) to the gradients; return (summed loss, correct count)."""
+        p, g = self.flat.p, self.flat.g
+        acts = [X]
+        for i in range(self.layers):
+            z = acts[-1] @ p[f"W{i}"] + p[f"b{i}"]
+            acts.append(np.maximum(z, 0.0) if i < self.layers - 1 else z)
+        loss, correct, delta = softmax_xent(acts[-1], y, scale)
+        for i in reversed(range(self.layers)):
+            g[f"W{i}"] += acts[i].T @ delta
+            g[f"b{i}"] += delta.sum(axis=0)
+            if i:
+                delta = (delta @ p[f"W{i}"].T) * (acts[i] > 0)
+        return loss, correct

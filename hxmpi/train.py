@@ -1,0 +1,311 @@
+"""``mpirun -np N python -m hxmpi.train``: data-parallel SGD over MPI on numpy models.
+
+Every epoch the training samples are reshuffled globally across ranks with ``HierComm.alltoallv``;
+dense gradients are averaged with one Allreduce per step; MoE experts are sharded over ranks and
+fed their tokens through the same hierarchical exchange. Rank 0 logs; every rank computes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Optional
+
+import numpy as np
+from mpi4py import MPI
+
+from . import __version__
+from .data import DATASETS, load_dataset
+from .data.shuffle import SHUFFLES, GlobalShuffle
+from .errors import HxmpiError, agree
+from .exchange import HierComm
+from .models import MODELS, build_model
+from .optim import SCHEDULES, SGD, learning_rate
+
+CHECKPOINT_FORMAT = 1
+
+
+class UsageError(HxmpiError):
+    """A bad flag or value: reported once by rank 0, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # raise instead of printing on every rank
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI; every flag is documented here and in the README."""
+    p = _Parser(prog="python -m hxmpi.train", description=__doc__,
+                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", choices=MODELS, default="mlp", help="numpy model to train")
+    p.add_argument("--hidden", type=_int_list, default=[64],
+                   help="hidden layer sizes, comma-separated (MLP; MoE uses the first)")
+    p.add_argument("--experts", type=int, default=None,
+                   help="MoE experts in total, a multiple of the rank count (default: the smallest "
+                        "multiple of the rank count >= 4)")
+    p.add_argument("--capacity-factor", type=float, default=1.25,
+                   help="MoE expert capacity as a multiple of the even share of tokens")
+    p.add_argument("--dataset", default="digits", help=f"dataset: {', '.join(DATASETS)}")
+    p.add_argument("--epochs", type=_positive_int, default=20, help="training epochs")
+    p.add_argument("--batch-size", type=_positive_int, default=64, help="global batch size (samples)")
+    p.add_argument("--lr", type=float, default=0.1, help="base learning rate")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    p.add_argument("--weight-decay", type=float, default=1e-4, help="L2 weight decay")
+    p.add_argument("--schedule", choices=SCHEDULES, default="cosine", help="learning-rate schedule")
+    p.add_argument("--warmup-epochs", type=float, default=1.0, help="linear warm-up length in epochs")
+    p.add_argument("--step-epochs", type=float, default=10.0,
+                   help="'step' schedule: multiply the rate by --gamma every this many epochs")
+    p.add_argument("--gamma", type=float, default=0.1, help="'step' schedule decay factor")
+    p.add_argument("--clip-norm", type=float, default=0.0, help="clip the global gradient L2 norm (0: off)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split, the model and every shuffle")
+    p.add_argument("--shuffle", choices=SHUFFLES, default="hier",
+                   help="per-epoch global shuffle exchange (none: each rank keeps its shard)")
+    p.add_argument("--ranks-per-node", type=_positive_int, default=None,
+                   help="virtual nodes of this many consecutive ranks (default: real nodes, or env "
+                        "HXMPI_RANKS_PER_NODE)")
+    p.add_argument("--log", default=None, help="JSONL file: one record per epoch and a final summary")
+    p.add_argument("--checkpoint", default=None, help="directory for a checkpoint after every epoch")
+    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")
+    p.add_argument("--stop-after", type=_positive_int, default=None,
+                   help="stop after this many epochs of this run (for time-limited jobs; continue "
+                        "later with --resume)")
+    p.add_argument("--fail-at", default=None, metavar="RANK:STEP",
+                   help="testing aid: raise an error on RANK at global step STEP")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--version", action="version", version=f"hxmpi {__version__}")
+    return p
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive sizes, got {text!r}")
+    return values
+
+
+class Trainer:
+    """Wires topology, data, model and optimizer together for one run."""
+
+    def __init__(self, args, comm: MPI.Intracomm):
+        self.args, self.comm = args, comm
+        self.rank, self.size = comm.rank, comm.size
+        self.hc = HierComm(comm, ranks_per_node=args.ranks_per_node)
+        self.data = load_dataset(args.dataset, seed=args.seed)
+        experts = args.experts or self.size * -(-4 // self.size)
+        self.model = build_model(args.model, self.data.n_features, self.data.n_classes, args.hidden,
+                                 args.seed, hc=self.hc, num_experts=experts,
+                                 capacity_factor=args.capacity_factor)
+        self.flat = self.model.flat
+        self.opt = SGD(self.flat, comm, args.lr, args.momentum, args.weight_decay, args.clip_norm)
+        self.shuffle = GlobalShuffle(self.hc, self.data.X_train, self.data.y_train, args.batch_size,
+                                     args.seed, args.shuffle)
+        steps = self.shuffle.steps_per_epoch
+        self.total_steps = steps * args.epochs
+        self.warmup_steps = int(round(args.warmup_epochs * steps))
+        self.step_every = max(1, int(round(args.step_epochs * steps)))
+        self.start_epoch = 0
+        self.fail_at = _parse_fail_at(args.fail_at)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _meta(self) -> dict:
+        a = self.args
+        return {"format": CHECKPOINT_FORMAT, "world_size": self.size, "model": a.model,
+                "hidden": a.hidden, "experts": getattr(self.model, "E", None), "dataset": a.dataset,
+                "batch_size": a.batch_size, "seed": a.seed, "params": int(self.flat.params.size)}
+
+    def save_checkpoint(self, epoch: int) -> None:
+        """Every rank writes its shard atomically; rank 0 then commits meta.json (collective)."""
+        d = self.args.checkpoint
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, f"rank{self.rank}.npz")
+        tmp = path + ".tmp.npz"
+        np.savez(tmp, params=self.flat.params, velocity=self.opt.velocity,
+                 opt_steps=np.int64(self.opt.steps), epoch=np.int64(epoch))
+        os.replace(tmp, path)
+        self.comm.Barrier()  # meta.json names a complete set of shards only
+        if self.rank == 0:
+            # RNG state: every random draw derives from (seed, epoch), so the next epoch is enough.
+            meta = {**self._meta(), "epochs_done": epoch, "rng": {"seed": self.args.seed, "next_epoch": epoch}}
+            with open(os.path.join(d, "meta.json.tmp"), "w") as fh:
+                json.dump(meta, fh)
+            os.replace(os.path.join(d, "meta.json.tmp"), os.path.join(d, "meta.json"))
+
+    def load_checkpoint(self) -> None:
+        """Restore parameters, momentum and progress; mismatches raise on every rank."""
+        d = self.args.checkpoint
+        problem = None
+        try:
+            with open(os.path.join(d, "meta.json")) as fh:
+                meta = json.load(fh)
+            want = self._meta()
+            diff = [f"{k}={meta.get(k)!r} (now {v!r})" for k, v in want.items() if meta.get(k) != v]
+            if diff:
+                problem = "checkpoint does not match this run: " + ", ".join(diff)
+            else:
+                shard = np.load(os.path.join(d, f"rank{self.rank}.npz"))
+                if int(shard["epoch"]) != meta["epochs_done"]:
+                    problem = f"checkpoint shard of rank {self.rank} is from epoch {int(shard['epoch'])}"
+        except (OSError, ValueError, KeyError) as exc:
+            problem = f"cannot read checkpoint in {d}: {exc}"
+        agree(self.comm, problem, UsageError)
+        self.flat.params[:] = shard["params"]
+        self.opt.velocity[:] = shard["velocity"]
+        self.opt.steps = int(shard["opt_steps"])
+        self.start_epoch = int(meta["epochs_done"])
+
+    # ------------------------------------------------------------------ training
+    def evaluate(self) -> tuple[float, float]:
+        """Test loss and accuracy over the whole test split (collective)."""
+        X, y = self.data.X_test, self.data.y_test
+        lo, hi = self.rank * len(y) // self.size, (self.rank + 1) * len(y) // self.size
+        logits = self.model.logits(X[lo:hi])
+        shifted = logits - logits.max(axis=1, keepdims=True)
+        logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        sums = np.array([-logp[np.arange(hi - lo), y[lo:hi]].sum(),
+                         (logits.argmax(axis=1) == y[lo:hi]).sum()], dtype=np.float64)
+        self.comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
+        return float(sums[0] / len(y)), float(sums[1] / len(y))
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of optimizer step ``step``."""
+        a = self.args
+        return learning_rate(step, a.lr, a.schedule, self.total_steps, self.warmup_steps, self.step_every, a.gamma)
+
+    def train_epoch(self, epoch: int) -> dict:
+        """One epoch over the globally shuffled data; returns its metrics (identical on all ranks)."""
+        stats = np.zeros(3)  # loss sum, correct, samples
+        t0 = time.perf_counter()
+        for X, y, global_batch in self.shuffle.epoch(epoch):
+            if self.fail_at and self.fail_at == (self.rank, self.opt.steps):
+                raise RuntimeError(f"injected failure (--fail-at) at step {self.opt.steps}")
+            self.flat.grads[:] = 0.0
+            loss, correct = self.model.loss_and_grad(X, y, 1.0 / max(global_batch, 1))
+            # Local sums scaled by 1/global batch: summing over ranks gives the global mean exactly.
+            self.comm.Allreduce(MPI.IN_PLACE, self.flat.dense_grads, op=MPI.SUM)
+            self.opt.step(self.lr_at(self.opt.steps))
+            stats += (loss, correct, len(y))
+        elapsed = time.perf_counter() - t0
+        self.comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
+        return {"train_loss": stats[0] / stats[2], "train_accuracy": stats[1] / stats[2],
+                "train_time_s": elapsed, "samples": int(stats[2])}
+
+    def run(self) -> dict:
+        """Train all epochs; returns the summary record."""
+        a = self.args
+        log = open(a.log, "a") if a.log and self.rank == 0 else None
+        progress = _Progress(a, self.rank, self.start_epoch)
+        train_time = samples = 0
+        test_loss = test_acc = float("nan")
+        last = a.epochs if a.stop_after is None else min(a.epochs, self.start_epoch + a.stop_after)
+        for epoch in range(self.start_epoch, last):
+            m = self.train_epoch(epoch)
+            train_time = train_time + self.comm.allreduce(m["train_time_s"], op=MPI.MAX)
+            samples += m["samples"]
+            test_loss, test_acc = self.evaluate()
+            record = {"event": "epoch", "epoch": epoch + 1, **m, "test_loss": test_loss,
+                      "test_accuracy": test_acc, "lr": self.lr_at(max(self.opt.steps - 1, 0)),
+                      "shuffle_bytes_sent": self.shuffle.bytes_moved}
+            if a.checkpoint:
+                self.save_checkpoint(epoch + 1)
+            if log:
+                log.write(json.dumps(record) + "\n")
+                log.flush()
+            progress.update(record)
+        progress.close()
+        topo = self.hc.topology
+        summary = {"event": "summary", "test_accuracy": test_acc, "test_loss": test_loss,
+                   "epochs": last, "samples_per_s": samples / train_time if train_time else 0.0,
+                   "world_size": self.size, "num_nodes": topo.num_nodes, "model": a.model,
+                   "shuffle": a.shuffle, "batch_size": a.batch_size, "train_time_s": train_time}
+        if log:
+            log.write(json.dumps(summary) + "\n")
+            log.close()
+        return summary
+
+
+class _Progress:
+    """tqdm on a terminal, otherwise one line per epoch; rank 0 only."""
+
+    def __init__(self, args, rank: int, start_epoch: int):
+        self.quiet = args.quiet or rank != 0
+        self.bar = None
+        if not self.quiet and sys.stdout.isatty():
+            try:
+                from tqdm import tqdm
+                self.bar = tqdm(total=args.epochs, initial=start_epoch, desc="train", unit="epoch")
+            except ImportError:
+                pass
+
+    def update(self, r: dict) -> None:
+        if self.quiet:
+            return
+        text = (f"epoch {r['epoch']:>3}  loss {r['train_loss']:.4f}  train_acc {r['train_accuracy']:.4f}  "
+                f"test_acc {r['test_accuracy']:.4f}  lr {r['lr']:.4g}  "
+                f"{r['samples'] / max(r['train_time_s'], 1e-9):.0f} samples/s")
+        if self.bar is not None:
+            self.bar.set_postfix_str(text.split("  ", 1)[1])
+            self.bar.update(1)
+        else:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _parse_fail_at(text: Optional[str]):
+    if not text:
+        return None
+    try:
+        rank, step = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise UsageError(f"--fail-at expects RANK:STEP, got {text!r}") from None
+    return rank, step
+
+
+def main(argv=None) -> int:
+    """Entry point: parse flags, train, print the summary; returns the exit code."""
+    comm = MPI.COMM_WORLD
+    try:
+        args = build_parser().parse_args(argv)
+        trainer = Trainer(args, comm)
+        if args.resume:
+            if not args.checkpoint:
+                raise UsageError("--resume needs --checkpoint DIR")
+            trainer.load_checkpoint()
+    except SystemExit as exc:  # --help / --version
+        return int(exc.code or 0)
+    except (UsageError, ValueError, HxmpiError) as exc:
+        # Set-up errors are the same on every rank (or agreed collectively): one line, from rank 0.
+        if comm.rank == 0:
+            print(f"python -m hxmpi.train: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    try:
+        summary = trainer.run()
+    except Exception as exc:  # noqa: BLE001 - any failure must end every rank, not hang them
+        sys.stderr.write(f"hxmpi.train: rank {comm.rank} failed: {type(exc).__name__}: {exc}\n"
+                         + traceback.format_exc())
+        sys.stderr.flush()
+        comm.Abort(1)
+        return 1
+    if comm.rank == 0 and not args.quiet:
+        print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

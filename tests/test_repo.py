@@ -1,0 +1,59 @@
+"""Repository contracts: CI runs the README's test command verbatim; the README API example runs."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mpilaunch import mpirun_command
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def readme_commands():
+    return re.findall(r"```bash\n(.+?)\n```", README)
+
+
+def test_ci_runs_the_readme_test_command():
+    test_cmd = readme_commands()[1]
+    assert "tests/run.py" in test_cmd
+    ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert test_cmd in ci_lines
+
+
+def test_readme_starts_with_the_two_commands():
+    first, second = readme_commands()[:2]
+    assert "python -m hxmpi.train" in first and "pip install" in first
+    assert README.index(first) < README.index("## What it does")
+
+
+@pytest.mark.skipif(not mpirun_command(), reason="no mpirun")
+def test_readme_api_example_runs(tmp_path):
+    code = re.search(r"```python\n(# save as demo.py.+?)```", README, re.S).group(1)
+    (tmp_path / "demo.py").write_text(code)
+    proc = subprocess.run(mpirun_command() + ["-n", "5", sys.executable, str(tmp_path / "demo.py")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("'algorithm'") == 5
+
+
+def test_python_m_hxmpi_describes_topology():
+    proc = subprocess.run([sys.executable, "-m", "hxmpi", "--json"], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert '"local_rank": 0' in proc.stdout and '"node_sizes": [1]' in proc.stdout
+
+
+@pytest.mark.skipif(not mpirun_command(), reason="no mpirun")
+@pytest.mark.parametrize("n", [3, 4])
+def test_python_m_hxmpi_under_mpirun(n):
+    import json
+    proc = subprocess.run(mpirun_command() + ["-n", str(n), sys.executable, "-m", "hxmpi", "--json",
+                                              "--ranks-per-node", "2"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["rank"] for r in rows] == list(range(n))
+    assert [(r["node"], r["local_rank"]) for r in rows] == [(r // 2, r % 2) for r in range(n)]
+    assert all(r["node_sizes"] == [2] * (n // 2) + [1] * (n % 2) for r in rows)

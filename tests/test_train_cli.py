@@ -1,0 +1,70 @@
+"""The CLI as a user runs it: mpirun jobs reach accuracy, failures end every rank, bad flags are clean."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mpilaunch import mpirun_command
+
+MPIRUN = mpirun_command()
+needs_mpirun = pytest.mark.skipif(not MPIRUN, reason="no mpirun on this machine")
+
+
+def launch(n, *args, timeout=300):
+    return subprocess.run(MPIRUN + ["-n", str(n), sys.executable, "-m", "hxmpi.train", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@needs_mpirun
+@pytest.mark.parametrize("n,model,target", [(4, "mlp", 0.95), (2, "mlp", 0.95), (4, "moe", 0.90),
+                                            (3, "moe", 0.90)])
+def test_default_run_reaches_accuracy(tmp_path, n, model, target):
+    log = tmp_path / "log.jsonl"
+    proc = launch(n, "--model", model, "--log", str(log), "--ranks-per-node", "2")
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    summary = records[-1]
+    assert summary["event"] == "summary" and summary["world_size"] == n
+    assert summary["num_nodes"] == -(-n // 2) and summary["epochs"] == 20
+    assert summary["test_accuracy"] >= target, summary
+    assert [r["epoch"] for r in records[:-1]] == list(range(1, 21))
+
+
+@needs_mpirun
+@pytest.mark.parametrize("n", [2, 3])
+def test_failing_rank_ends_the_job_with_its_message(n):
+    proc = launch(n, "--fail-at", f"{n - 1}:3", "--quiet", timeout=120)
+    assert proc.returncode != 0
+    assert f"rank {n - 1} failed: RuntimeError: injected failure (--fail-at) at step 3" in proc.stderr
+
+
+@needs_mpirun
+@pytest.mark.parametrize("n", [1, 2])
+@pytest.mark.parametrize("flags,message", [
+    (["--epochs", "0"], "argument --epochs: must be >= 1"),
+    (["--model", "cnn"], "argument --model: invalid choice"),
+    (["--dataset", "nope"], "unknown dataset 'nope'"),
+    (["--model", "moe", "--experts", "3", "--ranks-per-node", "1"], None),
+    (["--hidden", "a,b"], "expected comma-separated integers"),
+    (["--resume"], "--resume needs --checkpoint DIR"),
+    (["--fail-at", "x"], "--fail-at expects RANK:STEP"),
+])
+def test_bad_flags_give_one_line_error(n, flags, message):
+    proc = launch(n, *flags, timeout=120)
+    if message is None:  # experts must be a multiple of the rank count: an error only when it is not
+        if 3 % n == 0:
+            assert proc.returncode == 0, proc.stderr
+            return
+        message = "--experts 3 must be a positive multiple of the 2 ranks"
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    errors = [line for line in proc.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and message in errors[0], proc.stderr
+
+
+def test_help_documents_every_flag():
+    out = subprocess.run([sys.executable, "-m", "hxmpi.train", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0
+    for flag in ("--model", "--dataset", "--epochs", "--batch-size", "--lr", "--seed", "--ranks-per-node",
+                 "--log", "--checkpoint", "--resume", "--quiet", "--shuffle"):
+        assert flag in out.stdout
