@@ -14,6 +14,7 @@ DTYPES = [np.float64, np.int32, np.uint8, np.complex128, STRUCT]
 
 def layouts(size):
     return {
+        "real": {},  # the nodes Topology finds by itself (one on one host; real hosts on a cluster)
         "regular": {"ranks_per_node": 2},
         "irregular": {"ranks_per_node": 3},
         "round_robin": {"node_of": [r % 2 for r in range(size)]},

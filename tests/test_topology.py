@@ -1,4 +1,6 @@
 """Topology: exact fields on every rank for every layout, and errors raised on every rank."""
+import os
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -61,14 +63,16 @@ def test_layout_fields(comm, name):
     topo.free()
 
 
-def test_default_is_shared_memory_node(comm):
+def test_default_layout_is_found(comm):
+    """Default nodes are shared-memory domains: one node on one host, the real hosts on a cluster."""
+    expect = os.environ.get("HXMPI_EXPECT_NODE_SIZES")  # set by the emulated-cluster tier
     topo = Topology(comm)
-    # On one host every rank shares memory: one node, unless the env overrides it.
-    env = __import__("os").environ.get("HXMPI_RANKS_PER_NODE")
-    if env:
-        pytest.skip("HXMPI_RANKS_PER_NODE set")
-    assert topo.num_nodes == 1 and topo.node_sizes == (comm.size,)
-    assert topo.local_rank == comm.rank
+    if os.environ.get("HXMPI_RANKS_PER_NODE"):
+        pytest.skip("HXMPI_RANKS_PER_NODE overrides the default")
+    sizes = tuple(int(s) for s in expect.split(",")) if expect else (comm.size,)
+    assert topo.node_sizes == sizes
+    assert topo.inter.size == len(sizes)
+    assert topo.intra.size == sizes[topo.node]
     topo.free()
 
 

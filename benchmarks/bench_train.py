@@ -1,0 +1,141 @@
+"""Training throughput and accuracy: hxmpi vs PyTorch DistributedDataParallel (CPU, gloo).
+
+    mpirun -np 2 python benchmarks/bench_train.py --epochs 20 --json train.json --plot train.png
+
+Both train the same MLP (64 -> hidden -> 10, ReLU) on the same digits split with the same global
+batch, epochs, momentum SGD, weight decay and warm-up + cosine schedule. hxmpi runs first, then DDP
+in the same processes (torch.distributed over gloo, rank and world size taken from MPI).
+samples/s counts training samples over training time (evaluation excluded), slowest rank.
+torch is optional and needed only here: ``pip install torch==2.13.0``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from hxmpi.data import load_dataset
+from hxmpi.optim import learning_rate
+from hxmpi.train import Trainer, build_parser
+
+
+def run_hxmpi(args, comm) -> dict:
+    targs = build_parser().parse_args(["--quiet", "--model", "mlp", "--hidden", str(args.hidden),
+                                       "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
+                                       "--lr", str(args.lr), "--seed", str(args.seed)])
+    trainer = Trainer(targs, comm)
+    losses, train_time, samples = [], 0.0, 0
+    for epoch in range(args.epochs):
+        m = trainer.train_epoch(epoch)
+        train_time += comm.allreduce(m["train_time_s"], op=MPI.MAX)
+        samples += m["samples"]
+        losses.append(m["train_loss"])
+    _, acc = trainer.evaluate()
+    return {"samples_per_s": samples / train_time, "test_accuracy": acc, "train_loss": losses,
+            "train_time_s": train_time}
+
+
+def run_ddp(args, comm) -> dict:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.set_num_threads(1)  # one core per rank, as hxmpi uses
+    port = None
+    if comm.rank == 0:  # a free loopback port for gloo's rendezvous
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(comm.bcast(port, root=0))
+    dist.init_process_group("gloo", rank=comm.rank, world_size=comm.size)
+    data = load_dataset("digits", seed=args.seed)
+    torch.manual_seed(args.seed)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(64, args.hidden), torch.nn.ReLU(),
+                                    torch.nn.Linear(args.hidden, 10)))
+    opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=1e-4)
+    n = len(data.y_train)
+    steps = -(-n // args.batch_size)
+    total = steps * args.epochs
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: learning_rate(s, 1.0, "cosine", total, warmup_steps=steps))
+    X = torch.tensor(data.X_train, dtype=torch.float32)
+    y = torch.tensor(data.y_train)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    losses, train_time, samples = [], 0.0, 0
+    for epoch in range(args.epochs):
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
+        comm.Barrier()
+        t0 = time.perf_counter()
+        loss_sum = torch.zeros(())
+        for s in range(steps):
+            batch = perm[s * args.batch_size:(s + 1) * args.batch_size]
+            mine = batch[comm.rank::comm.size]  # DistributedSampler's strided split
+            opt.zero_grad()
+            loss = loss_fn(model(X[mine]), y[mine])
+            loss.backward()
+            opt.step()
+            sched.step()
+            loss_sum += loss.detach() * len(mine)
+        train_time += comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+        samples += n
+        losses.append(comm.allreduce(float(loss_sum), op=MPI.SUM) / n)
+    with torch.no_grad():
+        pred = model.module(torch.tensor(data.X_test, dtype=torch.float32)).argmax(1).numpy()
+    dist.destroy_process_group()
+    return {"samples_per_s": samples / train_time, "test_accuracy": float((pred == data.y_test).mean()),
+            "train_loss": losses, "train_time_s": train_time, "torch": torch.__version__}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--epochs", type=int, default=20, help="epochs")
+    p.add_argument("--batch-size", type=int, default=64, help="global batch size")
+    p.add_argument("--hidden", type=int, default=64, help="hidden units")
+    p.add_argument("--lr", type=float, default=0.1, help="base learning rate")
+    p.add_argument("--seed", type=int, default=0, help="seed")
+    p.add_argument("--json", default=None, help="write results here (rank 0)")
+    p.add_argument("--plot", default=None, help="PNG of the loss curves (rank 0; needs matplotlib)")
+    args = p.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    results = {"hxmpi": run_hxmpi(args, comm)}
+    try:
+        results["ddp"] = run_ddp(args, comm)
+    except ImportError as exc:
+        if comm.rank == 0:
+            print(f"# DDP skipped: {exc} (pip install torch==2.13.0)")
+    if comm.rank == 0:
+        print(f"# MLP 64-{args.hidden}-10 on digits, {comm.size} ranks, global batch {args.batch_size}, "
+              f"{args.epochs} epochs")
+        print(f"{'# framework':<12}{'samples/s':>12}{'test acc':>10}{'final loss':>12}")
+        for name, r in results.items():
+            print(f"{name:<12}{r['samples_per_s']:12.0f}{r['test_accuracy']:10.4f}{r['train_loss'][-1]:12.4f}")
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"benchmark": "train", "world_size": comm.size, "args": vars(args),
+                           "results": results}, fh, indent=1)
+        if args.plot:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+            fig, ax = plt.subplots(figsize=(6, 4))
+            for name, r in results.items():
+                ax.plot(range(1, len(r["train_loss"]) + 1), r["train_loss"], marker="o", label=name)
+            ax.set_xlabel("epoch")
+            ax.set_ylabel("train loss")
+            ax.set_yscale("log")
+            ax.set_title(f"MLP on digits, {comm.size} ranks")
+            ax.legend()
+            fig.tight_layout()
+            fig.savefig(args.plot, dpi=100)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

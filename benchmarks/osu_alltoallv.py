@@ -1,0 +1,128 @@
+"""OSU-style all-to-all latency: flat, hier and auto HierComm, plus a naive mpi4py user.
+
+    mpirun -np 4 python benchmarks/osu_alltoallv.py -m 8:1048576 --ranks-per-node 2 --json out.json
+
+Sizes are bytes per block (per destination rank), as in osu_alltoallv. Latency is the mean time
+per call in microseconds over ``-i`` iterations after ``-x`` warm-up calls, averaged over ranks
+(``-f`` adds min and max over ranks). The "naive" column is what a user without hxmpi writes:
+per-destination numpy arrays, ``np.concatenate``, ``comm.Alltoallv``, ``np.split``.
+``--uneven`` draws skewed counts (Zipf-like, as MoE routing produces) with the same mean.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import hxmpi
+
+COLUMNS = ("flat", "hier", "auto", "naive")
+
+
+def parse_range(text: str) -> tuple[int, int]:
+    lo, _, hi = text.partition(":")
+    return int(lo or 1), int(hi or lo)
+
+
+def block_counts(size: int, nbytes: int, uneven: bool, rng: np.random.Generator) -> np.ndarray:
+    """Bytes this rank sends to each rank; skewed counts keep the same total."""
+    if not uneven:
+        return np.full(size, nbytes, dtype=np.int64)
+    weights = 1.0 / (1 + rng.permutation(size)) ** 1.2
+    counts = np.floor(weights / weights.sum() * nbytes * size).astype(np.int64)
+    counts[0] += nbytes * size - counts.sum()
+    return counts
+
+
+def run_size(hc: hxmpi.HierComm, nbytes: int, args, rng) -> dict:
+    comm = hc.comm
+    size = comm.size
+    sc = block_counts(size, nbytes, args.uneven, rng)
+    rc = np.empty(size, np.int64)
+    comm.Alltoall(sc, rc)
+    sbuf = rng.integers(0, 256, int(sc.sum()), dtype=np.uint8)
+    rbuf = np.empty(int(rc.sum()), np.uint8)
+    ref = np.empty_like(rbuf)
+    comm.Alltoallv([sbuf, sc, MPI.BYTE], [ref, rc, MPI.BYTE])
+    pieces = np.split(sbuf, np.cumsum(sc)[:-1])  # the naive user's per-destination arrays
+    iters = args.iterations if nbytes <= args.large_threshold else args.iterations_large
+    result = {"size": nbytes}
+    for col in COLUMNS:
+        def once():
+            if col == "naive":
+                out = np.empty(int(rc.sum()), np.uint8)
+                comm.Alltoallv([np.concatenate(pieces), sc, MPI.BYTE], [out, rc, MPI.BYTE])
+                np.split(out, np.cumsum(rc)[:-1])
+                return out
+            hc.Alltoallv([sbuf, sc, MPI.BYTE], [rbuf, rc, MPI.BYTE], algorithm=col,
+                         validate=args.validate_input)
+            return rbuf
+        for _ in range(args.warmup):
+            once()
+        comm.Barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            out = once()
+        local = (time.perf_counter() - t0) / iters * 1e6
+        if args.check and not np.array_equal(out, ref):
+            raise SystemExit(f"rank {comm.rank}: {col} result differs from MPI_Alltoallv at {nbytes} B")
+        times = comm.allgather(local)
+        result[col] = {"avg_us": float(np.mean(times)), "min_us": float(np.min(times)),
+                       "max_us": float(np.max(times))}
+        if col == "auto":
+            result["auto_choice"] = hc.last_stats["algorithm"]
+        if col in ("flat", "hier"):
+            result[f"{col}_stats"] = hc.last_stats
+    return result
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-m", "--message-size", default="8:1048576", help="MIN:MAX bytes per block (powers of 2)")
+    p.add_argument("-i", "--iterations", type=int, default=200, help="timed iterations per size")
+    p.add_argument("--iterations-large", type=int, default=30, help="timed iterations above --large-threshold")
+    p.add_argument("--large-threshold", type=int, default=65536, help="bytes per block counted as large")
+    p.add_argument("-x", "--warmup", type=int, default=10, help="warm-up iterations per size")
+    p.add_argument("-c", "--check", action="store_true", help="validate every result against MPI_Alltoallv")
+    p.add_argument("-f", "--full", action="store_true", help="also print min and max over ranks")
+    p.add_argument("--uneven", action="store_true", help="skewed counts, like MoE token routing")
+    p.add_argument("--ranks-per-node", type=int, default=None, help="virtual nodes (default: real nodes)")
+    p.add_argument("--no-validate", dest="validate_input", action="store_false",
+                   help="call HierComm with validate=False (skip input checks)")
+    p.add_argument("--json", default=None, help="write results here (rank 0)")
+    args = p.parse_args(argv)
+    lo, hi = parse_range(args.message_size)
+    comm = MPI.COMM_WORLD
+    hc = hxmpi.HierComm(comm, ranks_per_node=args.ranks_per_node)
+    topo = hc.topology
+    rng = np.random.default_rng(comm.rank)
+    sizes = [s for s in (2 ** k for k in range(0, 31)) if lo <= s <= hi]
+    rows = [run_size(hc, s, args, rng) for s in sizes]
+    if comm.rank == 0:
+        print(f"# hxmpi OSU-style Alltoallv latency; {comm.size} ranks, nodes {list(topo.node_sizes)}"
+              f"{', uneven counts' if args.uneven else ''}")
+        head = f"{'# Size [B]':<10}" + "".join(f"{c + ' [us]':>16}" for c in COLUMNS) + f"{'auto picks':>12}"
+        if args.full:
+            head += "".join(f"{c + ' min/max':>22}" for c in ("flat", "hier"))
+        print(head)
+        for r in rows:
+            line = f"{r['size']:<10d}" + "".join(f"{r[c]['avg_us']:16.2f}" for c in COLUMNS)
+            line += f"{r['auto_choice']:>12}"
+            if args.full:
+                line += "".join(f"{r[c]['min_us']:11.2f}{r[c]['max_us']:11.2f}" for c in ("flat", "hier"))
+            print(line, flush=True)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"benchmark": "osu_alltoallv", "world_size": comm.size,
+                           "node_sizes": list(topo.node_sizes), "uneven": args.uneven,
+                           "mpi": MPI.Get_library_version().splitlines()[0].strip(),
+                           "results": rows}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The emulated multi-host cluster: real Open MPI across network namespaces, talking TCP.
+
+The exchange and topology MPI tests run on 3 hosts with slots 2,2,1 and no layout override:
+Topology must find the irregular nodes by itself. Skipped, with the reason, where this machine
+does not permit network namespaces.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hxmpi import cluster
+
+TESTS = Path(__file__).resolve().parent
+NAME, SUBNET = "hxt", "10.213.11.0/24"
+
+
+def _privileged():
+    try:
+        cluster.check_privileges()
+        return None
+    except cluster.ClusterError as exc:
+        return str(exc)
+
+
+SKIP = _privileged()
+pytestmark = pytest.mark.skipif(SKIP is not None, reason=f"emulated cluster unavailable: {SKIP}")
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    base = tmp_path_factory.mktemp("cluster")
+    old = cluster.STATE_BASE
+    cluster.STATE_BASE = base
+    cluster.down(NAME)
+    state = cluster.up(3, [2, 2, 1], SUBNET, name=NAME)
+    yield state
+    cluster.down(NAME)
+    cluster.STATE_BASE = old
+
+
+def test_exchange_suite_on_three_hosts(hosts):
+    """Every exchange and topology MPI test, on real separate nodes 2+2+1 over TCP."""
+    env = dict(os.environ, HXMPI_EXPECT_NODE_SIZES="2,2,1")
+    cmd = [sys.executable, "-m", "mpi4py", "-m", "pytest", str(TESTS / "test_exchange.py"),
+           str(TESTS / "test_topology.py"), "--with-mpi", "-m", "mpi", "-k", "not 2GiB", "-q",
+           "-p", "no:cacheprovider", "--color=no"]
+    state = cluster.load_state(NAME)
+    proc = subprocess.run([cluster.find_mpirun(), *cluster.mpirun_args(state), "-x", "HXMPI_EXPECT_NODE_SIZES",
+                           "-n", "5", *cmd], env=env, capture_output=True, text=True, timeout=1200)
+    tail = proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, tail
+    assert " passed" in proc.stdout and " failed" not in proc.stdout, tail
+
+
+def test_hosts_are_separate_nodes(hosts):
+    state = cluster.load_state(NAME)
+    code = "from mpi4py import MPI; import hxmpi; t = hxmpi.Topology(); print(MPI.Get_processor_name(), t.node, t.node_sizes)"
+    proc = subprocess.run([cluster.find_mpirun(), *cluster.mpirun_args(state), "-n", "5", sys.executable, "-c", code],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = sorted(proc.stdout.split("\n")[:-1])
+    assert lines == sorted([f"{NAME}0 0 (2, 2, 1)"] * 2 + [f"{NAME}1 1 (2, 2, 1)"] * 2 + [f"{NAME}2 2 (2, 2, 1)"])
+
+
+def test_up_refuses_existing_names_and_down_removes_all(hosts, tmp_path):
+    with pytest.raises(cluster.ClusterError, match="already up"):
+        cluster.up(2, [1, 1], SUBNET, name=NAME)
+    # A link this test made itself, named as a cluster would name its bridge: never touched.
+    subprocess.run(["ip", "link", "add", "hxu1br0", "type", "bridge"], check=True)
+    try:
+        with pytest.raises(cluster.ClusterError, match="not made by this cluster"):
+            cluster.up(2, [1, 1], "10.213.12.0/24", name="hxu1")
+        assert "hxu1br0" in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    finally:
+        subprocess.run(["ip", "link", "del", "hxu1br0"], check=True)
+
+
+def test_down_after_partial_up_leaves_nothing():
+    name = "hxp"
+    state = cluster.up(2, [1, 1], "10.213.13.0/24", name=name)
+    assert len(state["created"]) == 5
+    removed = cluster.down(name)
+    assert len(removed) == 5
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"hxmpi-{name}" not in listing
+    assert cluster.load_state(name) is None
+
+
+def test_bad_slots_and_unprivileged_user():
+    with pytest.raises(cluster.ClusterError, match="--slots needs 3"):
+        cluster.up(3, [1, 1], name="hxq")
+    # A user namespace drops root's privileges over the host network (euid shows as nobody).
+    proc = subprocess.run(["unshare", "--user", sys.executable, "-m", "hxmpi.cluster", "up", "--hosts", "2",
+                           "--name", "hxq"], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stderr
+    assert "error: needs root" in proc.stderr
