@@ -6,6 +6,8 @@ Python-object work per block; bounds are checked once per call, before any byte 
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 
+import numpy as np
+
 
 def copy_blocks(const unsigned char[::1] src not None, const int64_t[::1] src_off not None,
                 unsigned char[::1] dst not None, const int64_t[::1] dst_off not None,
@@ -39,3 +41,53 @@ def copy_blocks(const unsigned char[::1] src not None, const int64_t[::1] src_of
             if length[i] > 0:
                 memcpy(d + dst_off[i], s + src_off[i], <size_t>length[i])
     return total
+
+
+def side_bytes(const int64_t[::1] counts not None, displs, int64_t elem, int64_t nbytes, bint no_overlap):
+    """Scale one side's counts/displs (elements) to bytes and check them in one pass.
+
+    ``displs`` is an int64 array or None (packed prefix sums). Returns (count_bytes, displ_bytes,
+    kind, index): kind 0 = fine; 1 negative count, 2 negative displacement, 3 block past the
+    buffer, 4 overflow past 2**62 bytes, 6 non-empty blocks not in ascending order (only with
+    ``no_overlap``; the caller then checks overlap by sorting). ``index`` is the peer concerned.
+    """
+    cdef Py_ssize_t n = counts.shape[0], i
+    cdef const int64_t[::1] d
+    cdef bint packed = displs is None
+    if not packed:
+        d = displs
+        if d.shape[0] != n:
+            raise ValueError("side_bytes: counts and displs differ in length")
+    out_c = np.empty(n, dtype=np.int64)
+    out_d = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] oc = out_c, od = out_d
+    cdef int64_t limit = (<int64_t>1 << 62) // (elem if elem > 0 else 1)
+    cdef int64_t pos = 0, prev_end = 0, c, off
+    cdef int kind = 0
+    cdef Py_ssize_t where = 0
+    with nogil:
+        for i in range(n):
+            c = counts[i]
+            off = pos if packed else d[i]
+            if c < 0:
+                kind, where = 1, i
+                break
+            if off < 0:
+                kind, where = 2, i
+                break
+            if c > limit or off > limit:
+                kind, where = 4, i
+                break
+            oc[i] = c * elem
+            od[i] = off * elem
+            pos += c
+            if c > 0:
+                if od[i] + oc[i] > nbytes:
+                    kind, where = 3, i
+                    break
+                if no_overlap and kind == 0:
+                    if od[i] < prev_end:
+                        kind, where = 6, i  # not ascending: bounds still checked; caller sorts
+                    else:
+                        prev_end = od[i] + oc[i]
+    return out_c, out_d, kind, where

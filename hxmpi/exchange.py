@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 from mpi4py import MPI
 
-from ._packing import copy_blocks
+from ._packing import copy_blocks, side_bytes
 from .errors import ExchangeError, raise_gathered
 from .topology import Topology
 
@@ -73,6 +73,9 @@ def _bytes_view(buf, writable: bool) -> tuple[Optional[np.ndarray], int, Optiona
 
 
 def _int_vector(values, size: int, what: str) -> tuple[Optional[np.ndarray], Optional[str]]:
+    """Return (contiguous int64 array of length ``size``, None) or (None, what is wrong)."""
+    if isinstance(values, np.ndarray) and values.dtype == np.int64 and values.shape == (size,):
+        return np.ascontiguousarray(values), None  # the common case, without a copy
     try:
         arr = np.asarray(values)
     except Exception as exc:  # unconvertible user input is reported, not raised here
@@ -81,14 +84,19 @@ def _int_vector(values, size: int, what: str) -> tuple[Optional[np.ndarray], Opt
         return None, f"{what} has shape {arr.shape}, expected ({size},): one entry per rank"
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
         return None, f"{what} must hold integers, got dtype {arr.dtype}"
-    arr = arr.astype(np.int64)
-    if arr.size and arr.min() < 0:
-        i = int(np.argmin(arr))
-        return None, f"{what}[{i}] = {arr[i]} is negative"
-    return arr, None
+    return np.ascontiguousarray(arr, dtype=np.int64), None
+
+
+# Predefined types by handle: asking MPI for size and extent costs microseconds on every call.
+_PREDEFINED = {t.handle: t.size for t in [*MPI._typedict.values(), MPI.BYTE, MPI.PACKED]
+               if t != MPI.DATATYPE_NULL and t.size > 0}
 
 
 def _datatype_elem(datatype) -> tuple[int, Optional[str]]:
+    if isinstance(datatype, MPI.Datatype):
+        elem = _PREDEFINED.get(datatype.handle)
+        if elem is not None:
+            return elem, None
     if not isinstance(datatype, MPI.Datatype) or datatype == MPI.DATATYPE_NULL:
         return 1, f"datatype {datatype!r} is not an MPI datatype"
     if datatype.lb != 0 or datatype.size != datatype.extent or datatype.true_lb != 0:
@@ -128,36 +136,33 @@ def _parse_vector(spec, size: int, writable: bool, name: str) -> tuple[_Side, Op
     c, problem = _int_vector(counts, size, f"{name} counts")
     if problem:
         return side, problem
-    if displs is None:
-        d = _exclusive_cumsum(c)
-    else:
+    d = None
+    if displs is not None:
         d, problem = _int_vector(displs, size, f"{name} displs")
         if problem:
             return side, problem
-    limit = (2**62) // max(elem, 1)
-    if c.size and max(int(c.max()), int(d.max())) > limit:
-        return side, f"{name} counts/displs exceed 2**62 bytes"
-    return _Side(view, c * elem, d * elem, elem), None
+    cb, db, kind, i = side_bytes(c, d, elem, view.shape[0], writable)
+    side = _Side(view, cb, db, elem)
+    if kind == 0:
+        return side, None
+    if kind == 6:  # receive blocks out of order: overlap needs a sort
+        return side, _overlap(side, name)
+    what = {1: f"{name} counts[{i}] = {c[i]} is negative",
+            2: f"{name} displs[{i}] = {d[i] if d is not None else 0} is negative",
+            4: f"{name} counts/displs for rank {i} exceed 2**62 bytes"}.get(kind)
+    if what is None:  # 3: past the buffer
+        what = (f"{name} block for rank {i} (displ {db[i] // elem}, count {c[i]}, element {elem} B) "
+                f"ends at byte {db[i] + cb[i]}, past the buffer's {view.shape[0]} B")
+    return side, what
 
 
-def _check_side(side: _Side, name: str, overlap_check: bool) -> Optional[str]:
-    """Blocks must lie inside the buffer (and receive blocks must not overlap)."""
-    ends = side.displs + side.counts
-    nbytes = side.view.shape[0]
-    live = side.counts > 0
-    over = np.flatnonzero(live & (ends > nbytes))
-    if over.size:
-        p = int(over[0])
-        return (f"{name} block for rank {p} (displ {side.displs[p] // side.elem}, count "
-                f"{side.counts[p] // side.elem}, element {side.elem} B) ends at byte {ends[p]}, "
-                f"past the buffer's {nbytes} B")
-    if overlap_check and np.count_nonzero(live) > 1:
-        idx = np.flatnonzero(live)
-        idx = idx[np.argsort(side.displs[idx], kind="stable")]
-        clash = np.flatnonzero(side.displs[idx[1:]] < ends[idx[:-1]])
-        if clash.size:
-            a, b = int(idx[clash[0]]), int(idx[clash[0] + 1])
-            return f"{name} blocks for ranks {a} and {b} overlap"
+def _overlap(side: _Side, name: str) -> Optional[str]:
+    live = np.flatnonzero(side.counts > 0)
+    idx = live[np.argsort(side.displs[live], kind="stable")]
+    ends = side.displs[idx] + side.counts[idx]
+    clash = np.flatnonzero(side.displs[idx[1:]] < ends[:-1])
+    if clash.size:
+        return f"{name} blocks for ranks {int(idx[clash[0]])} and {int(idx[clash[0] + 1])} overlap"
     return None
 
 
@@ -183,8 +188,9 @@ class _Transfer:
         self.types = []
         self._chunk = None
         if not big:
-            self.sargs = [sview, (sc, sd), MPI.BYTE]
-            self.rargs = [rview, (rc, rd), MPI.BYTE]
+            # C int arrays go to MPI as they are; int64 ones would be converted item by item.
+            self.sargs = [sview, (sc.astype(np.intc), sd.astype(np.intc)), MPI.BYTE]
+            self.rargs = [rview, (rc.astype(np.intc), rd.astype(np.intc)), MPI.BYTE]
             self.big = False
         else:
             self._chunk = MPI.BYTE.Create_contiguous(CHUNK_BYTES).Commit()
@@ -232,8 +238,7 @@ class HierComm:
         #: "auto" picks hier while the largest rank's mean block is at most this many bytes.
         self.hier_max_block = int(hier_max_block if hier_max_block is not None
                                   else os.environ.get(ENV_HIER_MAX_BLOCK, DEFAULT_HIER_MAX_BLOCK))
-        #: messages and bytes per phase of the last call (see README).
-        self.last_stats: dict = {}
+        self._stats = None  # what last_stats is computed from, kept cheap on the hot path
         self._buffers: dict[str, np.ndarray] = {}
         self._plan()
 
@@ -364,8 +369,6 @@ class HierComm:
         algo = self._check_algorithm(algorithm if algorithm is not None else self.algorithm)
         comm = self.comm
         if validate:
-            if problem is None:
-                problem = _check_side(s, "send", False) or _check_side(r, "recv", True)
             problem = self._check_pairs(s, r, problem)
         # One small Allreduce settles, identically on every rank: whether any rank failed, the
         # algorithm for "auto", and whether any count or displacement of any phase can pass a C
@@ -389,7 +392,7 @@ class HierComm:
         announced = np.full(size, -1, dtype=np.int64) if problem else s.counts
         got = np.empty(size, dtype=np.int64)
         self.comm.Alltoall(announced, got)
-        if problem:
+        if problem or got.tobytes() == r.counts.tobytes():
             return problem
         bad = np.flatnonzero((got >= 0) & (got != r.counts))
         if bad.size:
@@ -400,16 +403,7 @@ class HierComm:
 
     def _flat(self, s: _Side, r: _Side, big: bool) -> None:
         _Transfer(self.comm, s.view, s.counts, s.displs, r.view, r.counts, r.displs, big).run()
-        me = self.comm.rank
-        live = s.counts > 0
-        live[me] = False
-        remote = live & (self._node_of != self._node_of[me])
-        self.last_stats = {
-            "algorithm": "flat",
-            "flat": {"messages": int(live.sum()), "bytes": int(s.counts[live].sum())},
-            "inter_node": {"messages": int(remote.sum()), "bytes": int(s.counts[remote].sum())},
-            "copy_bytes": 0,
-        }
+        self._stats = ("flat", s.counts)
 
     def _hier(self, s: _Side, r: _Side, big: bool) -> None:
         t = self.topology
@@ -476,14 +470,29 @@ class HierComm:
         copied += copy_blocks(recv_buf, _exclusive_cumsum(ordered), r.view,
                               r.displs[self._recv_order], ordered)
 
+        self._stats = ("hier", node_bytes, p2_send_counts, copied)
+
+    @property
+    def last_stats(self) -> dict:
+        """Messages and bytes of the last call: per phase, across node boundaries, and copied (bytes)."""
+        if self._stats is None:
+            return {}
+        t, me = self.topology, self.comm.rank
+        if self._stats[0] == "flat":
+            counts = self._stats[1]
+            live = counts > 0
+            live[me] = False
+            remote = live & (self._node_of != self._node_of[me])
+            return {"algorithm": "flat",
+                    "flat": {"messages": int(live.sum()), "bytes": int(counts[live].sum())},
+                    "inter_node": {"messages": int(remote.sum()), "bytes": int(counts[remote].sum())},
+                    "copy_bytes": 0}
+        _, node_bytes, p2_counts, copied = self._stats
         own = node_bytes.copy()
-        own[node] = 0
-        p2_out = p2_send_counts.copy()
+        own[t.node] = 0
+        p2_out = p2_counts.copy()
         p2_out[t.local_rank] = 0
-        self.last_stats = {
-            "algorithm": "hier",
-            "inter": {"messages": int(np.count_nonzero(own)), "bytes": int(own.sum())},
-            "intra": {"messages": int(np.count_nonzero(p2_out)), "bytes": int(p2_out.sum())},
-            "inter_node": {"messages": int(np.count_nonzero(own)), "bytes": int(own.sum())},
-            "copy_bytes": int(copied),
-        }
+        inter = {"messages": int(np.count_nonzero(own)), "bytes": int(own.sum())}
+        return {"algorithm": "hier", "inter": inter,
+                "intra": {"messages": int(np.count_nonzero(p2_out)), "bytes": int(p2_out.sum())},
+                "inter_node": dict(inter), "copy_bytes": int(copied)}
