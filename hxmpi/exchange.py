@@ -33,6 +33,9 @@ DEFAULT_HIER_MAX_BLOCK = 8192  # bytes per block; below it "auto" picks hier (fi
 # The largest count or displacement a plain MPI call takes, and the chunk of the big-message
 # datatypes. Module attributes so that tests can drive the big-message path with small buffers.
 INT_LIMIT = 2**31 - 1
+# Up to this many ranks, validation is one Allgather of all counts (2 * size int64 per rank)
+# instead of an Alltoall plus an Allreduce: one collective less, and it feeds the hier path.
+FUSED_AGREEMENT_MAX_RANKS = 256
 CHUNK_BYTES = 1 << 30
 
 
@@ -249,6 +252,7 @@ class HierComm:
         sizes = np.asarray(t.node_sizes, dtype=np.int64)
         members = [np.asarray(m, dtype=np.int64) for m in t.node_members]
         self._node_of = np.asarray(t.node_of, dtype=np.int64)
+        self._node_members = members[t.node]
         self._dest_order = np.concatenate(members)
         self._node_start = _exclusive_cumsum(sizes)
         # Sources carried by lane l: the native member (n, l) of every node with more than l ranks.
@@ -368,23 +372,53 @@ class HierComm:
     def _exchange(self, s: _Side, r: _Side, algorithm, validate: bool, problem: Optional[str]) -> None:
         algo = self._check_algorithm(algorithm if algorithm is not None else self.algorithm)
         comm = self.comm
-        if validate:
-            problem = self._check_pairs(s, r, problem)
-        # One small Allreduce settles, identically on every rank: whether any rank failed, the
-        # algorithm for "auto", and whether any count or displacement of any phase can pass a C
-        # int (every internal one is bounded by the sum of all send bytes <= size * max).
         extent = 0 if problem else max(s.view.shape[0], r.view.shape[0])
-        agreed = np.array([1 if problem else 0, 0 if problem else s.total, extent], dtype=np.int64)
-        comm.Allreduce(MPI.IN_PLACE, agreed, op=MPI.MAX)
-        if agreed[0]:
-            raise_gathered(comm, problem, ExchangeError)
-        big = int(agreed[2]) > INT_LIMIT or int(agreed[1]) * comm.size > INT_LIMIT
+        rc_table = None
+        if validate and comm.size <= FUSED_AGREEMENT_MAX_RANKS:
+            max_total, max_extent, rc_table = self._agree_fused(s, r, problem, extent)
+        else:
+            if validate:
+                problem = self._check_pairs(s, r, problem)
+            # One small Allreduce settles, identically on every rank: whether any rank failed,
+            # the algorithm for "auto", and whether any count or displacement of any phase can
+            # pass a C int (every internal one is bounded by the sum of all send bytes).
+            agreed = np.array([1 if problem else 0, 0 if problem else s.total, extent], dtype=np.int64)
+            comm.Allreduce(MPI.IN_PLACE, agreed, op=MPI.MAX)
+            if agreed[0]:
+                raise_gathered(comm, problem, ExchangeError)
+            max_total, max_extent = int(agreed[1]), int(agreed[2])
+        big = max_extent > INT_LIMIT or max_total * comm.size > INT_LIMIT
         if algo == "auto":
-            algo = "hier" if int(agreed[1]) // comm.size <= self.hier_max_block else "flat"
+            algo = "hier" if max_total // comm.size <= self.hier_max_block else "flat"
         if algo == "hier" and self._hier_possible:
-            self._hier(s, r, big)
+            self._hier(s, r, big, rc_table)
         else:
             self._flat(s, r, big)
+
+    def _agree_fused(self, s: _Side, r: _Side, problem: Optional[str], extent: int):
+        """Validation and agreement in one Allgather of every rank's counts (small worlds).
+
+        Every rank sees the whole count matrix, so every rank reaches the same verdict on every
+        pair without a second collective, and the hierarchical path gets its node's receive
+        counts for free. Returns (max send bytes, max buffer extent, receive-count table).
+        """
+        size = self.comm.size
+        row = np.full(3 + 2 * size, -1, dtype=np.int64)
+        row[0], row[1], row[2] = (1 if problem else 0), (0 if problem else s.total), extent
+        if not problem:
+            row[3:3 + size], row[3 + size:] = s.counts, r.counts
+        table = np.empty((size, row.size), dtype=np.int64)
+        self.comm.Allgather(row, table)
+        if table[:, 0].any():
+            raise_gathered(self.comm, problem, ExchangeError)
+        sent, expected = table[:, 3:3 + size], table[:, 3 + size:]
+        if sent.tobytes() != expected.T.tobytes():
+            src, dst = np.nonzero(sent != expected.T)
+            parts = [f"rank {int(a)} sends {int(sent[a, b])} B to rank {int(b)}, which expects "
+                     f"{int(expected[b, a])} B" for a, b in zip(src[:3], dst[:3])]
+            more = f" (+{src.size - 3} more pairs)" if src.size > 3 else ""
+            raise ExchangeError("; ".join(parts) + more)  # same text on every rank, no collective
+        return int(table[:, 1].max()), int(table[:, 2].max()), expected
 
     def _check_pairs(self, s: _Side, r: _Side, problem: Optional[str]) -> Optional[str]:
         """Collective: every receiver compares the bytes each sender announces with what it expects."""
@@ -395,23 +429,24 @@ class HierComm:
         if problem or got.tobytes() == r.counts.tobytes():
             return problem
         bad = np.flatnonzero((got >= 0) & (got != r.counts))
-        if bad.size:
-            parts = [f"rank {int(p)} sends {int(got[p])} B to rank {me}, which expects {int(r.counts[p])} B"
-                     for p in bad[:3]]
-            return "; ".join(parts) + (f" (+{bad.size - 3} more pairs)" if bad.size > 3 else "")
-        return None
+        parts = [f"rank {int(p)} sends {int(got[p])} B to rank {me}, which expects {int(r.counts[p])} B"
+                 for p in bad[:3]]
+        return "; ".join(parts) + (f" (+{bad.size - 3} more pairs)" if bad.size > 3 else "")
 
     def _flat(self, s: _Side, r: _Side, big: bool) -> None:
         _Transfer(self.comm, s.view, s.counts, s.displs, r.view, r.counts, r.displs, big).run()
         self._stats = ("flat", s.counts)
 
-    def _hier(self, s: _Side, r: _Side, big: bool) -> None:
+    def _hier(self, s: _Side, r: _Side, big: bool, rc_table: Optional[np.ndarray]) -> None:
         t = self.topology
         intra, me, node = t.intra, self.comm.rank, t.node
         g = t.node_sizes[node]
         # What every rank of this node receives from every source (bytes), for phase 2's layout.
-        rc_node = np.empty((g, self.comm.size), dtype=np.int64)
-        intra.Allgather(r.counts, rc_node)
+        if rc_table is not None:
+            rc_node = rc_table[self._node_members]
+        else:
+            rc_node = np.empty((g, self.comm.size), dtype=np.int64)
+            intra.Allgather(r.counts, rc_node)
 
         # -- pack: my blocks in (destination node, local rank) order
         oc, od = s.counts[self._dest_order], s.displs[self._dest_order]
