@@ -17,7 +17,6 @@ import socket
 import sys
 import time
 
-import numpy as np
 from mpi4py import MPI
 
 from hxmpi.data import load_dataset

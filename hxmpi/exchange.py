@@ -15,7 +15,6 @@ Open MPI 5 has no MPI-4 large-count routines.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -23,12 +22,11 @@ import numpy as np
 from mpi4py import MPI
 
 from ._packing import copy_blocks, side_bytes
+from .costmodel import CostModel
 from .errors import ExchangeError, raise_gathered
 from .topology import Topology
 
 ALGORITHMS = ("flat", "hier", "auto")
-ENV_HIER_MAX_BLOCK = "HXMPI_HIER_MAX_BLOCK"
-DEFAULT_HIER_MAX_BLOCK = 8192  # bytes per block; below it "auto" picks hier (first rule, see README)
 
 # The largest count or displacement a plain MPI call takes, and the chunk of the big-message
 # datatypes. Module attributes so that tests can drive the big-message path with small buffers.
@@ -228,19 +226,20 @@ class _Transfer:
 class HierComm:
     """All-to-all over a Topology: flat (one MPI_Alltoallv) or hierarchical (lanes, then nodes).
 
-    ``algorithm`` is "flat", "hier" or "auto" (per call overridable). Results equal
-    ``comm.Alltoallv`` byte for byte. Bad input raises ``ExchangeError`` on every rank. Collective.
+    ``algorithm`` is "flat", "hier" or "auto" (per call overridable); "auto" asks the cost model,
+    read from ``tuning`` (a calibration file) or env HXMPI_TUNING, else built-in defaults. Results
+    equal ``comm.Alltoallv`` byte for byte. Bad input raises ``ExchangeError`` on every rank.
+    Collective.
     """
 
     def __init__(self, comm: MPI.Intracomm = MPI.COMM_WORLD, ranks_per_node: Optional[int] = None,
                  node_of=None, algorithm: str = "auto", topology: Optional[Topology] = None,
-                 hier_max_block: Optional[int] = None):
+                 tuning: Optional[str] = None):
         self.algorithm = self._check_algorithm(algorithm)
         self.topology = topology if topology is not None else Topology(comm, ranks_per_node, node_of)
         self.comm = self.topology.comm
-        #: "auto" picks hier while the largest rank's mean block is at most this many bytes.
-        self.hier_max_block = int(hier_max_block if hier_max_block is not None
-                                  else os.environ.get(ENV_HIER_MAX_BLOCK, DEFAULT_HIER_MAX_BLOCK))
+        #: the cost model behind "auto" (same file on every rank, or the same defaults).
+        self.cost_model = CostModel.from_env_or_default(tuning)
         self._stats = None  # what last_stats is computed from, kept cheap on the hot path
         self._buffers: dict[str, np.ndarray] = {}
         self._plan()
@@ -388,8 +387,9 @@ class HierComm:
                 raise_gathered(comm, problem, ExchangeError)
             max_total, max_extent = int(agreed[1]), int(agreed[2])
         big = max_extent > INT_LIMIT or max_total * comm.size > INT_LIMIT
-        if algo == "auto":
-            algo = "hier" if max_total // comm.size <= self.hier_max_block else "flat"
+        if algo == "auto":  # from agreed numbers only, so every rank decides alike
+            t = self.topology
+            algo = self.cost_model.choose(t.num_nodes, t.max_node_size, max_total / comm.size)
         if algo == "hier" and self._hier_possible:
             self._hier(s, r, big, rc_table)
         else:
@@ -439,7 +439,7 @@ class HierComm:
 
     def _hier(self, s: _Side, r: _Side, big: bool, rc_table: Optional[np.ndarray]) -> None:
         t = self.topology
-        intra, me, node = t.intra, self.comm.rank, t.node
+        intra, node = t.intra, t.node
         g = t.node_sizes[node]
         # What every rank of this node receives from every source (bytes), for phase 2's layout.
         if rc_table is not None:

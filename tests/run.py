@@ -11,8 +11,6 @@ timed out or ran no test.
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import subprocess
 import sys
 import tempfile

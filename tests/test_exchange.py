@@ -70,8 +70,12 @@ def test_random_counts_all_layouts(comm, hcs, layout, algorithm):
         t = _mpi_type(dtype)
         hc.Alltoallv([sbuf, (sc, None), t], [out, (rc, None), t], algorithm=algorithm)
         assert out.tobytes() == ref.tobytes(), (layout, algorithm, dtype)
-    expect_hier = algorithm != "flat" and hc.topology.num_nodes > 1 and hc.topology.max_node_size > 1
-    assert hc.last_stats["algorithm"] == ("hier" if expect_hier else "flat")
+    t = hc.topology
+    possible = t.num_nodes > 1 and t.max_node_size > 1
+    if algorithm == "auto":  # the cost model's pick for the largest rank's mean block
+        mean_block = comm.allreduce(sbuf.nbytes, op=MPI.MAX) / comm.size
+        algorithm = hc.cost_model.choose(t.num_nodes, t.max_node_size, mean_block)
+    assert hc.last_stats["algorithm"] == (algorithm if possible else "flat")
 
 
 @pytest.mark.parametrize("layout", ["irregular_3_3_1", "round_robin"])
@@ -355,3 +359,23 @@ def test_big_path_chosen_by_one_rank_only(comm, hcs, monkeypatch):
         out = np.zeros_like(ref)
         hcs["irregular"].Alltoallv([sbuf, sc], [out, rc], algorithm=algorithm)
         assert out.tobytes() == ref.tobytes()
+
+
+@pytest.mark.parametrize("favour", ["flat", "hier"])
+def test_auto_follows_the_tuning_file(comm, favour, tmp_path_factory):
+    """A calibration file that makes one algorithm far cheaper decides "auto" on every rank."""
+    from hxmpi.costmodel import CostModel
+    path = comm.bcast(str(tmp_path_factory.mktemp("tune") / "t.json") if comm.rank == 0 else None)
+    if comm.rank == 0:
+        CostModel(overhead_flat=0.0 if favour == "flat" else 1.0,
+                  overhead_hier=1.0 if favour == "flat" else 0.0).save(path)
+    comm.Barrier()
+    hc = HierComm(comm, ranks_per_node=2, tuning=path)
+    sbuf = np.arange(4 * comm.size, dtype=np.float64)
+    out, ref = np.zeros_like(sbuf), np.zeros_like(sbuf)
+    comm.Alltoall(sbuf, ref)
+    hc.Alltoall(sbuf, out)
+    possible = hc.topology.num_nodes > 1 and hc.topology.max_node_size > 1
+    assert hc.last_stats["algorithm"] == (favour if possible else "flat")
+    assert out.tobytes() == ref.tobytes()
+    hc.topology.free()

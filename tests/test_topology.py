@@ -1,7 +1,6 @@
 """Topology: exact fields on every rank for every layout, and errors raised on every rank."""
 import os
 
-import numpy as np
 import pytest
 from mpi4py import MPI
 

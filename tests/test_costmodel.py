@@ -1,0 +1,61 @@
+"""Cost model: fitting recovers known parameters, decisions follow predictions, bad files fail."""
+import json
+
+import pytest
+
+from hxmpi.costmodel import CostModel, fit
+
+
+def synthetic(model, layouts=((2, 2), (4, 2), (2, 4), (8, 4))):
+    return [(a, n, g, b, model.predict(a, n, g, b)) for n, g in layouts for a in ("flat", "hier")
+            for b in (8, 512, 8192, 65536, 1 << 20)]
+
+
+def test_fit_recovers_parameters():
+    truth = CostModel(alpha_intra=1e-6, beta_intra=1 / 5e9, alpha_inter=5e-6, beta_inter=1 / 2e9,
+                      beta_copy=1 / 8e9, overhead_flat=30e-6, overhead_hier=80e-6)
+    got = fit(synthetic(truth))
+    for name in truth.__dict__:
+        assert getattr(got, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
+
+
+def test_fit_with_pinned_parameters_and_no_negative_values():
+    truth = CostModel()
+    pinned = {k: v for k, v in truth.__dict__.items() if not k.startswith("overhead")}
+    got = fit(synthetic(truth, layouts=((2, 2),)), fixed=pinned)
+    assert got.overhead_hier == pytest.approx(truth.overhead_hier, rel=1e-6)
+    # Samples faster than the pinned parts allow: the fitted overheads clip at zero.
+    fast = [(a, n, g, b, t * 0.1) for a, n, g, b, t in synthetic(truth, layouts=((2, 2),))]
+    assert min(fit(fast, fixed=pinned).__dict__.values()) >= 0
+
+
+def test_choice_and_crossover_agree():
+    m = CostModel()
+    for nodes, g in ((64, 8), (512, 4), (4096, 2)):
+        c = m.crossover(nodes, g)
+        assert c is not None and c > 0
+        assert m.choose(nodes, g, c * 0.5) == "hier"
+        assert m.choose(nodes, g, c * 2.0) == "flat"
+    assert m.choose(1, 8, 8) == "flat" and m.choose(64, 1, 8) == "flat"  # degenerate layouts
+    assert m.crossover(1, 8) == 0.0
+
+
+def test_save_load_roundtrip_and_errors(tmp_path):
+    path = tmp_path / "t.json"
+    CostModel(alpha_inter=9e-6).save(str(path), layout={"nodes": 2})
+    assert CostModel.load(str(path)).alpha_inter == 9e-6
+    path.write_text(json.dumps({"model": {"alpha_inter": -1}}))
+    with pytest.raises(ValueError, match="non-negative"):
+        CostModel.load(str(path))
+    path.write_text(json.dumps({"model": {"gamma": 1}}))
+    with pytest.raises(ValueError, match="unknown"):
+        CostModel.load(str(path))
+
+
+def test_env_tuning(tmp_path, monkeypatch):
+    path = tmp_path / "t.json"
+    CostModel(overhead_hier=1.0).save(str(path))
+    monkeypatch.setenv("HXMPI_TUNING", str(path))
+    assert CostModel.from_env_or_default().overhead_hier == 1.0
+    monkeypatch.delenv("HXMPI_TUNING")
+    assert CostModel.from_env_or_default() == CostModel()
