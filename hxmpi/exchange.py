@@ -268,6 +268,12 @@ class HierComm:
                      for j in range(g)]
         self._recv_order = np.concatenate(per_local)
         self._recv_split = np.asarray([p.size for p in per_local], dtype=np.int64)
+        # Where this rank itself appears: among the sources it serves (its native lane always),
+        # among the phase-2 senders (its own slice of recv_order), and among the destinations.
+        self._me_src = int(np.flatnonzero(self._my_sources == t.rank)[0])
+        starts = np.concatenate([[0], np.cumsum(self._recv_split)])
+        self._recv_from_me = np.arange(starts[t.local_rank], starts[t.local_rank + 1])
+        self._own_node_slots = np.arange(self._node_start[t.node], self._node_start[t.node] + g)
 
     # ------------------------------------------------------------------ public API
     def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
@@ -448,31 +454,38 @@ class HierComm:
             rc_node = np.empty((g, self.comm.size), dtype=np.int64)
             intra.Allgather(r.counts, rc_node)
 
+        # My own blocks for my own node never travel: phase 1 carries other nodes' blocks, and
+        # every block bound for this rank goes straight to the caller's buffer after phase 1.
+        me_src, local, members = self._me_src, t.local_rank, self._node_members
+
         # -- pack: my blocks in (destination node, local rank) order
         oc, od = s.counts[self._dest_order], s.displs[self._dest_order]
+        oc_remote = oc.copy()
+        oc_remote[self._own_node_slots] = 0
         pos = _exclusive_cumsum(oc)
-        node_bytes = np.add.reduceat(oc, self._node_start) if oc.size else oc
-        nz = np.flatnonzero(oc)
+        node_bytes = np.add.reduceat(oc_remote, self._node_start) if oc.size else oc
+        nz = np.flatnonzero(oc_remote)
         base = int(od[nz[0]] - pos[nz[0]]) if nz.size else 0
         copied = 0
         if base >= 0 and np.array_equal(od[nz], pos[nz] + base):
             p1_send, p1_base = s.view, base  # already grouped by node: send in place
         else:
             p1_send = self._buffer("a", s.total)
-            copied += copy_blocks(s.view, od, p1_send, pos, oc)
+            copied += copy_blocks(s.view, od, p1_send, pos, oc_remote)
             p1_base = 0
         p1_sdispls = pos[self._node_start] + p1_base
 
         # -- phase 1: one Alltoallv per served lane; segment per source, sub-blocks by local rank
         src_matrix = rc_node[:, self._my_sources]            # (g, sources) bytes
         seg = src_matrix.sum(axis=0)
+        seg[me_src] = 0
         seg_off = _exclusive_cumsum(seg)
         p1_recv_total = int(seg.sum())
         p2_recv_counts = np.add.reduceat(r.counts[self._recv_order], _exclusive_cumsum(self._recv_split))
+        p2_recv_counts[local] = 0
         p2_recv_total = int(p2_recv_counts.sum())
         recv_buf = self._buffer("b", max(p1_recv_total, p2_recv_total))
-        nodes = t.num_nodes
-        zeros = np.zeros(nodes, dtype=np.int64)
+        zeros = np.zeros(t.num_nodes, dtype=np.int64)
         transfers, cursor = [], 0
         for lane, comm in zip(self._lanes, self._lane_comms):
             src_nodes = self._lane_src_nodes[lane]
@@ -480,7 +493,7 @@ class HierComm:
             rcounts[src_nodes] = seg[cursor:cursor + src_nodes.size]
             rdispls[src_nodes] = seg_off[cursor:cursor + src_nodes.size]
             cursor += src_nodes.size
-            native = lane == t.local_rank
+            native = lane == local
             transfers.append(_Transfer(comm, p1_send, node_bytes if native else zeros,
                                        p1_sdispls if native else zeros, recv_buf, rcounts, rdispls, big))
         # Always the nonblocking form: a rank serving two lanes must start both, and MPI never
@@ -491,17 +504,33 @@ class HierComm:
             for tr in transfers:
                 tr.free()
 
-        # -- repack: by destination local rank, then by source (the order phase 2's receiver expects)
-        src_off = (seg_off[None, :] + np.cumsum(src_matrix, axis=0) - src_matrix).ravel()
-        lengths = src_matrix.ravel()
-        p2_send = self._buffer("a", p1_recv_total)
-        copied += copy_blocks(recv_buf, src_off, p2_send, _exclusive_cumsum(lengths), lengths)
-        p2_send_counts = src_matrix.sum(axis=1)
+        # -- repack: block (k, i) = what source i sends to local rank k. Row-major order of the
+        # rows k != me is phase 2's send layout; row "me" goes to the caller's buffer directly.
+        src_off = seg_off[None, :] + np.cumsum(src_matrix, axis=0) - src_matrix
+        src_off[:, me_src] = s.displs[members]               # my own blocks, from the send buffer
+        to_peers = src_matrix.copy()
+        to_peers[local] = 0
+        dst_off = _exclusive_cumsum(to_peers.ravel()).reshape(to_peers.shape)
+        p2_send = self._buffer("a", int(to_peers.sum()))
+        remote = np.ones(src_matrix.shape[1], dtype=bool)
+        remote[me_src] = False
+        copied += copy_blocks(recv_buf, src_off[:, remote].ravel(), p2_send, dst_off[:, remote].ravel(),
+                              to_peers[:, remote].ravel())
+        col = np.ascontiguousarray
+        copied += copy_blocks(s.view, col(src_off[:, me_src]), p2_send, col(dst_off[:, me_src]),
+                              col(to_peers[:, me_src]))
+        mine = self._my_sources
+        copied += copy_blocks(recv_buf, src_off[local, remote], r.view, r.displs[mine[remote]],
+                              src_matrix[local, remote])
+        copied += copy_blocks(s.view, src_off[local, me_src:me_src + 1], r.view,
+                              r.displs[mine[me_src:me_src + 1]], col(src_matrix[local, me_src:me_src + 1]))
+        p2_send_counts = to_peers.sum(axis=1)
 
-        # -- phase 2 on the node, then unpack to the caller's displacements
+        # -- phase 2 on the node, then unpack what the other local ranks forwarded
         _Transfer(intra, p2_send, p2_send_counts, _exclusive_cumsum(p2_send_counts),
                   recv_buf, p2_recv_counts, _exclusive_cumsum(p2_recv_counts), big).run()
         ordered = r.counts[self._recv_order]
+        ordered[self._recv_from_me] = 0
         copied += copy_blocks(recv_buf, _exclusive_cumsum(ordered), r.view,
                               r.displs[self._recv_order], ordered)
 
