@@ -23,7 +23,7 @@ from mpi4py import MPI
 
 import hxmpi
 from hxmpi._packing import copy_blocks
-from hxmpi.costmodel import CostModel, fit
+from hxmpi.costmodel import fit
 
 PROJECT_NODES = (2, 8, 64, 512, 4096)
 PROJECT_PER_NODE = (2, 4, 8)
@@ -123,10 +123,9 @@ def main(argv=None) -> int:
     rows = [{"algorithm": al, "block": b, "measured_us": s * 1e6,
              "model_us": model.predict(al, nn, gg, b) * 1e6} for al, nn, gg, b, s in samples]
     errors = [abs(r["model_us"] - r["measured_us"]) / r["measured_us"] for r in rows]
-    choice_right = sum(
-        (model.choose(n, g, b) == "hier") == (dict(((al, bb), s) for al, _, _, bb, s in samples)[("hier", b)]
-                                               < dict(((al, bb), s) for al, _, _, bb, s in samples)[("flat", b)])
-        for b in blocks)
+    seconds = {(al, b): sec for al, _, _, b, sec in samples}
+    faster = {b: "hier" if seconds[("hier", b)] < seconds[("flat", b)] else "flat" for b in blocks}
+    choice_right = sum(model.choose(n, g, b) == faster[b] for b in blocks)
     projection = [{"nodes": nn, "per_node": gg, "crossover_bytes": model.crossover(nn, gg)}
                   for nn in PROJECT_NODES for gg in PROJECT_PER_NODE]
     if comm.rank == 0:

@@ -106,6 +106,14 @@ def _datatype_elem(datatype) -> tuple[int, Optional[str]]:
     return datatype.size, None
 
 
+def _buffer_elem(buf, datatype, writable: bool, name: str) -> tuple[Optional[np.ndarray], int, Optional[str]]:
+    """(uint8 view, bytes per element, problem) for a buffer and an optional datatype."""
+    view, elem, problem = _bytes_view(buf, writable)
+    if problem is None and datatype is not None:
+        elem, problem = _datatype_elem(datatype)
+    return view, elem, (f"{name}: {problem}" if problem else None)
+
+
 def _parse_vector(spec, size: int, writable: bool, name: str) -> tuple[_Side, Optional[str]]:
     """Parse an mpi4py vector buffer spec into bytes.
 
@@ -127,13 +135,9 @@ def _parse_vector(spec, size: int, writable: bool, name: str) -> tuple[_Side, Op
         counts, displs = rest
     else:
         return side, f"{name} spec has too many items"
-    view, elem, problem = _bytes_view(buf, writable)
+    view, elem, problem = _buffer_elem(buf, datatype, writable, name)
     if problem:
-        return side, f"{name}: {problem}"
-    if datatype is not None:
-        elem, problem = _datatype_elem(datatype)
-        if problem:
-            return side, f"{name}: {problem}"
+        return side, problem
     c, problem = _int_vector(counts, size, f"{name} counts")
     if problem:
         return side, problem
@@ -347,13 +351,9 @@ class HierComm:
         datatype = items.pop() if len(items) > 1 and isinstance(items[-1], MPI.Datatype) else None
         if len(items) not in (1, 2):
             return None, f"{name} spec must be buf, [buf, datatype] or [buf, count, datatype]"
-        view, elem, problem = _bytes_view(items[0], writable)
+        view, elem, problem = _buffer_elem(items[0], datatype, writable, name)
         if problem:
-            return None, f"{name}: {problem}"
-        if datatype is not None:
-            elem, problem = _datatype_elem(datatype)
-            if problem:
-                return None, f"{name}: {problem}"
+            return None, problem
         if len(items) == 2:
             count = items[1]
         else:
