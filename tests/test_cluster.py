@@ -97,3 +97,27 @@ def test_bad_slots_and_unprivileged_user():
                            "--name", "hxq"], capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr
     assert "error: needs root" in proc.stderr
+
+
+def test_cli_up_status_run_down(tmp_path):
+    """The commands as a user types them, from a clean state."""
+    env = dict(os.environ, HXMPI_CLUSTER_DIR=str(tmp_path))
+    cli = [sys.executable, "-m", "hxmpi.cluster"]
+
+    def call(*args, timeout=300):
+        return subprocess.run(cli + list(args), capture_output=True, text=True, env=env, timeout=timeout)
+
+    up = call("up", "--hosts", "2", "--slots", "2,1", "--name", "hxc", "--subnet", "10.213.14.0/24", "--rate", "1gbit")
+    try:
+        assert up.returncode == 0, up.stderr
+        assert "hxc0" in up.stdout and "rate 1gbit" in up.stdout
+        status = call("status", "--name", "hxc")
+        assert "hxc1" in status.stdout and "(up)" in status.stdout
+        run = call("run", "--name", "hxc", "--timeout", "240", "-n", "3", "--", sys.executable, "-m", "hxmpi", "--json")
+        assert run.returncode == 0, run.stderr
+        rows = [line for line in run.stdout.splitlines() if line.startswith("{")]
+        assert len(rows) == 3 and all('"node_sizes": [2, 1]' in r for r in rows)
+    finally:
+        down = call("down", "--name", "hxc")
+    assert down.returncode == 0 and "bridge hxcbr0" in down.stdout
+    assert call("status", "--name", "hxc").stdout.strip() == "no cluster is up"
