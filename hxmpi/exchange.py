@@ -244,6 +244,7 @@ class HierComm:
         self.comm = self.topology.comm
         #: the cost model behind "auto" (same file on every rank, or the same defaults).
         self.cost_model = CostModel.from_env_or_default(tuning)
+        self._choices: dict[int, str] = {}
         self._stats = None  # what last_stats is computed from, kept cheap on the hot path
         self._buffers: dict[str, np.ndarray] = {}
         self._plan()
@@ -394,12 +395,21 @@ class HierComm:
             max_total, max_extent = int(agreed[1]), int(agreed[2])
         big = max_extent > INT_LIMIT or max_total * comm.size > INT_LIMIT
         if algo == "auto":  # from agreed numbers only, so every rank decides alike
-            t = self.topology
-            algo = self.cost_model.choose(t.num_nodes, t.max_node_size, max_total / comm.size)
+            algo = self._choose(max_total // comm.size)
         if algo == "hier" and self._hier_possible:
             self._hier(s, r, big, rc_table)
         else:
             self._flat(s, r, big)
+
+    def _choose(self, mean_block: int) -> str:
+        """The cost model's pick for this layout and block size, memoised (it is on the hot path)."""
+        algo = self._choices.get(mean_block)
+        if algo is None:
+            if len(self._choices) > 4096:
+                self._choices.clear()
+            t = self.topology
+            algo = self._choices[mean_block] = self.cost_model.choose(t.num_nodes, t.max_node_size, mean_block)
+        return algo
 
     def _agree_fused(self, s: _Side, r: _Side, problem: Optional[str], extent: int):
         """Validation and agreement in one Allgather of every rank's counts (small worlds).
