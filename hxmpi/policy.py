@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
 MODES = ("auto", "sync", "async")
-AUTO_THRESHOLD_FACTOR = 1.5  # "auto" straggler threshold: this multiple of the median step time
+AUTO_THRESHOLD_FACTOR = 2.0  # "auto" straggler threshold: this multiple of the lower median step time
 
 
 @dataclass(frozen=True)
@@ -41,13 +41,14 @@ class Decision:
 
 
 def auto_threshold(step_times: Sequence[float], factor: float = AUTO_THRESHOLD_FACTOR) -> float:
-    """``factor`` times the median step time (seconds)."""
+    """``factor`` times the lower median step time (seconds).
+
+    The lower median (the smaller middle value for an even count) lets two ranks tell a straggler
+    from its partner; the plain median of two would sit between them.
+    """
     if not step_times:
         raise ValueError("no step times")
-    ordered = sorted(step_times)
-    mid = len(ordered) // 2
-    median = ordered[mid] if len(ordered) % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
-    return factor * median
+    return factor * sorted(step_times)[(len(step_times) - 1) // 2]
 
 
 def straggler_ratio(step_times: Sequence[float], threshold: float) -> float:

@@ -24,6 +24,8 @@ from .errors import HxmpiError, agree
 from .exchange import HierComm
 from .models import MODELS, build_model
 from .optim import SCHEDULES, SGD, learning_rate
+from .policy import gradient_coefficient
+from .updates import UpdateConfig, UpdateEngine, parse_straggle
 
 CHECKPOINT_FORMAT = 1
 
@@ -73,6 +75,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-after", type=_positive_int, default=None,
                    help="stop after this many epochs of this run (for time-limited jobs; continue "
                         "later with --resume)")
+    p.add_argument("--update", choices=("auto", "sync", "async"), default="auto",
+                   help="update mode; auto applies the straggler rule every --policy-window steps")
+    p.add_argument("--b1", type=float, default=0.3, help="straggler fraction up to which auto goes async")
+    p.add_argument("--b2", type=float, default=0.7,
+                   help="straggler fraction above which gradients are scaled by 1 - (B - b2)")
+    p.add_argument("--straggler-threshold", default="auto",
+                   help="step time (seconds) above which a rank straggles; auto = 2x the median")
+    p.add_argument("--policy-window", type=_positive_int, default=20, help="steps between policy decisions")
+    p.add_argument("--max-staleness", type=_positive_int, default=4,
+                   help="async: local steps a rank may take per round before it waits for the average")
+    p.add_argument("--target-accuracy", type=float, default=None,
+                   help="adjust the step size after each epoch from the accuracy gap (claim 2)")
+    p.add_argument("--straggle", default=None, metavar="RANKS:SECONDS",
+                   help="testing aid: ranks (comma-separated) that sleep SECONDS per step")
+    p.add_argument("--stall-timeout", type=float, default=0.0,
+                   help="seconds after which rank 0 logs the ranks missing from a step's collective (0: off)")
+    p.add_argument("--stall-abort", action="store_true", help="abort the job when a stall is detected")
     p.add_argument("--fail-at", default=None, metavar="RANK:STEP",
                    help="testing aid: raise an error on RANK at global step STEP")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -118,7 +137,17 @@ class Trainer:
         self.warmup_steps = int(round(args.warmup_epochs * steps))
         self.step_every = max(1, int(round(args.step_epochs * steps)))
         self.start_epoch = 0
+        self.rounds = 0  # global steps so far: sync steps or async rounds (drives the schedule)
         self.fail_at = _parse_fail_at(args.fail_at)
+        self.events: list[dict] = []
+        self._log = None
+        ranks, delay = parse_straggle(args.straggle)
+        threshold = None if args.straggler_threshold == "auto" else _seconds(args.straggler_threshold)
+        cfg = UpdateConfig(args.update, args.b1, args.b2, threshold, args.policy_window, args.max_staleness,
+                           ranks, delay, args.stall_timeout, args.stall_abort)
+        self.updates = UpdateEngine(cfg, comm, self.model, self.opt, dense_only=args.model != "moe",
+                                    emit=self._emit)
+        self.local_batch = max(1, args.batch_size // self.size)
 
     # ------------------------------------------------------------------ checkpoints
     def _meta(self) -> dict:
@@ -134,7 +163,7 @@ class Trainer:
         path = os.path.join(d, f"rank{self.rank}.npz")
         tmp = path + ".tmp.npz"
         np.savez(tmp, params=self.flat.params, velocity=self.opt.velocity,
-                 opt_steps=np.int64(self.opt.steps), epoch=np.int64(epoch))
+                 opt_steps=np.int64(self.opt.steps), rounds=np.int64(self.rounds), epoch=np.int64(epoch))
         os.replace(tmp, path)
         self.comm.Barrier()  # meta.json names a complete set of shards only
         if self.rank == 0:
@@ -165,6 +194,7 @@ class Trainer:
         self.flat.params[:] = shard["params"]
         self.opt.velocity[:] = shard["velocity"]
         self.opt.steps = int(shard["opt_steps"])
+        self.rounds = int(shard["rounds"])
         self.start_epoch = int(meta["epochs_done"])
 
     # ------------------------------------------------------------------ training
@@ -185,28 +215,60 @@ class Trainer:
         a = self.args
         return learning_rate(step, a.lr, a.schedule, self.total_steps, self.warmup_steps, self.step_every, a.gamma)
 
+    def _emit(self, record: dict) -> None:
+        self.events.append(record)
+        if self._log is not None:
+            self._log.write(json.dumps(record) + "\n")
+            self._log.flush()
+
+    def _local_batches(self, parts):
+        """Async rounds draw from this rank's samples of the epoch, cyclically, in local batches."""
+        X = np.concatenate([p[0] for p in parts]) if parts else np.empty((0,))
+        y = np.concatenate([p[1] for p in parts]) if parts else np.empty((0,), np.int64)
+        b = self.local_batch
+        while True:
+            if len(y) == 0:
+                yield X, y
+                continue
+            for lo in range(0, len(y), b):
+                yield X[lo:lo + b], y[lo:lo + b]
+
     def train_epoch(self, epoch: int) -> dict:
         """One epoch over the globally shuffled data; returns its metrics (identical on all ranks)."""
         stats = np.zeros(3)  # loss sum, correct, samples
         t0 = time.perf_counter()
-        for X, y, global_batch in self.shuffle.epoch(epoch):
-            if self.fail_at and self.fail_at == (self.rank, self.opt.steps):
-                raise RuntimeError(f"injected failure (--fail-at) at step {self.opt.steps}")
-            self.flat.grads[:] = 0.0
-            loss, correct = self.model.loss_and_grad(X, y, 1.0 / max(global_batch, 1))
-            # Local sums scaled by 1/global batch: summing over ranks gives the global mean exactly.
-            self.comm.Allreduce(MPI.IN_PLACE, self.flat.dense_grads, op=MPI.SUM)
-            self.opt.step(self.lr_at(self.opt.steps))
-            stats += (loss, correct, len(y))
+        parts = list(self.shuffle.epoch(epoch))  # the exchange happens here, for every rank alike
+        batches = self._local_batches(parts)
+        for X, y, global_batch in parts:
+            if self.fail_at and self.fail_at == (self.rank, self.rounds):
+                raise RuntimeError(f"injected failure (--fail-at) at step {self.rounds}")
+            lr = self.lr_at(self.rounds)
+            if self.updates.mode == "sync":
+                # Local sums scaled by 1/global batch: summed over ranks, the exact global mean.
+                loss, correct = self.updates.sync_step(X, y, global_batch, lr, self.rounds)
+                stats += (loss, correct, len(y))
+            else:
+                stats += self.updates.async_round(batches, lr)
+            self.rounds += 1
+            self.updates.end_of_round(self.rounds, epoch)
         elapsed = time.perf_counter() - t0
         self.comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
         return {"train_loss": stats[0] / stats[2], "train_accuracy": stats[1] / stats[2],
-                "train_time_s": elapsed, "samples": int(stats[2])}
+                "train_time_s": elapsed, "samples": int(stats[2]), "update": self.updates.mode}
+
+    def adjust_from_accuracy(self, accuracy: float) -> None:
+        """Claim 2: scale the next epoch's steps from the accuracy gap and the slowest step time."""
+        times = self.updates.last_step_times or [1.0]
+        median = float(np.median(times))
+        coeff = gradient_coefficient(accuracy, self.args.target_accuracy, max(times), median)
+        self.updates.lr_factor = coeff
+        self._emit({"event": "gradient_adjustment", "accuracy": accuracy, "target": self.args.target_accuracy,
+                    "max_step_time_s": max(times), "median_step_time_s": median, "coefficient": coeff})
 
     def run(self) -> dict:
         """Train all epochs; returns the summary record."""
         a = self.args
-        log = open(a.log, "a") if a.log and self.rank == 0 else None
+        log = self._log = open(a.log, "a") if a.log and self.rank == 0 else None
         progress = _Progress(a, self.rank, self.start_epoch)
         train_time = samples = 0
         test_loss = test_acc = float("nan")
@@ -216,6 +278,8 @@ class Trainer:
             train_time = train_time + self.comm.allreduce(m["train_time_s"], op=MPI.MAX)
             samples += m["samples"]
             test_loss, test_acc = self.evaluate()
+            if a.target_accuracy is not None:
+                self.adjust_from_accuracy(test_acc)
             record = {"event": "epoch", "epoch": epoch + 1, **m, "test_loss": test_loss,
                       "test_accuracy": test_acc, "lr": self.lr_at(max(self.opt.steps - 1, 0)),
                       "shuffle_bytes_sent": self.shuffle.bytes_moved}
@@ -230,7 +294,11 @@ class Trainer:
         summary = {"event": "summary", "test_accuracy": test_acc, "test_loss": test_loss,
                    "epochs": last, "samples_per_s": samples / train_time if train_time else 0.0,
                    "world_size": self.size, "num_nodes": topo.num_nodes, "model": a.model,
-                   "shuffle": a.shuffle, "batch_size": a.batch_size, "train_time_s": train_time}
+                   "shuffle": a.shuffle, "batch_size": a.batch_size, "train_time_s": train_time,
+                   "update": self.updates.mode, "policy_decisions": len(self.updates.decisions),
+                   "samples_per_s_per_rank": self.comm.allgather(
+                       self.updates.local_samples / train_time if train_time else 0.0),
+                   "max_round_steps": self.comm.allreduce(self.updates.max_round_steps, op=MPI.MAX)}
         if log:
             log.write(json.dumps(summary) + "\n")
             log.close()
@@ -265,6 +333,16 @@ class _Progress:
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"--straggler-threshold expects seconds or 'auto', got {text!r}") from None
+    if value <= 0:
+        raise UsageError(f"--straggler-threshold must be > 0 seconds, got {value}")
+    return value
 
 
 def _parse_fail_at(text: Optional[str]):

@@ -4,6 +4,7 @@ The exchange and topology MPI tests run on 3 hosts with slots 2,2,1 and no layou
 Topology must find the irregular nodes by itself. Skipped, with the reason, where this machine
 does not permit network namespaces.
 """
+import json
 import os
 import subprocess
 import sys
@@ -121,3 +122,19 @@ def test_cli_up_status_run_down(tmp_path):
         down = call("down", "--name", "hxc")
     assert down.returncode == 0 and "bridge hxcbr0" in down.stdout
     assert call("status", "--name", "hxc").stdout.strip() == "no cluster is up"
+
+
+def test_async_policy_across_hosts(hosts, tmp_path):
+    """The update policy on real nodes over TCP: a straggler on the 1-rank host makes auto go async."""
+    state = cluster.load_state(NAME)
+    log = tmp_path / "policy.jsonl"
+    proc = subprocess.run([cluster.find_mpirun(), *cluster.mpirun_args(state), "-n", "5", sys.executable, "-m",
+                           "hxmpi.train", "--update", "auto", "--straggle", "4:0.002", "--epochs", "6",
+                           "--log", str(log), "--quiet"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    summary = records[-1]
+    assert summary["num_nodes"] == 3 and summary["update"] == "async"
+    assert summary["max_round_steps"] <= 4 and summary["test_accuracy"] >= 0.9
+    rates = summary["samples_per_s_per_rank"]
+    assert rates[4] < min(rates[:4])

@@ -48,8 +48,9 @@ def test_bad_mode_and_empty_times():
 
 
 def test_auto_threshold_is_a_multiple_of_the_median():
-    assert auto_threshold([1.0, 2.0, 3.0]) == pytest.approx(3.0)
-    assert auto_threshold([1.0, 2.0, 3.0, 4.0], factor=2.0) == pytest.approx(5.0)
+    assert auto_threshold([1.0, 2.0, 3.0]) == pytest.approx(4.0)
+    assert auto_threshold([1.0, 2.0, 3.0, 4.0], factor=2.0) == pytest.approx(4.0)  # lower median
+    assert decide([1.0, 3.0], b1=0.5, b2=0.8).mode == "async"  # two ranks: the slow one is seen
 
 
 def test_gradient_coefficient():

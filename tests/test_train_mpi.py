@@ -14,7 +14,7 @@ pytestmark = pytest.mark.mpi
 
 
 def args_for(*extra):
-    return build_parser().parse_args(["--quiet", "--epochs", "3", *extra])
+    return build_parser().parse_args(["--quiet", "--epochs", "3", "--update", "sync", *extra])
 
 
 @pytest.mark.parametrize("model", ["mlp", "softmax", "moe"])
@@ -42,8 +42,9 @@ def test_shuffle_modes_agree(comm, shuffle):
 def test_resume_is_bit_identical(comm):
     tmp = comm.bcast(tempfile.mkdtemp(prefix="hxmpi-ckpt-") if comm.rank == 0 else None)
     ckpt = os.path.join(tmp, "ckpt")
-    common = ["--epochs", "4", "--model", "moe", "--experts", str(comm.size * 2), "--checkpoint", ckpt]
-    full = Trainer(build_parser().parse_args(["--quiet", "--epochs", "4", "--model", "moe",
+    common = ["--epochs", "4", "--model", "moe", "--experts", str(comm.size * 2), "--checkpoint", ckpt,
+              "--update", "sync"]
+    full = Trainer(build_parser().parse_args(["--quiet", "--epochs", "4", "--model", "moe", "--update", "sync",
                                               "--experts", str(comm.size * 2)]), comm)
     full.run()
     first = Trainer(build_parser().parse_args(["--quiet", *common, "--stop-after", "2"]), comm)

@@ -1,0 +1,200 @@
+"""How parameters are updated across ranks: synchronous steps, asynchronous rounds, the policy loop.
+
+Synchronous: every step, one Allreduce of the dense gradients (the global mean), then the
+optimizer. Asynchronous (after the policy picks it, or ``--update async``): local SGD in rounds.
+At the start of a round a rank posts a nonblocking ``Iallreduce`` of its parameters and keeps
+taking local steps on its own data, testing the request after each step; when the average
+arrives it keeps its own progress since the snapshot on top of it
+(``params = mean(snapshots) + (params - snapshot)``). A fast rank never waits for a straggler at
+every step: only when it has taken ``max_staleness`` steps in one round does it block. The j-th
+step of a round uses ``lr / j`` (staleness damping after Zhang et al., 2016). Every rank posts
+exactly one ``Iallreduce`` per round and an epoch has a fixed number of rounds, so no rank waits
+for a collective another rank never starts.
+
+Every ``window`` rounds the ranks gather their mean compute time per step (the time in
+forward/backward and the optimizer, not in communication) and apply ``policy.decide``; every
+rank gets the same numbers, so every rank takes the same decision, which is logged with its inputs.
+
+The stall detector (``stall_timeout`` > 0): before each synchronous Allreduce every rank tells rank
+0 it has arrived; rank 0 names the ranks still missing after the timeout (and aborts the job if
+asked to), as Horovod's stall inspector does.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional
+
+import numpy as np
+from mpi4py import MPI
+
+from .policy import decide
+
+STALL_TAG = 7071
+
+
+@dataclass
+class UpdateConfig:
+    """Policy and update settings (seconds for times)."""
+    update: str = "sync"                  # auto | sync | async
+    b1: float = 0.3
+    b2: float = 0.7
+    threshold: Optional[float] = None     # straggler threshold in seconds; None = auto
+    window: int = 10                      # rounds between policy decisions
+    max_staleness: int = 4                # local steps per async round before a rank blocks
+    straggle_ranks: tuple = ()            # ranks that sleep straggle_s per step (testing, benchmarks)
+    straggle_s: float = 0.0
+    stall_timeout: float = 0.0            # 0: off
+    stall_abort: bool = False
+
+
+def parse_straggle(text: Optional[str]) -> tuple[tuple, float]:
+    """``"1,3:0.02"`` -> ((1, 3), 0.02)."""
+    if not text:
+        return (), 0.0
+    try:
+        ranks, seconds = text.split(":")
+        parsed = tuple(int(r) for r in ranks.split(",") if r.strip())
+        delay = float(seconds)
+    except ValueError:
+        raise ValueError(f"--straggle expects RANKS:SECONDS (e.g. 3:0.02), got {text!r}") from None
+    if delay < 0 or not parsed:
+        raise ValueError(f"--straggle needs ranks and a non-negative delay, got {text!r}")
+    return parsed, delay
+
+
+class UpdateEngine:
+    """Runs the rounds of an epoch in the mode the policy chose; collects timings and events."""
+
+    def __init__(self, cfg: UpdateConfig, comm: MPI.Intracomm, model, opt, dense_only: bool,
+                 emit: Callable[[dict], None]):
+        if cfg.update not in ("auto", "sync", "async"):
+            raise ValueError(f"--update must be auto, sync or async, got {cfg.update!r}")
+        if cfg.max_staleness < 1 or cfg.window < 1:
+            raise ValueError("--max-staleness and --policy-window must be >= 1")
+        if cfg.update == "async" and not dense_only:
+            raise ValueError("--update async needs a dense model: MoE steps are collective")
+        self.cfg, self.comm, self.model, self.opt, self.emit = cfg, comm, model, opt, emit
+        self.dense_only = dense_only
+        self.mode = "async" if cfg.update == "async" else "sync"
+        self.grad_scale = 1.0
+        self.lr_factor = 1.0              # claim 2's coefficient, set by the trainer after evaluation
+        self.slow = comm.rank in cfg.straggle_ranks
+        self._window_time = 0.0
+        self._window_steps = 0
+        self._window_rounds = 0
+        self.last_step_times: list[float] = []
+        self.local_steps = 0              # steps this rank took (sync and async)
+        self.local_samples = 0
+        self.max_round_steps = 0          # largest number of local steps in one async round
+        self.decisions: list[dict] = []
+
+    # ------------------------------------------------------------------ steps
+    def _compute(self, X, y, scale: float):
+        """Forward/backward (+ injected straggling), timed as compute."""
+        t0 = time.perf_counter()
+        self.opt.flat.grads[:] = 0.0
+        loss, correct = self.model.loss_and_grad(X, y, scale)
+        if self.slow and self.cfg.straggle_s:
+            time.sleep(self.cfg.straggle_s)
+        return loss, correct, time.perf_counter() - t0
+
+    def _timed_step(self, lr: float) -> float:
+        t0 = time.perf_counter()
+        self.opt.step(lr)
+        return time.perf_counter() - t0
+
+    def sync_step(self, X, y, global_batch: int, lr: float, round_index: int) -> tuple[float, int]:
+        """One synchronous step on this rank's share of a global batch."""
+        loss, correct, compute = self._compute(X, y, 1.0 / max(global_batch, 1))
+        pending = self._announce(round_index) if self.cfg.stall_timeout > 0 else None
+        self.comm.Allreduce(MPI.IN_PLACE, self.opt.flat.dense_grads, op=MPI.SUM)
+        if pending is not None:
+            pending.Wait()
+        if self.grad_scale != 1.0:
+            self.opt.flat.grads *= self.grad_scale
+        compute += self._timed_step(lr * self.lr_factor)
+        self._account(compute, len(y), steps=1)
+        return loss, correct
+
+    def async_round(self, batches: Iterator, lr: float) -> tuple[float, int, int]:
+        """One asynchronous round: local steps until the parameter average arrives (or the bound)."""
+        dense = self.opt.flat.params[:self.opt.flat.dense_size]
+        snapshot = dense.copy()
+        total = np.empty_like(snapshot)
+        request = self.comm.Iallreduce(snapshot, total, op=MPI.SUM)
+        loss_sum = correct_sum = samples = steps = 0
+        compute = 0.0
+        while True:
+            X, y = next(batches)
+            loss, correct, c = self._compute(X, y, 1.0 / max(len(y), 1))
+            steps += 1
+            c += self._timed_step(lr * self.lr_factor / steps)
+            compute += c
+            loss_sum += loss
+            correct_sum += correct
+            samples += len(y)
+            if request.Test():
+                break
+            if steps >= self.cfg.max_staleness:
+                request.Wait()
+                break
+        dense += total / self.comm.size - snapshot
+        self.max_round_steps = max(self.max_round_steps, steps)
+        self._account(compute, samples, steps)
+        return loss_sum, correct_sum, samples
+
+    def _account(self, compute: float, samples: int, steps: int) -> None:
+        self._window_time += compute
+        self._window_steps += steps
+        self._window_rounds += 1
+        self.local_steps += steps
+        self.local_samples += samples
+
+    # ------------------------------------------------------------------ policy
+    def end_of_round(self, round_index: int, epoch: int) -> None:
+        """Every ``window`` rounds: gather step times, decide, log (collective at those rounds)."""
+        if self._window_rounds < self.cfg.window:
+            return
+        mean = self._window_time / max(self._window_steps, 1)
+        times = self.comm.allgather(mean)
+        self._window_time, self._window_steps, self._window_rounds = 0.0, 0, 0
+        self.last_step_times = times
+        forced = self.cfg.update if self.cfg.update != "auto" else "auto"
+        decision = decide(times, self.cfg.b1, self.cfg.b2, self.cfg.threshold, forced)
+        mode, scale, note = decision.mode, decision.grad_scale, None
+        if mode == "async" and not self.dense_only:
+            mode, note = "sync", "MoE steps are collective: async not possible, staying sync"
+        self.mode, self.grad_scale = mode, scale
+        record = {**decision.as_record(), "mode": mode, "round": round_index, "epoch": epoch,
+                  "step_times_s": times}
+        if note:
+            record["note"] = note
+        self.decisions.append(record)
+        self.emit(record)
+
+    # ------------------------------------------------------------------ stall detector
+    def _announce(self, round_index: int):
+        """Tell rank 0 this rank reached the collective; rank 0 waits and names the missing."""
+        comm = self.comm
+        if comm.rank != 0:
+            return comm.Isend(np.array([round_index], np.int64), dest=0, tag=STALL_TAG)
+        bufs = [np.empty(1, np.int64) for _ in range(comm.size)]
+        requests = [comm.Irecv(bufs[r], source=r, tag=STALL_TAG) for r in range(1, comm.size)]
+        t0 = time.perf_counter()
+        reported = False
+        while not MPI.Request.Testall(requests):
+            waited = time.perf_counter() - t0
+            if waited > self.cfg.stall_timeout and not reported:
+                missing = [r for r, req in zip(range(1, comm.size), requests) if not req.Test()]
+                self.emit({"event": "stall", "round": round_index, "missing_ranks": missing,
+                           "waited_s": round(waited, 3)})
+                reported = True
+                if self.cfg.stall_abort:
+                    import sys
+                    sys.stderr.write(f"hxmpi.train: stall: ranks {missing} missing at step {round_index} "
+                                     f"after {waited:.1f} s; aborting (--stall-abort)\n")
+                    sys.stderr.flush()
+                    comm.Abort(3)
+            time.sleep(0.001)
+        return None

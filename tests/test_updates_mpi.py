@@ -1,0 +1,57 @@
+"""Update policy at run time: auto goes async with a straggler, staleness stays bounded, stalls are named."""
+import numpy as np
+import pytest
+
+from hxmpi.train import Trainer, build_parser
+
+pytestmark = pytest.mark.mpi
+
+
+def run(comm, *flags):
+    t = Trainer(build_parser().parse_args(["--quiet", "--ranks-per-node", "2", *flags]), comm)
+    return t, t.run()
+
+
+def test_auto_goes_async_with_a_straggler(comm):
+    if comm.size == 1:
+        pytest.skip("a straggler needs company")
+    last = comm.size - 1
+    t, summary = run(comm, "--update", "auto", "--straggle", f"{last}:0.004", "--policy-window", "5",
+                     "--b1", "0.5", "--max-staleness", "3", "--epochs", "3")
+    modes = [d["mode"] for d in t.updates.decisions]
+    assert modes and set(modes) == {"async"}, t.updates.decisions
+    assert all(d["ratio"] == pytest.approx(1 / comm.size) for d in t.updates.decisions)
+    # Staleness bound: no rank took more than --max-staleness local steps in one round.
+    assert 1 <= summary["max_round_steps"] <= 3
+    rates = summary["samples_per_s_per_rank"]
+    assert rates[last] < min(rates[:last]), rates  # fast ranks did not wait for the straggler
+    assert summary["test_accuracy"] >= 0.9
+
+
+def test_auto_without_straggler_is_plain_sync(comm):
+    common = ["--epochs", "2", "--policy-window", "5", "--straggler-threshold", "10"]
+    auto, s_auto = run(comm, "--update", "auto", *common)
+    sync, _ = run(comm, "--update", "sync", *common)
+    assert {d["mode"] for d in auto.updates.decisions} == {"sync"}
+    assert s_auto["update"] == "sync"
+    assert np.array_equal(auto.flat.params, sync.flat.params)
+
+
+def test_forced_async_keeps_ranks_consistent(comm):
+    t, summary = run(comm, "--update", "async", "--epochs", "2", "--max-staleness", "2")
+    assert summary["update"] == "async" and summary["max_round_steps"] <= 2
+    # After the last round every rank holds the average plus its own last steps: close, not equal.
+    spread = comm.allreduce(float(np.abs(t.flat.params).max()), op=__import__("mpi4py").MPI.MAX)
+    assert np.isfinite(spread) and summary["test_accuracy"] >= 0.85
+
+
+def test_stall_detector_names_the_missing_rank(comm):
+    if comm.size == 1:
+        pytest.skip("needs a second rank to be missing")
+    last = comm.size - 1
+    t, _ = run(comm, "--update", "sync", "--straggle", f"{last}:0.4", "--stall-timeout", "0.15",
+               "--epochs", "1", "--batch-size", "720", "--policy-window", "100")
+    stalls = comm.bcast([e for e in t.events if e["event"] == "stall"], root=0)
+    assert len(stalls) == 2  # two steps, each waited for the straggler
+    assert all(last in s["missing_ranks"] and 0 not in s["missing_ranks"] for s in stalls)
+    assert all(s["waited_s"] >= 0.15 for s in stalls)
