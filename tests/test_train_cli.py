@@ -73,3 +73,12 @@ def test_help_documents_every_flag():
     for flag in ("--model", "--dataset", "--epochs", "--batch-size", "--lr", "--seed", "--ranks-per-node",
                  "--log", "--checkpoint", "--resume", "--quiet", "--shuffle"):
         assert flag in out.stdout
+
+
+@needs_mpirun
+@pytest.mark.parametrize("n", [2, 3])
+def test_stall_abort_ends_the_job_naming_the_rank(n):
+    proc = launch(n, "--update", "sync", "--straggle", f"{n - 1}:0.5", "--stall-timeout", "0.1",
+                  "--stall-abort", "--quiet", timeout=120)
+    assert proc.returncode != 0
+    assert f"stall: ranks [{n - 1}] missing at step 0" in proc.stderr

@@ -55,3 +55,16 @@ def test_stall_detector_names_the_missing_rank(comm):
     assert len(stalls) == 2  # two steps, each waited for the straggler
     assert all(last in s["missing_ranks"] and 0 not in s["missing_ranks"] for s in stalls)
     assert all(s["waited_s"] >= 0.15 for s in stalls)
+
+
+def test_gradient_adjustment_is_logged_and_bounded(comm):
+    from hxmpi.policy import gradient_coefficient
+    t, summary = run(comm, "--update", "sync", "--epochs", "2", "--policy-window", "5",
+                     "--target-accuracy", "0.999")
+    adjustments = [e for e in t.events if e["event"] == "gradient_adjustment"]
+    assert len(adjustments) == 2
+    for a in adjustments:
+        assert 0.1 <= a["coefficient"] <= 2.0
+        assert a["coefficient"] == pytest.approx(gradient_coefficient(
+            a["accuracy"], 0.999, a["max_step_time_s"], a["median_step_time_s"]))
+    assert t.updates.lr_factor == adjustments[-1]["coefficient"]
