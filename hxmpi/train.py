@@ -20,6 +20,7 @@ from mpi4py import MPI
 from . import __version__
 from .data import DATASETS, load_dataset
 from .data.shuffle import SHUFFLES, GlobalShuffle
+from .data.staging import STAGING_MODES, stage
 from .errors import HxmpiError, agree
 from .exchange import HierComm
 from .models import MODELS, build_model
@@ -51,7 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "multiple of the rank count >= 4)")
     p.add_argument("--capacity-factor", type=float, default=1.25,
                    help="MoE expert capacity as a multiple of the even share of tokens")
-    p.add_argument("--dataset", default="digits", help=f"dataset: {', '.join(DATASETS)}")
+    p.add_argument("--dataset", default="digits",
+                   help=f"bundled dataset ({', '.join(DATASETS)}) or a store directory / URL (see python -m hxmpi.data)")
+    p.add_argument("--staging", choices=STAGING_MODES, default="auto",
+                   help="store staging: memory (one shared copy per node) or by capacity (auto)")
+    p.add_argument("--capacity-threshold", type=int, default=None,
+                   help="train bytes below which a store is staged in memory (default: 1/4 of available memory)")
+    p.add_argument("--cache-dir", default=None, help="node-local staging directory (default: $TMPDIR/hxmpi-cache-JOB)")
+    p.add_argument("--retries", type=int, default=3, help="download retries per file (exponential backoff)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per download request")
+    p.add_argument("--fetch-workers", type=_positive_int, default=8, help="parallel downloads per node")
     p.add_argument("--epochs", type=_positive_int, default=20, help="training epochs")
     p.add_argument("--batch-size", type=_positive_int, default=64, help="global batch size (samples)")
     p.add_argument("--lr", type=float, default=0.1, help="base learning rate")
@@ -123,7 +133,14 @@ class Trainer:
         self.args, self.comm = args, comm
         self.rank, self.size = comm.rank, comm.size
         self.hc = HierComm(comm, ranks_per_node=args.ranks_per_node)
-        self.data = load_dataset(args.dataset, seed=args.seed)
+        self.staging_info = None
+        if args.dataset in DATASETS:
+            self.data = load_dataset(args.dataset, seed=args.seed)
+        else:
+            topo = self.hc.topology
+            self.data, self.staging_info = stage(args.dataset, comm, topo.intra, topo.node, args.staging,
+                                                 args.capacity_threshold, args.cache_dir, args.retries,
+                                                 args.timeout, args.fetch_workers)
         experts = args.experts or self.size * -(-4 // self.size)
         self.model = build_model(args.model, self.data.n_features, self.data.n_classes, args.hidden,
                                  args.seed, hc=self.hc, num_experts=experts,
@@ -269,6 +286,8 @@ class Trainer:
         """Train all epochs; returns the summary record."""
         a = self.args
         log = self._log = open(a.log, "a") if a.log and self.rank == 0 else None
+        if self.staging_info:
+            self._emit(self.staging_info)
         progress = _Progress(a, self.rank, self.start_epoch)
         train_time = samples = 0
         test_loss = test_acc = float("nan")
@@ -367,7 +386,7 @@ def main(argv=None) -> int:
             trainer.load_checkpoint()
     except SystemExit as exc:  # --help / --version
         return int(exc.code or 0)
-    except (UsageError, ValueError, HxmpiError) as exc:
+    except (UsageError, ValueError, HxmpiError, OSError) as exc:
         # Set-up errors are the same on every rank (or agreed collectively): one line, from rank 0.
         if comm.rank == 0:
             print(f"python -m hxmpi.train: error: {exc}", file=sys.stderr, flush=True)
