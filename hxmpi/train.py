@@ -137,6 +137,11 @@ class Trainer:
         if args.dataset in DATASETS:
             self.data = load_dataset(args.dataset, seed=args.seed)
         else:
+            problem = None
+            if "://" not in args.dataset and not os.path.isdir(args.dataset):
+                problem = (f"unknown dataset {args.dataset!r}: not a bundled dataset ({', '.join(DATASETS)}) "
+                           f"nor a store directory or URL")
+            agree(comm, problem, UsageError)  # a path missing on one node must not hang the rest
             topo = self.hc.topology
             self.data, self.staging_info = stage(args.dataset, comm, topo.intra, topo.node, args.staging,
                                                  args.capacity_threshold, args.cache_dir, args.retries,

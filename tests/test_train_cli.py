@@ -46,7 +46,7 @@ def test_failing_rank_ends_the_job_with_its_message(n):
 @pytest.mark.parametrize("flags,message", [
     (["--epochs", "0"], "argument --epochs: must be >= 1"),
     (["--model", "cnn"], "argument --model: invalid choice"),
-    (["--dataset", "nope"], "unknown dataset 'nope'"),
+    (["--dataset", "nope"], "unknown dataset 'nope': not a bundled dataset (digits) nor a store"),
     (["--model", "moe", "--experts", "3", "--ranks-per-node", "1"], None),
     (["--hidden", "a,b"], "expected comma-separated integers"),
     (["--resume"], "--resume needs --checkpoint DIR"),
