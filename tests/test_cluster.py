@@ -129,7 +129,8 @@ def test_async_policy_across_hosts(hosts, tmp_path):
     state = cluster.load_state(NAME)
     log = tmp_path / "policy.jsonl"
     proc = subprocess.run([cluster.find_mpirun(), *cluster.mpirun_args(state), "-n", "5", sys.executable, "-m",
-                           "hxmpi.train", "--update", "auto", "--straggle", "4:0.002", "--epochs", "6",
+                           "hxmpi.train", "--update", "auto", "--straggle", "4:0.003", "--straggler-threshold", "0.001",
+                           "--epochs", "6",
                            "--log", str(log), "--quiet"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in log.read_text().splitlines()]

@@ -1,5 +1,6 @@
 """The CLI as a user runs it: mpirun jobs reach accuracy, failures end every rank, bad flags are clean."""
 import json
+import re
 import subprocess
 import sys
 
@@ -81,4 +82,5 @@ def test_stall_abort_ends_the_job_naming_the_rank(n):
     proc = launch(n, "--update", "sync", "--straggle", f"{n - 1}:0.5", "--stall-timeout", "0.1",
                   "--stall-abort", "--quiet", timeout=120)
     assert proc.returncode != 0
-    assert f"stall: ranks [{n - 1}] missing at step 0" in proc.stderr
+    # The straggler is named (a rank still starting up may be named with it).
+    assert re.search(rf"stall: ranks \[([0-9, ]*, )?{n - 1}\] missing at step 0", proc.stderr), proc.stderr
