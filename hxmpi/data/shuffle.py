@@ -37,7 +37,8 @@ class GlobalShuffle:
         self.steps_per_epoch = -(-self.n // batch_size)
         # Each rank starts with a contiguous shard, as if it had loaded only its part of the store.
         lo, hi = rank * self.n // size, (rank + 1) * self.n // size
-        self.record = np.dtype([("x", np.float64, X.shape[1:]), ("y", np.int64), ("idx", np.int64)])
+        # Records keep the features' own dtype: a float32 store is not doubled in every rank's share.
+        self.record = np.dtype([("x", X.dtype, X.shape[1:]), ("y", np.int64), ("idx", np.int64)])
         self.held = np.empty(hi - lo, dtype=self.record)
         self.held["x"], self.held["y"], self.held["idx"] = X[lo:hi], y[lo:hi], np.arange(lo, hi)
         self.bytes_moved = 0
