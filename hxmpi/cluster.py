@@ -221,6 +221,10 @@ def down(name: str = DEFAULT_NAME) -> list[str]:
                 removed.append(f"{kind} {obj}")
     for f in ("state.json", "hostfile", "agent.sh"):
         (state_dir(name) / f).unlink(missing_ok=True)
+    try:
+        state_dir(name).rmdir()
+    except OSError:
+        pass  # not empty: something else lives there, leave it
     return removed
 
 
