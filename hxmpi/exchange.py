@@ -276,6 +276,8 @@ class HierComm:
         # Where this rank itself appears: among the sources it serves (its native lane always),
         # among the phase-2 senders (its own slice of recv_order), and among the destinations.
         self._me_src = int(np.flatnonzero(self._my_sources == t.rank)[0])
+        self._remote_src = np.ones(self._my_sources.size, dtype=bool)
+        self._remote_src[self._me_src] = False
         starts = np.concatenate([[0], np.cumsum(self._recv_split)])
         self._recv_from_me = np.arange(starts[t.local_rank], starts[t.local_rank + 1])
         self._own_node_slots = np.arange(self._node_start[t.node], self._node_start[t.node] + g)
@@ -522,8 +524,7 @@ class HierComm:
         to_peers[local] = 0
         dst_off = _exclusive_cumsum(to_peers.ravel()).reshape(to_peers.shape)
         p2_send = self._buffer("a", int(to_peers.sum()))
-        remote = np.ones(src_matrix.shape[1], dtype=bool)
-        remote[me_src] = False
+        remote = self._remote_src
         copied += copy_blocks(recv_buf, src_off[:, remote].ravel(), p2_send, dst_off[:, remote].ravel(),
                               to_peers[:, remote].ravel())
         col = np.ascontiguousarray

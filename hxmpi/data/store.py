@@ -22,8 +22,6 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Optional
-
 import numpy as np
 
 FORMAT_VERSION = 1
@@ -139,11 +137,3 @@ def capacity(index: dict, split: str = "train") -> int:
     except KeyError:
         raise StoreError(f"store has no split {split!r}") from None
 
-
-def find_shard(index: dict, name: str) -> Optional[dict]:
-    """The shard entry called ``name``, or None."""
-    for info in index["splits"].values():
-        for shard in info["shards"]:
-            if shard["name"] == name:
-                return shard
-    return None
