@@ -19,8 +19,8 @@ from mpi4py import MPI
 
 from . import __version__
 from .data import DATASETS, load_dataset
-from .data.shuffle import SHUFFLES, GlobalShuffle
-from .data.staging import STAGING_MODES, stage
+from .data.shuffle import SHUFFLES, GlobalShuffle, ShardStream
+from .data.staging import STAGING_MODES, StagingConfig, parse_bytes, stage
 from .errors import HxmpiError, agree
 from .exchange import HierComm
 from .models import MODELS, build_model
@@ -56,10 +56,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default="digits",
                    help=f"bundled dataset ({', '.join(DATASETS)}) or a store directory / URL (see python -m hxmpi.data)")
     p.add_argument("--staging", choices=STAGING_MODES, default="auto",
-                   help="store staging: memory (one shared copy per node) or by capacity (auto)")
-    p.add_argument("--capacity-threshold", type=int, default=None,
-                   help="train bytes below which a store is staged in memory (default: 1/4 of available memory)")
+                   help="store staging: memory (one shared copy per node), distributed (shards spread over "
+                        "nodes, staged ahead of training), or by capacity (auto)")
+    p.add_argument("--capacity-threshold", type=_size, default=None,
+                   help="train bytes (suffixes K, M, G) below which a store is staged in memory "
+                        "(default: 1/4 of available memory)")
     p.add_argument("--cache-dir", default=None, help="node-local staging directory (default: $TMPDIR/hxmpi-cache-JOB)")
+    p.add_argument("--cache-limit", type=_size, default=None,
+                   help="distributed mode: bytes of local storage per node (suffixes K, M, G); evicts the "
+                        "shard used furthest in the future (default: the node's shards, at most 90%% of "
+                        "the free disk)")
+    p.add_argument("--prefetch-shards", type=_non_negative_int, default=2,
+                   help="distributed mode: shards staged ahead of the one being trained on")
+    p.add_argument("--pretrain-time", type=float, default=None, metavar="SECONDS",
+                   help="memory mode: after this much training, evaluate; below --target-accuracy switch "
+                        "to distributed staging (re-reading the store's index) and keep training the "
+                        "model, else stop")
     p.add_argument("--retries", type=int, default=3, help="download retries per file (exponential backoff)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per download request")
     p.add_argument("--fetch-workers", type=_positive_int, default=8, help="parallel downloads per node")
@@ -117,6 +129,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _int_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -133,9 +159,20 @@ class Trainer:
     def __init__(self, args, comm: MPI.Intracomm):
         self.args, self.comm = args, comm
         self.rank, self.size = comm.rank, comm.size
+        self.t_start = time.perf_counter()
         self.hc = HierComm(comm, ranks_per_node=args.ranks_per_node)
         self.staging_info = None
+        self.staging_cfg = StagingConfig(args.staging, args.capacity_threshold, args.cache_dir, args.cache_limit,
+                                         args.prefetch_shards, args.retries, args.timeout, args.fetch_workers)
+        if args.target_accuracy is not None and not 0.0 <= args.target_accuracy <= 1.0:
+            raise UsageError(f"--target-accuracy must lie in [0, 1], got {args.target_accuracy}")
+        if args.pretrain_time is not None and (args.target_accuracy is None or args.pretrain_time <= 0):
+            raise UsageError("--pretrain-time needs a positive number of seconds and --target-accuracy")
+        if args.pretrain_time is not None and args.resume:
+            raise UsageError("--pretrain-time cannot be combined with --resume")
         if args.dataset in DATASETS:
+            if args.pretrain_time is not None:
+                raise UsageError(f"--pretrain-time needs a store (--dataset DIR|URL), not the bundled {args.dataset!r}")
             self.data = load_dataset(args.dataset, seed=args.seed)
         else:
             problem = None
@@ -143,23 +180,21 @@ class Trainer:
                 problem = (f"unknown dataset {args.dataset!r}: not a bundled dataset ({', '.join(DATASETS)}) "
                            f"nor a store directory or URL")
             agree(comm, problem, UsageError)  # a path missing on one node must not hang the rest
-            topo = self.hc.topology
-            self.data, self.staging_info = stage(args.dataset, comm, topo.intra, topo.node, args.staging,
-                                                 args.capacity_threshold, args.cache_dir, args.retries,
-                                                 args.timeout, args.fetch_workers)
+            self._stage(self.staging_cfg, range(args.epochs))
         experts = args.experts or self.size * -(-4 // self.size)
         self.model = build_model(args.model, self.data.n_features, self.data.n_classes, args.hidden,
                                  args.seed, hc=self.hc, num_experts=experts,
                                  capacity_factor=args.capacity_factor)
         self.flat = self.model.flat
+        self.shuffle = self._make_shuffle()
         self.opt = SGD(self.flat, comm, args.lr, args.momentum, args.weight_decay, args.clip_norm)
-        self.shuffle = GlobalShuffle(self.hc, self.data.X_train, self.data.y_train, args.batch_size,
-                                     args.seed, args.shuffle)
-        steps = self.shuffle.steps_per_epoch
-        self.total_steps = steps * args.epochs
+        steps = self.shuffle.steps(0)
+        self.total_steps = sum(self.shuffle.steps(e) for e in range(args.epochs))
         self.warmup_steps = int(round(args.warmup_epochs * steps))
         self.step_every = max(1, int(round(args.step_epochs * steps)))
         self.start_epoch = 0
+        self.first_batch_s = None  # seconds from start-up to the first batch in hand (rank's own)
+        self.pretrain_deadline = None
         self.rounds = 0  # global steps so far: sync steps or async rounds (drives the schedule)
         self.fail_at = _parse_fail_at(args.fail_at)
         self.events: list[dict] = []
@@ -171,6 +206,44 @@ class Trainer:
         self.updates = UpdateEngine(cfg, comm, self.model, self.opt, dense_only=args.model != "moe",
                                     emit=self._emit)
         self.local_batch = max(1, args.batch_size // self.size)
+
+    # ------------------------------------------------------------------ data
+    def _stage(self, cfg: StagingConfig, epochs: range) -> None:
+        """Stage the store (collective) and set up the matching global shuffle."""
+        a, topo = self.args, self.hc.topology
+        self.data, self.staging_info = stage(a.dataset, self.comm, topo.intra, topo.node, topo.num_nodes, cfg,
+                                             a.seed, epochs)
+
+    def _make_shuffle(self):
+        """The per-epoch global shuffle of the training data (in memory, or streamed by windows)."""
+        d, a = self.data, self.args
+        if d.train_stream is None:
+            return GlobalShuffle(self.hc, d.X_train, d.y_train, a.batch_size, a.seed, a.shuffle)
+        try:
+            return ShardStream(self.hc, d.train_stream, a.batch_size, a.seed, a.shuffle)
+        except ValueError:
+            d.close()
+            raise
+
+    def staging_progress(self) -> dict:
+        """Distributed-mode counters for the log (collective; empty in memory mode)."""
+        stream = self.data.train_stream
+        return stream.stats() if stream is not None else {}
+
+    def switch_to_distributed(self, epoch: int, accuracy: float) -> None:
+        """Pre-train decision: restage the re-read store in distributed mode, keep the model (collective)."""
+        before = self.data.train_samples
+        self.data.close()
+        cfg = StagingConfig(**{**self.staging_cfg.__dict__, "staging": "distributed"})
+        self._stage(cfg, range(epoch, self.args.epochs))
+        self.shuffle = self._make_shuffle()
+        # The remaining schedule covers the (possibly grown) store from where training stands.
+        self.total_steps = self.rounds + sum(self.shuffle.steps(e) for e in range(epoch, self.args.epochs))
+        self._emit({"event": "staging_decision", "decision": "switch to distributed", "epoch": epoch,
+                    "accuracy": accuracy, "target": self.args.target_accuracy,
+                    "pretrain_time_s": self.args.pretrain_time, "train_samples_before": before,
+                    "train_samples_after": self.data.train_samples})
+        self._emit(self.staging_info)
 
     # ------------------------------------------------------------------ checkpoints
     def _meta(self) -> dict:
@@ -257,24 +330,38 @@ class Trainer:
         """One epoch over the globally shuffled data; returns its metrics (identical on all ranks)."""
         stats = np.zeros(3)  # loss sum, correct, samples
         t0 = time.perf_counter()
-        parts = list(self.shuffle.epoch(epoch))  # the exchange happens here, for every rank alike
-        batches = self._local_batches(parts)
-        for X, y, global_batch in parts:
-            if self.fail_at and self.fail_at == (self.rank, self.rounds):
-                raise RuntimeError(f"injected failure (--fail-at) at step {self.rounds}")
-            lr = self.lr_at(self.rounds)
-            if self.updates.mode == "sync":
-                # Local sums scaled by 1/global batch: summed over ranks, the exact global mean.
-                loss, correct = self.updates.sync_step(X, y, global_batch, lr, self.rounds)
-                stats += (loss, correct, len(y))
-            else:
-                stats += self.updates.async_round(batches, lr)
-            self.rounds += 1
-            self.updates.end_of_round(self.rounds, epoch)
+        expired = False
+        # A window's exchange happens when it is drawn, for every rank alike: the whole epoch in
+        # memory mode, one window of shards at a time when streaming.
+        for parts in self.shuffle.epoch_windows(epoch):
+            if self.first_batch_s is None:
+                self.first_batch_s = time.perf_counter() - self.t_start
+            batches = self._local_batches(parts)
+            for X, y, global_batch in parts:
+                if self.fail_at and self.fail_at == (self.rank, self.rounds):
+                    raise RuntimeError(f"injected failure (--fail-at) at step {self.rounds}")
+                lr = self.lr_at(self.rounds)
+                if self.updates.mode == "sync":
+                    # Local sums scaled by 1/global batch: summed over ranks, the exact global mean.
+                    loss, correct = self.updates.sync_step(X, y, global_batch, lr, self.rounds)
+                    stats += (loss, correct, len(y))
+                else:
+                    stats += self.updates.async_round(batches, lr)
+                self.rounds += 1
+                self.updates.end_of_round(self.rounds, epoch)
+                if self.pretrain_deadline is not None:
+                    # Rank 0's clock decides, so every rank leaves after the same step.
+                    expired = self.comm.bcast(time.perf_counter() > self.pretrain_deadline if self.rank == 0
+                                              else None, root=0)
+                    if expired:
+                        break
+            if expired:
+                break
         elapsed = time.perf_counter() - t0
         self.comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
-        return {"train_loss": stats[0] / stats[2], "train_accuracy": stats[1] / stats[2],
-                "train_time_s": elapsed, "samples": int(stats[2]), "update": self.updates.mode}
+        return {"train_loss": stats[0] / max(stats[2], 1), "train_accuracy": stats[1] / max(stats[2], 1),
+                "train_time_s": elapsed, "samples": int(stats[2]), "update": self.updates.mode,
+                **({"pretrain_expired": True} if expired else {})}
 
     def adjust_from_accuracy(self, accuracy: float) -> None:
         """Claim 2: scale the next epoch's steps from the accuracy gap and the slowest step time."""
@@ -292,8 +379,15 @@ class Trainer:
         if self.staging_info:
             self._emit(self.staging_info)
         progress = _Progress(a, self.rank, self.start_epoch)
-        train_time = samples = 0
+        train_time = samples = data_wait = 0
         test_loss = test_acc = float("nan")
+        stop_reason = None
+        if a.pretrain_time is not None:
+            if self.data.train_stream is None:
+                self.pretrain_deadline = time.perf_counter() + a.pretrain_time
+            else:
+                self._emit({"event": "staging_decision", "decision": "no pre-training: the store is staged "
+                            "in distributed mode already"})
         last = a.epochs if a.stop_after is None else min(a.epochs, self.start_epoch + a.stop_after)
         for epoch in range(self.start_epoch, last):
             m = self.train_epoch(epoch)
@@ -302,15 +396,28 @@ class Trainer:
             test_loss, test_acc = self.evaluate()
             if a.target_accuracy is not None:
                 self.adjust_from_accuracy(test_acc)
+            staged = self.staging_progress()
+            data_wait = staged.get("data_wait_s", 0.0)
             record = {"event": "epoch", "epoch": epoch + 1, **m, "test_loss": test_loss,
                       "test_accuracy": test_acc, "lr": self.lr_at(max(self.opt.steps - 1, 0)),
-                      "shuffle_bytes_sent": self.shuffle.bytes_moved}
+                      "shuffle_bytes_sent": self.shuffle.bytes_moved,
+                      "time_to_first_batch_s": self.comm.allreduce(self.first_batch_s or 0.0, op=MPI.MAX),
+                      **({"staging": staged, "data_wait_fraction": data_wait / train_time if train_time else 0.0}
+                         if staged else {})}
             if a.checkpoint:
                 self.save_checkpoint(epoch + 1)
-            if log:
-                log.write(json.dumps(record) + "\n")
-                log.flush()
+            self._emit(record)
             progress.update(record)
+            if m.get("pretrain_expired"):
+                self.pretrain_deadline = None
+                if test_acc >= a.target_accuracy:
+                    stop_reason = "target accuracy reached in pre-training"
+                    self._emit({"event": "staging_decision", "decision": "stop: target reached", "epoch": epoch + 1,
+                                "accuracy": test_acc, "target": a.target_accuracy,
+                                "pretrain_time_s": a.pretrain_time})
+                    last = epoch + 1
+                    break
+                self.switch_to_distributed(epoch + 1, test_acc)
         progress.close()
         topo = self.hc.topology
         summary = {"event": "summary", "test_accuracy": test_acc, "test_loss": test_loss,
@@ -320,7 +427,11 @@ class Trainer:
                    "update": self.updates.mode, "policy_decisions": len(self.updates.decisions),
                    "samples_per_s_per_rank": self.comm.allgather(
                        self.updates.local_samples / train_time if train_time else 0.0),
-                   "max_round_steps": self.comm.allreduce(self.updates.max_round_steps, op=MPI.MAX)}
+                   "max_round_steps": self.comm.allreduce(self.updates.max_round_steps, op=MPI.MAX),
+                   "time_to_first_batch_s": self.comm.allreduce(self.first_batch_s or 0.0, op=MPI.MAX),
+                   "data_wait_s": data_wait, "data_wait_fraction": data_wait / train_time if train_time else 0.0,
+                   **({"stop_reason": stop_reason} if stop_reason else {})}
+        self.data.close()
         if log:
             log.write(json.dumps(summary) + "\n")
             log.close()
@@ -346,6 +457,11 @@ class _Progress:
         text = (f"epoch {r['epoch']:>3}  loss {r['train_loss']:.4f}  train_acc {r['train_accuracy']:.4f}  "
                 f"test_acc {r['test_accuracy']:.4f}  lr {r['lr']:.4g}  "
                 f"{r['samples'] / max(r['train_time_s'], 1e-9):.0f} samples/s")
+        st = r.get("staging")
+        if st:
+            text += (f"  staged {st['shards_staged']} shards {st['bytes_staged'] / 2**20:.1f} MiB  "
+                     f"hits {st['cache_hits']}  evicted {st['evictions']}  "
+                     f"wait {st['data_wait_s']:.2f} s ({100 * r['data_wait_fraction']:.1f}%)")
         if self.bar is not None:
             self.bar.set_postfix_str(text.split("  ", 1)[1])
             self.bar.update(1)

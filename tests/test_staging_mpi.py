@@ -1,4 +1,6 @@
-"""Memory-mode staging from a real HTTP store: one verified download per node, one shared copy per node."""
+"""Staging from a real HTTP store: memory mode (one verified download and one shared copy per node),
+distributed mode (disjoint shards per node, bounded cache) and the pre-train switch between them."""
+import json
 import tempfile
 from pathlib import Path
 
@@ -74,7 +76,151 @@ def test_corrupt_store_file_fails_on_every_rank(comm, http_store):
         server.faults[name] = []
 
 
-def test_capacity_above_threshold_needs_distributed_mode(comm, http_store):
+def run_args(url, cache, *extra):
+    return build_parser().parse_args(["--quiet", "--dataset", url, "--ranks-per-node", "2", "--cache-dir", cache,
+                                      "--epochs", "3", "--update", "sync", *extra])
+
+
+def fresh_dir(comm):
+    return comm.bcast(tempfile.mkdtemp(prefix="hxmpi-cache-") if comm.rank == 0 else None)
+
+
+def train_requests(server, comm):
+    return comm.bcast({k: v for k, v in server.requests.items() if k.startswith("train-")} if server else None)
+
+
+def test_distributed_mode_disjoint_bounded_and_as_accurate_as_memory(comm, http_store):
+    server, url, root = http_store
+    index = json.loads((root / "index.json").read_text())
+    shards = index["splits"]["train"]["shards"]
+    memory = Trainer(run_args(url, fresh_dir(comm), "--staging", "memory"), comm).run()
+
+    # Unbounded: above the threshold auto picks distributed; every train file is fetched exactly
+    # once in the whole job, so the nodes hold disjoint parts.
+    if server:
+        server.requests.clear()
+    t = Trainer(run_args(url, fresh_dir(comm), "--capacity-threshold", "1000", "--epochs", "1"), comm)
+    assert t.staging_info["mode"] == "distributed"
+    nodes = t.hc.topology.num_nodes
+    assert sum(t.staging_info["shards_per_node"]) == len(shards)
+    sizes = t.staging_info["bytes_per_node"]
+    assert max(sizes) - min(sizes) <= max(s["bytes"] for s in shards)
+    t.run()
+    requests = train_requests(server, comm)
+    assert set(requests.values()) == {1} and len(requests) == 2 * len(shards)
+    assert nodes == len(t.staging_info["shards_per_node"])
+
+    # Bounded to two shards per node: evictions happen, the limit holds, accuracy matches memory mode.
+    limit = 2 * max(s["bytes"] for s in shards)
+    t = Trainer(run_args(url, fresh_dir(comm), "--staging", "distributed", "--cache-limit", str(limit),
+                         "--prefetch-shards", "1"), comm)
+    summary = t.run()
+    last = [e for e in t.events if e.get("event") == "staging"][-1]
+    assert last["cache_limit_bytes"] == limit
+    assert abs(summary["test_accuracy"] - memory["test_accuracy"]) <= 0.02
+    assert summary["test_accuracy"] >= 0.9
+
+
+def test_distributed_mode_progress_is_logged(comm, http_store, tmp_path_factory):
+    _, url, root = http_store
+    log = comm.bcast(str(tmp_path_factory.mktemp("log") / "run.jsonl") if comm.rank == 0 else None)
+    # One shard of room per node: every node with two or more shards must evict.
+    limit = max(s["bytes"] for s in json.loads((root / "index.json").read_text())["splits"]["train"]["shards"])
+    Trainer(run_args(url, fresh_dir(comm), "--staging", "distributed", "--cache-limit", str(limit),
+                     "--log", log), comm).run()
+    if comm.rank == 0:
+        records = [json.loads(line) for line in open(log)]
+        epochs = [r for r in records if r["event"] == "epoch"]
+        staged = epochs[-1]["staging"]
+        assert staged["max_used_bytes"] <= limit and staged["evictions"] > 0
+        assert staged["shards_staged"] >= len(json.loads((root / "index.json").read_text())["splits"]["train"]["shards"])
+        assert staged["bytes_staged"] > 0 and 0 <= epochs[-1]["data_wait_fraction"] < 1
+        assert 0 < records[-1]["time_to_first_batch_s"] and records[-1]["data_wait_s"] == staged["data_wait_s"]
+
+
+def test_cache_limit_below_largest_shard_is_rejected_on_every_rank(comm, http_store):
+    _, url, root = http_store
+    largest = max(s["bytes"] for s in json.loads((root / "index.json").read_text())["splits"]["train"]["shards"])
+    with pytest.raises(ValueError, match=f"--cache-limit {largest - 1} B is below the largest shard \\({largest} B\\)"):
+        Trainer(run_args(url, fresh_dir(comm), "--staging", "distributed", "--cache-limit", str(largest - 1)), comm)
+
+
+def test_corrupt_shard_in_distributed_mode_fails_on_every_rank(comm, http_store):
+    server, url, _ = http_store
+    name = "train-00002-y.npy"
+    if server:
+        server.faults[name] = ["corrupt"] * 100
+    comm.Barrier()
+    t = Trainer(run_args(url, fresh_dir(comm), "--staging", "distributed", "--retries", "1"), comm)
+    with pytest.raises(FetchError, match=f"{name} from {url}/{name}: sha256 mismatch"):
+        t.run()
+    comm.Barrier()
+    if server:
+        server.faults[name] = []
+
+
+def test_shuffle_none_is_refused_for_distributed_staging(comm, http_store):
     _, url, _ = http_store
-    with pytest.raises(ValueError, match="distributed staging is not available yet"):
-        Trainer(build_parser().parse_args(["--quiet", "--dataset", url, "--capacity-threshold", "1000"]), comm)
+    with pytest.raises(ValueError, match="distributed staging needs a global shuffle"):
+        Trainer(run_args(url, fresh_dir(comm), "--staging", "distributed", "--shuffle", "none"), comm)
+
+
+@pytest.fixture(scope="module")
+def growing_store():
+    """A store with overlapping classes (best accuracy ~0.88) whose index first lists only two
+    train shards; every later read shows the full store, as if it had grown meanwhile."""
+    comm = MPI.COMM_WORLD
+    server, root = None, None
+    if comm.rank == 0:
+        root = Path(tempfile.mkdtemp(prefix="hxmpi-store-"))
+        X, y = make_synthetic(3000, 12, 4, seed=4, separation=1.0)
+        index = write_store(str(root), split_train_test(X, y, 0.2, 4), 4, shard_mb=0.02)
+        train = index["splits"]["train"]
+        train["shards"] = train["shards"][:2]
+        train["samples"] = sum(s["samples"] for s in train["shards"])
+        train["bytes"] = sum(s["bytes"] for s in train["shards"])
+        (root / "index-small.json").write_text(json.dumps(index))
+        server = FaultServer(root)
+    url, root = comm.bcast((server.url if server else None, str(root) if root else None), root=0)
+    yield server, url, Path(root)
+    comm.Barrier()
+    if server:
+        server.close()
+
+
+def first_read_small(comm, server):
+    if server:
+        server.faults["index.json"] = ["as:index-small.json"]
+    comm.Barrier()
+
+
+def test_pretrain_below_target_switches_to_distributed_and_keeps_the_model(comm, growing_store):
+    server, url, root = growing_store
+    first_read_small(comm, server)
+    full = json.loads((root / "index.json").read_text())["splits"]["train"]["samples"]
+    # A sleeping rank makes a step last >= 5 ms, so 0.1 s of pre-training ends within the 2nd epoch.
+    t = Trainer(run_args(url, fresh_dir(comm), "--pretrain-time", "0.1", "--target-accuracy", "0.99",
+                         "--epochs", "4", "--straggle", "0:0.005"), comm)
+    params = t.flat.params
+    summary = t.run()
+    switch = next(e for e in t.events if e["event"] == "staging_decision")
+    assert switch["decision"] == "switch to distributed"
+    assert switch["train_samples_before"] < switch["train_samples_after"] == full  # the index was re-read
+    staging = [e for e in t.events if e["event"] == "staging"]
+    assert [s["mode"] for s in staging] == ["memory", "distributed"]
+    assert t.events.index(switch) < t.events.index(staging[1])
+    epochs = [e for e in t.events if e["event"] == "epoch"]
+    expired = [e["epoch"] for e in epochs if e.get("pretrain_expired")]
+    assert len(expired) == 1 and expired[0] <= 2 and len(epochs) == 4
+    assert t.flat.params is params and summary["test_accuracy"] >= 0.8  # the same model trained on
+
+
+def test_pretrain_reaching_target_stops(comm, growing_store):
+    server, url, _ = growing_store
+    first_read_small(comm, server)
+    t = Trainer(run_args(url, fresh_dir(comm), "--pretrain-time", "0.1", "--target-accuracy", "0.3",
+                         "--epochs", "50", "--straggle", "0:0.005"), comm)
+    summary = t.run()
+    decision = next(e for e in t.events if e["event"] == "staging_decision")
+    assert decision["decision"] == "stop: target reached" and decision["accuracy"] >= 0.3
+    assert summary["stop_reason"] == "target accuracy reached in pre-training" and summary["epochs"] < 50

@@ -24,7 +24,8 @@ def store(tmp_path_factory):
 
 
 class FaultServer:
-    """A real HTTP server for a store directory; ``faults[name]`` lists what the next requests get."""
+    """A real HTTP server for a store directory; ``faults[name]`` lists what the next requests get:
+    "500", "slow", "truncate", "corrupt", or "as:OTHER" (OTHER's bytes)."""
 
     def __init__(self, directory: Path):
         self.faults: dict[str, list] = {}
@@ -46,6 +47,8 @@ class FaultServer:
                 if fault == "500":
                     self.send_error(500, "injected")
                     return
+                if fault.startswith("as:"):  # serve another file under this name (a store that changes)
+                    name, fault = fault[3:], "ok"
                 body = (directory / name).read_bytes() if (directory / name).exists() else None
                 if body is None:
                     self.send_error(404)

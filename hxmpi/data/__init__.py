@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import resources
+from typing import Optional
 
 import numpy as np
 
@@ -15,18 +16,34 @@ DATASETS = ("digits",)
 
 @dataclass
 class Dataset:
-    """A classification set split into train and test parts (features float64, labels int64)."""
+    """A classification set split into train and test parts (labels int64).
+
+    A distributed-mode store has no ``X_train``/``y_train`` in memory: ``train_stream`` delivers
+    the train split window by window instead (see ``data.staging``).
+    """
     name: str
-    X_train: np.ndarray
-    y_train: np.ndarray
+    X_train: Optional[np.ndarray]
+    y_train: Optional[np.ndarray]
     X_test: np.ndarray
     y_test: np.ndarray
     n_classes: int
+    n_features: int = 0  # features per sample; 0: from X_test
+    train_stream: Optional[object] = None
+    train_samples: int = 0  # 0: len(y_train)
 
-    @property
-    def n_features(self) -> int:
-        """Features per sample."""
-        return int(self.X_train.shape[1])
+    def __post_init__(self):
+        self.n_features = self.n_features or int(np.prod(self.X_test.shape[1:]))
+        self.train_samples = self.train_samples or (0 if self.y_train is None else len(self.y_train))
+
+    def close(self) -> None:
+        """Stop background staging and free the node's shared window (collective in store mode)."""
+        if self.train_stream is not None:
+            self.train_stream.close()
+        shared = getattr(self, "_shared", None)
+        if shared is not None:
+            self.X_train = self.y_train = self.X_test = self.y_test = None
+            shared.free()
+            self._shared = None
 
 
 def load_digits() -> tuple[np.ndarray, np.ndarray]:

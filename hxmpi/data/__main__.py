@@ -27,6 +27,8 @@ def main(argv=None) -> int:
     mk.add_argument("--shard-mb", type=float, default=64.0, help="target shard size, MiB")
     mk.add_argument("--seed", type=int, default=0, help="seed")
     mk.add_argument("--test-fraction", type=float, default=0.2, help="fraction held out as the test split")
+    mk.add_argument("--separation", type=float, default=3.0,
+                    help="distance scale of the class centres in units of the noise (lower is harder)")
     cv = sub.add_parser("convert", help="write a bundled dataset in the store format")
     cv.add_argument("name", choices=["digits"], help="bundled dataset")
     cv.add_argument("--out", required=True, help="store directory to write")
@@ -37,7 +39,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         if args.cmd == "make":
-            X, y = make_synthetic(args.samples, args.features, args.classes, args.seed)
+            X, y = make_synthetic(args.samples, args.features, args.classes, args.seed, args.separation)
             index = write_store(args.out, split_train_test(X, y, args.test_fraction, args.seed), args.classes,
                                 args.shard_mb)
         elif args.cmd == "convert":

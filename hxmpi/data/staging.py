@@ -1,33 +1,65 @@
-"""Dataset staging policy (source B, first part): memory mode.
+"""Dataset staging policy (source B, first part): memory mode or distributed mode, chosen by capacity.
 
-Capacity is the train split's bytes from the store's index. Below ``capacity_threshold`` (default:
-a quarter of the node's available memory, ``MemAvailable`` in /proc/meminfo) the store goes whole
-into node memory: rank 0 reads the index once and broadcasts it; one rank per node (the node
-leader) downloads every shard in parallel threads, each verified by size and sha256 into the node
-cache directory; the leader then fills one MPI shared-memory window (``Win.Allocate_shared``) and
-every rank of the node reads that single copy. Any failure is agreed on collectively and raised on
-every rank.
+Capacity is the train split's bytes from the store's index; rank 0 reads the index once and
+broadcasts it (never one request per rank).
 
-Distributed mode (shards spread over nodes and staged ahead of training) is not built yet: a store
-at or above the threshold raises a clear error unless ``staging="memory"`` forces memory mode.
+- **Memory mode** (capacity below ``threshold``; default a quarter of the node's ``MemAvailable``):
+  the node leader downloads every shard in parallel threads, each verified (size, sha256) into the
+  node cache directory, then fills one MPI shared-memory window (``Win.Allocate_shared``); every
+  rank of the node reads that single copy.
+- **Distributed mode**: train shards are assigned to nodes, disjoint and balanced by bytes. An
+  epoch runs in *windows*: window t holds the t-th shard (in a per-epoch seeded order) of every
+  node. The node leader's ``ShardCache`` stages the node's shards onto local storage ahead of the
+  current window (``prefetch`` shards) within ``cache_limit`` bytes; when a window starts, each rank
+  of the node reads its slice of the node's shard into memory, and the global shuffle
+  (``shuffle.ShardStream``) spreads the window's samples over all ranks. The test split is small
+  and evaluated every epoch, so it is held in node shared memory as in memory mode.
+
+Any failure is agreed on collectively and raised on every rank.
 """
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 from mpi4py import MPI
 
 from ..errors import agree
 from . import Dataset
-from .sources import FetchError, FetchStats, fetch_verified, open_source
+from .cache import ShardCache
+from .sources import FetchError, FetchStats, Source, fetch_verified, open_source
 from .store import capacity, load_shard
 
 STAGING_MODES = ("auto", "memory", "distributed")
+
+
+@dataclass
+class StagingConfig:
+    """How to stage a store (the CLI's staging flags); sizes in bytes, times in seconds."""
+    staging: str = "auto"
+    threshold: Optional[int] = None  # memory mode below this train capacity
+    cache_dir: Optional[str] = None
+    cache_limit: Optional[int] = None  # distributed mode: local storage bound per node
+    prefetch: int = 2  # distributed mode: shards staged ahead of the one in use
+    retries: int = 3
+    timeout: float = 30.0
+    workers: int = 8
+
+
+def parse_bytes(text: str) -> int:
+    """``"512M"``, ``"1.5GiB"``, ``"1000"`` -> bytes (binary suffixes K, M, G, T)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise ValueError(f"expected a size like 1000, 64M or 2G, got {text!r}")
+    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " "))
 
 
 def default_capacity_threshold() -> int:
@@ -56,6 +88,32 @@ def default_cache_dir() -> str:
     return os.path.join(tempfile.gettempdir(), f"hxmpi-cache-{job}")
 
 
+def assign_shards(sizes: Sequence[int], nodes: int) -> list[list[int]]:
+    """Disjoint shard ids per node, balanced by bytes (largest first onto the lightest node)."""
+    load, out = [0] * nodes, [[] for _ in range(nodes)]
+    for s in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        k = min(range(nodes), key=lambda j: (load[j], j))
+        out[k].append(s)
+        load[k] += sizes[s]
+    return [sorted(ids) for ids in out]
+
+
+def read_index(location: str, comm: MPI.Intracomm, cfg: StagingConfig) -> tuple[Source, dict]:
+    """Rank 0 reads the store's index; every rank gets it (collective)."""
+    source = open_source(location)
+    problem, index = None, None
+    if comm.rank == 0:
+        try:
+            index = source.read_index(cfg.timeout, cfg.retries)
+            for split in ("train", "test"):
+                if split not in index["splits"]:
+                    problem = f"{location}: the store has no {split!r} split"
+        except (FetchError, ValueError) as exc:
+            problem = str(exc)
+    agree(comm, problem, FetchError)
+    return source, comm.bcast(index, root=0)
+
+
 class _SharedArrays:
     """numpy arrays laid out in one shared window per node; keeps the window alive."""
 
@@ -73,58 +131,34 @@ class _SharedArrays:
         self.arrays = {name: raw[offsets[name]:offsets[name] + int(np.prod(shape)) * np.dtype(dtypes[name]).itemsize]
                        .view(dtypes[name]).reshape(shape) for name, shape in shapes.items()}
 
+    def free(self) -> None:
+        """Release the window (collective over the node); the arrays must not be used afterwards."""
+        self.arrays = {}
+        self.win.Free()
 
-def stage(location: str, comm: MPI.Intracomm, intra: MPI.Intracomm, node: int, staging: str = "auto",
-          threshold: Optional[int] = None, cache_dir: Optional[str] = None, retries: int = 3,
-          timeout: float = 30.0, workers: int = 8) -> tuple[Dataset, dict]:
-    """Stage the store at ``location`` for training (collective); returns (dataset, staging record).
 
-    The dataset's arrays are views into the node's shared window.
-    """
-    if staging not in STAGING_MODES:
-        raise ValueError(f"--staging must be one of {STAGING_MODES}, got {staging!r}")
-    source = open_source(location)
-    problem, index = None, None
-    if comm.rank == 0:
-        try:
-            index = source.read_index(timeout, retries)
-        except (FetchError, ValueError) as exc:
-            problem = str(exc)
-    agree(comm, problem, FetchError)
-    index = comm.bcast(index, root=0)
-    for split in ("train", "test"):
-        if split not in index["splits"]:
-            raise FetchError(f"{location}: the store has no {split!r} split")
-    threshold = default_capacity_threshold() if threshold is None else threshold
-    # Rank 0's threshold for everyone: nodes may differ in free memory, the decision must not.
-    threshold = comm.bcast(threshold, root=0)
-    mode = choose_mode(capacity(index), threshold, staging)
-    if mode == "distributed":
-        raise ValueError(f"{location}: train capacity {capacity(index)} B is at or above the threshold "
-                         f"{threshold} B, and distributed staging is not available yet; force memory "
-                         f"mode with --staging memory, or raise --capacity-threshold")
-    stats = FetchStats()
-    node_dir = Path(cache_dir or default_cache_dir()) / f"node{node}"
+def _stage_in_memory(source: Source, index: dict, splits: Sequence[str], comm: MPI.Intracomm,
+                     intra: MPI.Intracomm, node_dir: Path, cfg: StagingConfig, stats: FetchStats):
+    """Leaders download ``splits`` whole and fill the node's shared window (collective)."""
     problem = None
     if intra.rank == 0:
-        files = [f for split in ("train", "test") for s in index["splits"][split]["shards"]
-                 for f in s["files"].values()]
+        files = [f for split in splits for s in index["splits"][split]["shards"] for f in s["files"].values()]
         try:
-            with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-                list(pool.map(lambda f: fetch_verified(source, f, str(node_dir), retries, timeout, stats=stats),
-                              files))
+            with ThreadPoolExecutor(max_workers=max(1, cfg.workers)) as pool:
+                list(pool.map(lambda f: fetch_verified(source, f, str(node_dir), cfg.retries, cfg.timeout,
+                                                       stats=stats), files))
         except (FetchError, OSError) as exc:
             problem = str(exc)
     agree(comm, problem, FetchError)
-
     feature_shape = tuple(index["feature_shape"])
-    n = {split: index["splits"][split]["samples"] for split in ("train", "test")}
-    shapes = {"X_train": (n["train"], *feature_shape), "y_train": (n["train"],),
-              "X_test": (n["test"], *feature_shape), "y_test": (n["test"],)}
-    dtypes = {"X_train": np.float32, "y_train": np.int64, "X_test": np.float32, "y_test": np.int64}
+    shapes, dtypes = {}, {}
+    for split in splits:
+        n = index["splits"][split]["samples"]
+        shapes[f"X_{split}"], dtypes[f"X_{split}"] = (n, *feature_shape), np.float32
+        shapes[f"y_{split}"], dtypes[f"y_{split}"] = (n,), np.int64
     shared = _SharedArrays(intra, shapes, dtypes)
     if intra.rank == 0:
-        for split in ("train", "test"):
+        for split in splits:
             lo = 0
             for shard in index["splits"][split]["shards"]:
                 X, y = load_shard(str(node_dir), shard)
@@ -132,13 +166,149 @@ def stage(location: str, comm: MPI.Intracomm, intra: MPI.Intracomm, node: int, s
                 shared.arrays[f"y_{split}"][lo:lo + len(y)] = y
                 lo += len(y)
     intra.Barrier()  # the window is filled before anyone reads it
+    return shared
+
+
+class DistributedTrain:
+    """The train split spread over nodes and streamed window by window (see the module docstring)."""
+
+    def __init__(self, source: Source, index: dict, comm: MPI.Intracomm, intra: MPI.Intracomm, node: int,
+                 num_nodes: int, seed: int, epochs: range, node_dir: Path, cfg: StagingConfig):
+        self.comm, self.intra, self.node, self.num_nodes, self.seed = comm, intra, node, num_nodes, seed
+        self.shards = index["splits"]["train"]["shards"]
+        self.feature_shape = tuple(index["feature_shape"])
+        self.assignment = assign_shards([s["bytes"] for s in self.shards], num_nodes)
+        self.mine = self.assignment[node]
+        self.epochs = epochs
+        self.wait_s = 0.0  # this rank's time blocked on staging
+        self.cache = None
+        problem = None
+        node_bytes = sum(self.shards[s]["bytes"] for s in self.mine)
+        largest = max((s["bytes"] for s in self.shards), default=0)
+        limit = cfg.cache_limit
+        if limit is None:  # everything this node holds, or what the disk has room for
+            node_dir.mkdir(parents=True, exist_ok=True)
+            limit = min(node_bytes, int(0.9 * shutil.disk_usage(node_dir).free))
+            if limit < largest:
+                problem = (f"node {node}: {node_dir} has room for {limit} B, less than the largest shard "
+                           f"({largest} B); free space or set --cache-dir elsewhere")
+        elif limit < largest:
+            problem = f"--cache-limit {limit} B is below the largest shard ({largest} B) of the store"
+        self.limit = limit
+        agree(comm, problem, ValueError)
+        if intra.rank == 0:
+            uses = [s for e in epochs for s in self.node_order(node, e)]
+            try:
+                self.cache = ShardCache(source, self.shards, uses, str(node_dir), limit, cfg.prefetch,
+                                        cfg.workers, cfg.retries, cfg.timeout)
+            except (OSError, ValueError) as exc:
+                problem = f"node {node}: cannot set up the cache in {node_dir}: {exc}"
+        agree(comm, problem, FetchError)
+
+    def node_order(self, node: int, epoch: int) -> list[int]:
+        """The order in which ``node`` reads its shards in ``epoch`` (seeded)."""
+        ids = self.assignment[node]
+        return [ids[i] for i in np.random.default_rng([self.seed, epoch, node, 0x5A4D]).permutation(len(ids))]
+
+    def windows(self, epoch: int) -> list[list[Optional[int]]]:
+        """Per window, every node's shard id (None once a node has run out of shards)."""
+        orders = [self.node_order(k, epoch) for k in range(self.num_nodes)]
+        depth = max(map(len, orders), default=0)
+        return [[o[t] if t < len(o) else None for o in orders] for t in range(depth)]
+
+    def window_sizes(self, epoch: int) -> list[int]:
+        """Samples in each window of ``epoch``."""
+        return [sum(self.shards[s]["samples"] for s in w if s is not None) for w in self.windows(epoch)]
+
+    def load(self, epoch: int, t: int, window: list[Optional[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """This rank's slice of its node's shard in window ``t``: (X, y, window indices) (collective)."""
+        s = window[self.node]
+        q = (epoch - self.epochs.start) * len(self.mine) + t
+        problem, paths = None, None
+        t0 = time.perf_counter()
+        if s is not None and self.cache is not None:
+            try:
+                paths = [str(p) for p in self.cache.acquire(q)]
+            except FetchError as exc:
+                problem = str(exc)
+        waited = time.perf_counter() - t0
+        problem, paths = self.intra.bcast((problem, paths), root=0)  # the file is there for the node
+        empty = np.empty((0, *self.feature_shape), np.float32), np.empty(0, np.int64), np.empty(0, np.int64)
+        X, y, idx = empty
+        t0 = time.perf_counter()
+        if s is not None and problem is None:
+            try:
+                Xs, ys = np.load(paths[0], mmap_mode="r"), np.load(paths[1], mmap_mode="r")
+                n, g, r = len(ys), self.intra.size, self.intra.rank
+                lo, hi = r * n // g, (r + 1) * n // g
+                X, y = np.array(Xs[lo:hi]), np.array(ys[lo:hi], dtype=np.int64)
+                offset = sum(self.shards[w]["samples"] for w in window[:self.node] if w is not None)
+                idx = np.arange(offset + lo, offset + hi, dtype=np.int64)
+            except (OSError, ValueError) as exc:
+                problem = f"node {self.node}: cannot read staged shard {self.shards[s]['name']}: {exc}"
+        # Data wait: the leader blocked on its download plus this rank's read; waiting for peers
+        # in the bcast is step-time skew, not data, and is left out.
+        self.wait_s += waited + time.perf_counter() - t0
+        self.intra.Barrier()  # every rank of the node holds its slice: the file may be evicted
+        if s is not None and self.cache is not None and problem is None:
+            self.cache.release(q)
+        agree(self.comm, problem, FetchError)
+        return X, y, idx
+
+    def stats(self) -> dict:
+        """Staging counters summed over nodes (collective): shards/bytes staged, hits, evictions."""
+        keys = ("shards_staged", "bytes_staged", "cache_hits", "evictions", "max_used_bytes")
+        local = np.array([self.cache.stats[k] if self.cache else 0 for k in keys]
+                         + [self.cache.fetch_stats.retries if self.cache else 0], dtype=np.float64)
+        total = np.empty_like(local)
+        self.comm.Allreduce(local, total, op=MPI.SUM)
+        peak = self.comm.allreduce(local[4], op=MPI.MAX)
+        out = {k: int(v) for k, v in zip(keys, total)}
+        out["max_used_bytes"] = int(peak)  # the largest node's peak local storage
+        out["retries"] = int(total[-1])
+        out["data_wait_s"] = self.comm.allreduce(self.wait_s, op=MPI.MAX)
+        return out
+
+    def close(self) -> None:
+        """Stop this node's download threads."""
+        if self.cache is not None:
+            self.cache.close()
+
+
+def stage(location: str, comm: MPI.Intracomm, intra: MPI.Intracomm, node: int, num_nodes: int,
+          cfg: StagingConfig, seed: int = 0, epochs: range = range(1)) -> tuple[Dataset, dict]:
+    """Stage the store at ``location`` for training (collective); returns (dataset, staging record).
+
+    Memory mode: the dataset's arrays are views into the node's shared window. Distributed mode:
+    ``dataset.X_train`` is None and ``dataset.train_stream`` streams the train split for ``epochs``.
+    """
+    if cfg.staging not in STAGING_MODES:
+        raise ValueError(f"--staging must be one of {STAGING_MODES}, got {cfg.staging!r}")
+    source, index = read_index(location, comm, cfg)
+    # Rank 0's threshold for everyone: nodes may differ in free memory, the decision must not.
+    threshold = comm.bcast(default_capacity_threshold() if cfg.threshold is None else cfg.threshold, root=0)
+    mode = choose_mode(capacity(index), threshold, cfg.staging)
+    stats = FetchStats()
+    node_dir = Path(cfg.cache_dir or default_cache_dir()) / f"node{node}"
+    splits = ("train", "test") if mode == "memory" else ("test",)
+    shared = _stage_in_memory(source, index, splits, comm, intra, node_dir, cfg, stats)
     a = shared.arrays
-    dataset = Dataset(location, a["X_train"], a["y_train"], a["X_test"], a["y_test"], int(index["classes"]))
+    stream = None
+    if mode == "distributed":
+        stream = DistributedTrain(source, index, comm, intra, node, num_nodes, seed, epochs, node_dir, cfg)
+    dataset = Dataset(location, a.get("X_train"), a.get("y_train"), a["X_test"], a["y_test"],
+                      int(index["classes"]), n_features=int(np.prod(index["feature_shape"])),
+                      train_stream=stream, train_samples=int(index["splits"]["train"]["samples"]))
     dataset._shared = shared  # keep the window alive as long as the arrays
-    info = {"event": "staging", "mode": "memory", "capacity_bytes": capacity(index), "threshold_bytes": threshold,
+    leaders = comm.allreduce(1 if intra.rank == 0 else 0)
+    info = {"event": "staging", "mode": mode, "capacity_bytes": capacity(index), "threshold_bytes": threshold,
             "bytes_downloaded": comm.allreduce(stats.bytes), "files_downloaded": comm.allreduce(stats.files),
             "cache_hits": comm.allreduce(stats.cache_hits), "retries": comm.allreduce(stats.retries),
-            "shared_bytes_per_node": comm.allreduce(shared.local_bytes) // max(1, comm.allreduce(
-                1 if intra.rank == 0 else 0)),
-            "cache_dir": str(node_dir.parent)}
+            "shared_bytes_per_node": comm.allreduce(shared.local_bytes) // max(1, leaders),
+            "cache_dir": str(node_dir.parent), "train_samples": dataset.train_samples,
+            "train_shards": len(index["splits"]["train"]["shards"])}
+    if stream is not None:
+        info.update(cache_limit_bytes=comm.allreduce(stream.limit, op=MPI.MIN), prefetch_shards=cfg.prefetch,
+                    shards_per_node=[len(ids) for ids in stream.assignment],
+                    bytes_per_node=[sum(stream.shards[s]["bytes"] for s in ids) for ids in stream.assignment])
     return dataset, info
