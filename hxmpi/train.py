@@ -292,6 +292,8 @@ class Trainer:
         self.opt.steps = int(shard["opt_steps"])
         self.rounds = int(shard["rounds"])
         self.start_epoch = int(meta["epochs_done"])
+        if self.data.train_stream is not None:
+            self.data.train_stream.seek(self.start_epoch)
 
     # ------------------------------------------------------------------ training
     def evaluate(self) -> tuple[float, float]:

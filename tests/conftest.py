@@ -66,3 +66,16 @@ def comm():
     c = _world().Dup()
     yield c
     c.Free()
+
+
+@pytest.fixture
+def shared_tmp(comm):
+    """A scratch directory made by rank 0, the same path on every rank, removed after the test."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+    path = comm.bcast(tempfile.mkdtemp(prefix="hxmpi-test-") if comm.rank == 0 else None)
+    yield Path(path)
+    comm.Barrier()
+    if comm.rank == 0:
+        shutil.rmtree(path, ignore_errors=True)

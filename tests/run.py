@@ -11,6 +11,7 @@ timed out or ran no test.
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -86,6 +87,7 @@ def main() -> int:
                         "--with-mpi", "-m", "mpi", f"--junitxml={xml}", *common]
         runs.append(run(f"mpi -n {n}", cmd, args.timeout, xml))
 
+    shutil.rmtree(tmp, ignore_errors=True)  # the reports are parsed; nothing of the run is left behind
     total = {k: sum(c[k] for c, _ in runs) for k in ("passed", "failed", "errors", "skipped")}
     all_ok = all(ok for _, ok in runs) and total["passed"] > 0
     labels = ["serial"] * (not args.no_serial) + [f"np={n}" for n in args.sizes]

@@ -29,11 +29,10 @@ def belady_misses(uses, sizes, limit):
         if s in cached:
             continue
         misses += 1
-        def next_use(v):
-            later = [i for i in range(q + 1, len(uses)) if uses[i] == v]
-            return later[0] if later else float("inf")
+        later = {v: next((i for i in range(q + 1, len(uses)) if uses[i] == v), float("inf")) for v in cached}
         while sum(sizes[v] for v in cached) + sizes[s] > limit:
-            cached.remove(max(cached, key=next_use))
+            victim = max(cached, key=later.get)
+            cached.remove(victim)
         cached.add(s)
     return misses
 
@@ -53,7 +52,7 @@ def test_eviction_is_beladys_optimum_and_respects_the_limit(shop, tmp_path, slot
     limit = slots * max(s["bytes"] for s in shards)
 
     def check(q, paths):  # the bytes handed out are the store's, and the disk stays under the limit
-        for p, f in zip(paths, shards[uses[q]]["files"].values()):
+        for p, f in zip(paths, shards[uses[q]]["files"].values(), strict=True):
             assert sha256_file(p) == f["sha256"]
         assert sum(p.stat().st_size for p in tmp_path.glob("train-*.npy")) <= limit
 
@@ -68,12 +67,14 @@ def test_eviction_is_beladys_optimum_and_respects_the_limit(shop, tmp_path, slot
 def test_prefetch_stages_ahead_without_being_asked(shop, tmp_path):
     root, shards, server = shop
     uses = list(range(6))
-    cache = ShardCache(open_source(server.url), shards, uses, str(tmp_path), 10**9, prefetch=3, workers=2)
+    cache = ShardCache(open_source(server.url), shards, uses, str(tmp_path), 10**9, prefetch=2, workers=2)
     cache.acquire(0)
-    with cache.cond:  # shards of uses 1..3 arrive while use 0 is held; use 4 is beyond the horizon
-        assert cache.cond.wait_for(lambda: all(cache.state[s] == READY for s in uses[:4]), timeout=30)
-        assert cache.state[4] != READY
+    with cache.cond:  # while a window loads, only its shard is fetched
+        assert [s for s in uses if cache.state[s] != 0] == [0]
     cache.release(0)
+    with cache.cond:  # then the next two uses arrive unasked; use 3 is beyond the horizon
+        assert cache.cond.wait_for(lambda: all(cache.state[s] == READY for s in uses[1:3]), timeout=30)
+        assert cache.state[3] == 0
     consume(cache, uses, start=1)
     cache.close()
     assert cache.stats["shards_staged"] == 6

@@ -1,6 +1,7 @@
 """Staging from a real HTTP store: memory mode (one verified download and one shared copy per node),
 distributed mode (disjoint shards per node, bounded cache) and the pre-train switch between them."""
 import json
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from hxmpi.train import Trainer, build_parser
 from test_store import FaultServer
 
 pytestmark = pytest.mark.mpi
+_scratch = []  # cache directories of this module's jobs, removed with the store
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +33,8 @@ def http_store():
     comm.Barrier()
     if server:
         server.close()
+        for path in [root, *_scratch]:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def trainer(comm, url, cache, *extra):
@@ -39,9 +43,9 @@ def trainer(comm, url, cache, *extra):
                                               "--update", "sync", *extra]), comm)
 
 
-def test_memory_mode_one_download_and_one_copy_per_node(comm, http_store):
+def test_memory_mode_one_download_and_one_copy_per_node(comm, http_store, shared_tmp):
     server, url, root = http_store
-    cache = comm.bcast(tempfile.mkdtemp(prefix="hxmpi-cache-") if comm.rank == 0 else None)
+    cache = str(shared_tmp)
     t = trainer(comm, url, cache)
     nodes = t.hc.topology.num_nodes
     info = t.staging_info
@@ -62,13 +66,13 @@ def test_memory_mode_one_download_and_one_copy_per_node(comm, http_store):
     assert again.staging_info["files_downloaded"] == 0 and again.staging_info["cache_hits"] == nodes * n_files
 
 
-def test_corrupt_store_file_fails_on_every_rank(comm, http_store):
+def test_corrupt_store_file_fails_on_every_rank(comm, http_store, shared_tmp):
     server, url, root = http_store
     name = "train-00001-x.npy"
     if server:
         server.faults[name] = ["corrupt"] * 100
     comm.Barrier()
-    cache = comm.bcast(tempfile.mkdtemp(prefix="hxmpi-cache-") if comm.rank == 0 else None)
+    cache = str(shared_tmp)
     with pytest.raises(FetchError, match=f"{name} from {url}/{name}: sha256 mismatch"):
         trainer(comm, url, cache, "--retries", "1", "--timeout", "5")
     comm.Barrier()
@@ -82,7 +86,10 @@ def run_args(url, cache, *extra):
 
 
 def fresh_dir(comm):
-    return comm.bcast(tempfile.mkdtemp(prefix="hxmpi-cache-") if comm.rank == 0 else None)
+    """An empty cache directory for one job of a test (removed with the module's store)."""
+    path = comm.bcast(tempfile.mkdtemp(prefix="hxmpi-cache-") if comm.rank == 0 else None)
+    _scratch.append(path)
+    return path
 
 
 def train_requests(server, comm):
@@ -133,7 +140,8 @@ def test_distributed_mode_progress_is_logged(comm, http_store, tmp_path_factory)
         epochs = [r for r in records if r["event"] == "epoch"]
         staged = epochs[-1]["staging"]
         assert staged["max_used_bytes"] <= limit and staged["evictions"] > 0
-        assert staged["shards_staged"] >= len(json.loads((root / "index.json").read_text())["splits"]["train"]["shards"])
+        shards = json.loads((root / "index.json").read_text())["splits"]["train"]["shards"]
+        assert staged["shards_staged"] >= len(shards)
         assert staged["bytes_staged"] > 0 and 0 <= epochs[-1]["data_wait_fraction"] < 1
         assert 0 < records[-1]["time_to_first_batch_s"] and records[-1]["data_wait_s"] == staged["data_wait_s"]
 
@@ -186,6 +194,8 @@ def growing_store():
     comm.Barrier()
     if server:
         server.close()
+        for path in [root, *_scratch]:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def first_read_small(comm, server):
@@ -224,3 +234,30 @@ def test_pretrain_reaching_target_stops(comm, growing_store):
     decision = next(e for e in t.events if e["event"] == "staging_decision")
     assert decision["decision"] == "stop: target reached" and decision["accuracy"] >= 0.3
     assert summary["stop_reason"] == "target accuracy reached in pre-training" and summary["epochs"] < 50
+
+
+def test_distributed_resume_is_bit_identical(comm, http_store, tmp_path_factory):
+    _, url, _ = http_store
+    ckpt = comm.bcast(str(tmp_path_factory.mktemp("ckpt")) if comm.rank == 0 else None)
+    common = ["--staging", "distributed", "--epochs", "3", "--cache-limit", "60K"]
+    full = Trainer(run_args(url, fresh_dir(comm), *common), comm)
+    full.run()
+    Trainer(run_args(url, fresh_dir(comm), *common, "--checkpoint", ckpt, "--stop-after", "1"), comm).run()
+    second = Trainer(run_args(url, fresh_dir(comm), *common, "--checkpoint", ckpt, "--resume"), comm)
+    second.load_checkpoint()
+    assert second.start_epoch == 1
+    second.run()
+    assert np.array_equal(second.flat.params, full.flat.params)
+
+
+def test_default_cache_directory_is_removed_after_the_run(comm, http_store):
+    from hxmpi.data.staging import default_cache_dir
+    _, url, _ = http_store
+    args = build_parser().parse_args(["--quiet", "--dataset", url, "--ranks-per-node", "2", "--epochs", "1",
+                                      "--staging", "distributed", "--update", "sync"])
+    t = Trainer(args, comm)
+    where = Path(default_cache_dir()) / f"node{t.hc.topology.node}"
+    assert comm.allreduce(where.is_dir(), op=MPI.LAND)
+    t.run()
+    comm.Barrier()
+    assert not where.exists() and not Path(default_cache_dir()).exists()

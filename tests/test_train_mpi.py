@@ -1,6 +1,5 @@
 """Trainer under MPI: rank-count invariance, exact resume, MoE gradients against one process."""
 import os
-import tempfile
 
 import numpy as np
 import pytest
@@ -39,8 +38,8 @@ def test_shuffle_modes_agree(comm, shuffle):
     assert a["test_loss"] == pytest.approx(b["test_loss"], rel=1e-9)
 
 
-def test_resume_is_bit_identical(comm):
-    tmp = comm.bcast(tempfile.mkdtemp(prefix="hxmpi-ckpt-") if comm.rank == 0 else None)
+def test_resume_is_bit_identical(comm, shared_tmp):
+    tmp = str(shared_tmp)
     ckpt = os.path.join(tmp, "ckpt")
     common = ["--epochs", "4", "--model", "moe", "--experts", str(comm.size * 2), "--checkpoint", ckpt,
               "--update", "sync"]
@@ -58,9 +57,9 @@ def test_resume_is_bit_identical(comm):
     assert np.array_equal(second.opt.velocity, full.opt.velocity)
 
 
-def test_resume_rejects_other_model(comm):
+def test_resume_rejects_other_model(comm, shared_tmp):
     from hxmpi.train import UsageError
-    tmp = comm.bcast(tempfile.mkdtemp(prefix="hxmpi-ckpt-") if comm.rank == 0 else None)
+    tmp = str(shared_tmp)
     Trainer(build_parser().parse_args(["--quiet", "--epochs", "1", "--checkpoint", tmp]), comm).run()
     t = Trainer(build_parser().parse_args(["--quiet", "--hidden", "32", "--checkpoint", tmp, "--resume"]), comm)
     with pytest.raises(UsageError, match="hidden"):

@@ -5,6 +5,7 @@ shipped in ``digits.npz`` with its attribution in ``DIGITS_LICENSE.txt``; it nee
 """
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from importlib import resources
 from typing import Optional
@@ -44,6 +45,14 @@ class Dataset:
             self.X_train = self.y_train = self.X_test = self.y_test = None
             shared.free()
             self._shared = None
+        scratch = getattr(self, "_scratch", None)
+        if scratch is not None:  # a per-job default cache directory: nothing in it outlives the job
+            shutil.rmtree(scratch, ignore_errors=True)
+            try:
+                scratch.parent.rmdir()  # only if no other node's folder is left in it
+            except OSError:
+                pass
+            self._scratch = None
 
 
 def load_digits() -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,7 @@ in an order known in advance from the seed (the *use sequence*), which lets the 
 
 - download the shards of the next ``prefetch`` uses in parallel threads while the current shard is
   being trained on, each file verified by ``fetch_verified`` (temp file, size + sha256, rename);
-  while training waits for a shard, that download runs alone;
+  while a window is being loaded, only its shard is fetched;
 - stay under ``limit`` bytes of local storage: to make room it evicts the cached shard whose next
   use is furthest away (Belady's rule, optimal when the future order is known), and only if that
   use comes after the one being fetched. A shard in use is pinned and never evicted.
@@ -49,7 +49,7 @@ class ShardCache:
         self.fresh = [False] * len(self.shards)  # downloaded since its last use
         self.pinned: set[int] = set()
         self.pos = 0
-        self.waiting = True  # a consumer is (or, at start, soon will be) blocked in acquire()
+        self.loading = True  # between acquire() and release(): a window is being loaded (and first)
         self.used = 0  # bytes on disk or being downloaded
         self.fetch_stats = FetchStats()
         self.stats = {"shards_staged": 0, "bytes_staged": 0, "cache_hits": 0, "evictions": 0,
@@ -81,7 +81,7 @@ class ShardCache:
                 continue
             ok = s in self._positions and all(
                 p.exists() and p.stat().st_size == f["bytes"] and sha256_file(p) == f["sha256"]
-                for p, f in zip(files, shard["files"].values()))
+                for p, f in zip(files, shard["files"].values(), strict=True))
             if ok:
                 self.state[s] = READY
                 self.used += shard["bytes"]
@@ -112,13 +112,13 @@ class ShardCache:
 
     def _pick(self) -> Optional[int]:
         """The next shard to download, in use order within the prefetch horizon, if it fits."""
-        for q in range(self.pos, min(self.pos + self.prefetch + 1, len(self.uses))):
+        # While training waits for a window, only its shard is fetched: the store's bandwidth goes
+        # to what is needed now, on this node and on the others (which makes the first batch
+        # arrive after one shard per node, not after K + 1).
+        horizon = 1 if self.loading else self.prefetch  # pos is the next window once released
+        for q in range(self.pos, min(self.pos + horizon, len(self.uses))):
             s = self.uses[q]
             if self.state[s] != ABSENT:
-                if self.waiting and q == self.pos and self.state[s] == FETCHING:
-                    # Training waits for this one: give it the store's whole bandwidth (this is
-                    # what makes the first batch arrive after one shard, not after K + 1).
-                    return None
                 continue
             if not self._make_room(self.shards[s]["bytes"], q):
                 return None  # later shards must not overtake one that is needed sooner
@@ -137,16 +137,15 @@ class ShardCache:
                     self.cond.wait()
                 if self.closed:
                     return
-            problem, staged = None, 0
+            problem, job_stats = None, FetchStats()  # per job: workers run concurrently
             try:
-                before = self.fetch_stats.bytes
                 for f in self.shards[job]["files"].values():
-                    fetch_verified(self.source, f, str(self.dir), self.retries, self.timeout,
-                                   stats=self.fetch_stats)
-                staged = self.fetch_stats.bytes - before
+                    fetch_verified(self.source, f, str(self.dir), self.retries, self.timeout, stats=job_stats)
             except (FetchError, OSError) as exc:  # disk full, permissions: reported like fetch errors
                 problem = str(exc)
             with self.cond:
+                for key in ("files", "bytes", "cache_hits", "retries"):
+                    setattr(self.fetch_stats, key, getattr(self.fetch_stats, key) + getattr(job_stats, key))
                 if problem:
                     self.state[job] = FAILED
                     self.error[job] = problem
@@ -155,7 +154,7 @@ class ShardCache:
                     self.state[job] = READY
                     self.fresh[job] = True
                     self.stats["shards_staged"] += 1
-                    self.stats["bytes_staged"] += staged
+                    self.stats["bytes_staged"] += job_stats.bytes
                 self.cond.notify_all()
 
     # ------------------------------------------------------------------ consumer
@@ -165,12 +164,9 @@ class ShardCache:
         t0 = time.perf_counter()
         with self.cond:
             self.pos = q
-            self.waiting = True
-            self.cond.notify_all()
+            self.loading = True
             while self.state[s] not in (READY, FAILED):
                 self.cond.wait()
-            self.waiting = False
-            self.cond.notify_all()
             self.stats["wait_s"] += time.perf_counter() - t0
             if self.state[s] == FAILED:
                 raise FetchError(self.error[s])
@@ -180,11 +176,18 @@ class ShardCache:
             self.fresh[s] = False
         return self._files(s)
 
+    def seek(self, q: int) -> None:
+        """The next use will be ``q`` (a resumed run): prefetch from there."""
+        with self.cond:
+            self.pos = q
+            self.cond.notify_all()
+
     def release(self, q: int) -> None:
         """The shard of use ``q`` is in memory now: unpin it and let prefetching move past it."""
         with self.cond:
             self.pinned.discard(self.uses[q])
             self.pos = q + 1
+            self.loading = False
             self.cond.notify_all()
 
     def close(self) -> None:

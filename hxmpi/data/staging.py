@@ -250,9 +250,14 @@ class DistributedTrain:
         # in the bcast is step-time skew, not data, and is left out.
         self.wait_s += waited + time.perf_counter() - t0
         self.intra.Barrier()  # every rank of the node holds its slice: the file may be evicted
-        if s is not None and self.cache is not None and problem is None:
+        try:
+            agree(self.comm, problem, FetchError)
+        except FetchError:
+            self.close()
+            raise
+        # Only now, with the window loaded everywhere, may prefetching take bandwidth again.
+        if s is not None and self.cache is not None:
             self.cache.release(q)
-        agree(self.comm, problem, FetchError)
         return X, y, idx
 
     def stats(self) -> dict:
@@ -263,11 +268,16 @@ class DistributedTrain:
         total = np.empty_like(local)
         self.comm.Allreduce(local, total, op=MPI.SUM)
         peak = self.comm.allreduce(local[4], op=MPI.MAX)
-        out = {k: int(v) for k, v in zip(keys, total)}
+        out = {k: int(v) for k, v in zip(keys, total[:len(keys)], strict=True)}
         out["max_used_bytes"] = int(peak)  # the largest node's peak local storage
         out["retries"] = int(total[-1])
         out["data_wait_s"] = self.comm.allreduce(self.wait_s, op=MPI.MAX)
         return out
+
+    def seek(self, epoch: int) -> None:
+        """Training resumes at ``epoch``: stage from its first shard on."""
+        if self.cache is not None:
+            self.cache.seek((epoch - self.epochs.start) * len(self.mine))
 
     def close(self) -> None:
         """Stop this node's download threads."""
@@ -284,6 +294,7 @@ def stage(location: str, comm: MPI.Intracomm, intra: MPI.Intracomm, node: int, n
     """
     if cfg.staging not in STAGING_MODES:
         raise ValueError(f"--staging must be one of {STAGING_MODES}, got {cfg.staging!r}")
+    t0 = time.perf_counter()
     source, index = read_index(location, comm, cfg)
     # Rank 0's threshold for everyone: nodes may differ in free memory, the decision must not.
     threshold = comm.bcast(default_capacity_threshold() if cfg.threshold is None else cfg.threshold, root=0)
@@ -300,13 +311,16 @@ def stage(location: str, comm: MPI.Intracomm, intra: MPI.Intracomm, node: int, n
                       int(index["classes"]), n_features=int(np.prod(index["feature_shape"])),
                       train_stream=stream, train_samples=int(index["splits"]["train"]["samples"]))
     dataset._shared = shared  # keep the window alive as long as the arrays
+    if cfg.cache_dir is None and intra.rank == 0:
+        dataset._scratch = node_dir  # the default per-job directory goes when the data does
     leaders = comm.allreduce(1 if intra.rank == 0 else 0)
     info = {"event": "staging", "mode": mode, "capacity_bytes": capacity(index), "threshold_bytes": threshold,
             "bytes_downloaded": comm.allreduce(stats.bytes), "files_downloaded": comm.allreduce(stats.files),
             "cache_hits": comm.allreduce(stats.cache_hits), "retries": comm.allreduce(stats.retries),
             "shared_bytes_per_node": comm.allreduce(shared.local_bytes) // max(1, leaders),
             "cache_dir": str(node_dir.parent), "train_samples": dataset.train_samples,
-            "train_shards": len(index["splits"]["train"]["shards"])}
+            "train_shards": len(index["splits"]["train"]["shards"]),
+            "staging_s": comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)}
     if stream is not None:
         info.update(cache_limit_bytes=comm.allreduce(stream.limit, op=MPI.MIN), prefetch_shards=cfg.prefetch,
                     shards_per_node=[len(ids) for ids in stream.assignment],
