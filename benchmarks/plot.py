@@ -3,7 +3,8 @@
     python benchmarks/plot.py benchmarks/results/*.json --out-dir benchmarks/results
 
 One PNG per JSON, named after it: latency vs block size per algorithm (osu_alltoallv), GB/s vs
-block size per method (pack), measured vs model (calibrate), loss curves (train).
+block size per method (pack), measured vs model (calibrate), loss curves (train), first batch,
+wait and wall time per staging mode (staging).
 """
 from __future__ import annotations
 
@@ -62,7 +63,20 @@ def plot_train(d: dict):
     return fig, ax
 
 
-PLOTTERS = {"osu_alltoallv": plot_osu, "pack": plot_pack, "calibrate": plot_calibrate, "train": plot_train}
+def plot_staging(d: dict):
+    fig, ax = _axes(f"staging at {d['args']['bandwidth']:g} MB/s, {d['world_size']} ranks", "", "seconds",
+                    logx=False, logy=False)
+    rows = d["results"]
+    x = range(len(rows))
+    for i, (key, label) in enumerate((("time_to_first_batch_s", "time to first batch"),
+                                      ("data_wait_s", "waiting for data"), ("wall_s", "wall time"))):
+        ax.bar([j + (i - 1) * 0.27 for j in x], [r[key] for r in rows], width=0.27, label=label)
+    ax.set_xticks(list(x), [r["mode"] for r in rows])
+    return fig, ax
+
+
+PLOTTERS = {"osu_alltoallv": plot_osu, "pack": plot_pack, "calibrate": plot_calibrate, "train": plot_train,
+            "staging": plot_staging}
 
 
 def main(argv=None) -> int:

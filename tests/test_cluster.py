@@ -56,6 +56,20 @@ def test_exchange_suite_on_three_hosts(hosts):
     assert " passed" in proc.stdout and " failed" not in proc.stdout, tail
 
 
+def test_staging_suite_on_three_hosts(hosts):
+    """Memory and distributed staging and the pre-train switch, with the HTTP store on host 0 and
+    every other host fetching over the emulated network."""
+    state = cluster.load_state(NAME)
+    env = dict(os.environ, HXMPI_TEST_HTTP_HOST=state["hosts"][0]["ip"])
+    cmd = [sys.executable, "-m", "mpi4py", "-m", "pytest", str(TESTS / "test_staging_mpi.py"), "--with-mpi",
+           "-m", "mpi", "-q", "-p", "no:cacheprovider", "--color=no"]
+    proc = subprocess.run([cluster.find_mpirun(), *cluster.mpirun_args(state), "-x", "HXMPI_TEST_HTTP_HOST",
+                           "-n", "5", *cmd], env=env, capture_output=True, text=True, timeout=1200)
+    tail = proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0, tail
+    assert " passed" in proc.stdout and " failed" not in proc.stdout, tail
+
+
 def test_hosts_are_separate_nodes(hosts):
     state = cluster.load_state(NAME)
     code = "from mpi4py import MPI; import hxmpi; t = hxmpi.Topology(); print(MPI.Get_processor_name(), t.node, t.node_sizes)"

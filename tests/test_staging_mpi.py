@@ -117,13 +117,15 @@ def test_distributed_mode_disjoint_bounded_and_as_accurate_as_memory(comm, http_
     assert set(requests.values()) == {1} and len(requests) == 2 * len(shards)
     assert nodes == len(t.staging_info["shards_per_node"])
 
-    # Bounded to two shards per node: evictions happen, the limit holds, accuracy matches memory mode.
+    # Above the threshold and bounded to two shards per node: the limit holds, and the accuracy is
+    # memory mode's within 2 points.
     limit = 2 * max(s["bytes"] for s in shards)
-    t = Trainer(run_args(url, fresh_dir(comm), "--staging", "distributed", "--cache-limit", str(limit),
+    t = Trainer(run_args(url, fresh_dir(comm), "--capacity-threshold", "1000", "--cache-limit", str(limit),
                          "--prefetch-shards", "1"), comm)
     summary = t.run()
     last = [e for e in t.events if e.get("event") == "staging"][-1]
-    assert last["cache_limit_bytes"] == limit
+    assert last["mode"] == "distributed" and last["cache_limit_bytes"] == limit
+    assert [e for e in t.events if e.get("event") == "epoch"][-1]["staging"]["max_used_bytes"] <= limit
     assert abs(summary["test_accuracy"] - memory["test_accuracy"]) <= 0.02
     assert summary["test_accuracy"] >= 0.9
 

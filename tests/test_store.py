@@ -1,5 +1,6 @@
 """Store format and verified fetching, against a real HTTP server on 127.0.0.1 with injected faults."""
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -66,8 +67,10 @@ class FaultServer:
                 else:
                     self.wfile.write(body)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        # Loopback by default; the emulated-cluster tier passes host 0's address so other hosts reach it.
+        host = os.environ.get("HXMPI_TEST_HTTP_HOST", "127.0.0.1")
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
+        self.url = f"http://{host}:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
