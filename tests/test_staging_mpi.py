@@ -18,15 +18,17 @@ pytestmark = pytest.mark.mpi
 _scratch = []  # cache directories of this module's jobs, removed with the store
 
 
-@pytest.fixture(scope="module")
-def http_store():
-    """Rank 0 writes a store and serves it over HTTP on 127.0.0.1; every rank gets the URL."""
+def _serve(seed, separation, prepare=None):
+    """Rank 0 writes a store (3000 samples of 12 features, 4 classes, ~20 KB shards), lets
+    ``prepare(root, index)`` change it, and serves it over HTTP; yields (server, url, root)."""
     comm = MPI.COMM_WORLD
     server, root = None, None
     if comm.rank == 0:
         root = Path(tempfile.mkdtemp(prefix="hxmpi-store-"))
-        X, y = make_synthetic(3000, 12, 4, seed=3, separation=2.0)
-        write_store(str(root), split_train_test(X, y, 0.2, 3), 4, shard_mb=0.02)
+        X, y = make_synthetic(3000, 12, 4, seed=seed, separation=separation)
+        index = write_store(str(root), split_train_test(X, y, 0.2, seed), 4, shard_mb=0.02)
+        if prepare:
+            prepare(root, index)
         server = FaultServer(root)
     url, root = comm.bcast((server.url if server else None, str(root) if root else None), root=0)
     yield server, url, Path(root)
@@ -35,6 +37,12 @@ def http_store():
         server.close()
         for path in [root, *_scratch]:
             shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def http_store():
+    """A well separated store served over HTTP; every rank gets (server or None, url, root)."""
+    yield from _serve(3, 2.0)
 
 
 def trainer(comm, url, cache, *extra):
@@ -175,29 +183,20 @@ def test_shuffle_none_is_refused_for_distributed_staging(comm, http_store):
         Trainer(run_args(url, fresh_dir(comm), "--staging", "distributed", "--shuffle", "none"), comm)
 
 
+def _small_index(root, index):
+    """index-small.json: the same store listing only its first two train shards."""
+    train = index["splits"]["train"]
+    train["shards"] = train["shards"][:2]
+    train["samples"] = sum(s["samples"] for s in train["shards"])
+    train["bytes"] = sum(s["bytes"] for s in train["shards"])
+    (root / "index-small.json").write_text(json.dumps(index))
+
+
 @pytest.fixture(scope="module")
 def growing_store():
-    """A store with overlapping classes (best accuracy ~0.88) whose index first lists only two
-    train shards; every later read shows the full store, as if it had grown meanwhile."""
-    comm = MPI.COMM_WORLD
-    server, root = None, None
-    if comm.rank == 0:
-        root = Path(tempfile.mkdtemp(prefix="hxmpi-store-"))
-        X, y = make_synthetic(3000, 12, 4, seed=4, separation=1.0)
-        index = write_store(str(root), split_train_test(X, y, 0.2, 4), 4, shard_mb=0.02)
-        train = index["splits"]["train"]
-        train["shards"] = train["shards"][:2]
-        train["samples"] = sum(s["samples"] for s in train["shards"])
-        train["bytes"] = sum(s["bytes"] for s in train["shards"])
-        (root / "index-small.json").write_text(json.dumps(index))
-        server = FaultServer(root)
-    url, root = comm.bcast((server.url if server else None, str(root) if root else None), root=0)
-    yield server, url, Path(root)
-    comm.Barrier()
-    if server:
-        server.close()
-        for path in [root, *_scratch]:
-            shutil.rmtree(path, ignore_errors=True)
+    """A store with overlapping classes (best accuracy ~0.88) whose index, after
+    ``first_read_small``, first lists only two train shards, and the full store on later reads."""
+    yield from _serve(4, 1.0, _small_index)
 
 
 def first_read_small(comm, server):
