@@ -155,3 +155,14 @@ def test_parse_bytes():
     assert parse_bytes("2k") == 2048
     with pytest.raises(ValueError, match="expected a size like"):
         parse_bytes("lots")
+
+
+def test_cache_limit_defaults_and_refusals(tmp_path):
+    from hxmpi.data.staging import cache_limit
+    assert cache_limit(None, [30, 50], 80, tmp_path) == (80, None)  # all of this node's shards
+    assert cache_limit(None, [], 80, tmp_path) == (0, None)  # a node without shards needs no room
+    assert cache_limit(100, [30], 80, tmp_path) == (100, None)
+    limit, problem = cache_limit(79, [30], 80, tmp_path)
+    assert problem == "--cache-limit 79 B is below the largest shard (80 B) of the store"
+    limit, problem = cache_limit(None, [1 << 62], 1 << 62, tmp_path)  # more than any disk holds
+    assert problem.startswith(f"{tmp_path} has room for ") and "free space or set --cache-dir" in problem

@@ -32,7 +32,7 @@ class ShardCache:
 
     def __init__(self, source: Source, shards: Sequence[dict], uses: Sequence[int], directory: str,
                  limit: int, prefetch: int = 2, workers: int = 4, retries: int = 3, timeout: float = 30.0):
-        largest = max((s["bytes"] for s in shards), default=0)
+        largest = max((shards[s]["bytes"] for s in set(uses)), default=0)
         if limit < largest:
             raise ValueError(f"cache limit {limit} B is below the largest shard ({largest} B); "
                              f"raise --cache-limit")

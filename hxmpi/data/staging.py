@@ -98,6 +98,22 @@ def assign_shards(sizes: Sequence[int], nodes: int) -> list[list[int]]:
     return [sorted(ids) for ids in out]
 
 
+def cache_limit(requested: Optional[int], node_shard_bytes: Sequence[int], largest: int,
+                node_dir: Path) -> tuple[int, Optional[str]]:
+    """(limit, problem): the requested bound must hold the store's largest shard; by default a node
+    keeps all its shards, or 90% of the free disk if that is less (and still holds its largest)."""
+    if requested is not None:
+        if requested < largest:
+            return requested, f"--cache-limit {requested} B is below the largest shard ({largest} B) of the store"
+        return requested, None
+    node_dir.mkdir(parents=True, exist_ok=True)
+    room = int(0.9 * shutil.disk_usage(node_dir).free)
+    if room < max(node_shard_bytes, default=0):
+        return room, (f"{node_dir} has room for {room} B, less than the largest shard of this node "
+                      f"({max(node_shard_bytes)} B); free space or set --cache-dir elsewhere")
+    return min(sum(node_shard_bytes), room), None
+
+
 def read_index(location: str, comm: MPI.Intracomm, cfg: StagingConfig) -> tuple[Source, dict]:
     """Rank 0 reads the store's index; every rank gets it (collective)."""
     source = open_source(location)
@@ -173,29 +189,16 @@ class DistributedTrain:
     """The train split spread over nodes and streamed window by window (see the module docstring)."""
 
     def __init__(self, source: Source, index: dict, comm: MPI.Intracomm, intra: MPI.Intracomm, node: int,
-                 num_nodes: int, seed: int, epochs: range, node_dir: Path, cfg: StagingConfig):
+                 num_nodes: int, seed: int, epochs: range, node_dir: Path, limit: int, cfg: StagingConfig):
         self.comm, self.intra, self.node, self.num_nodes, self.seed = comm, intra, node, num_nodes, seed
         self.shards = index["splits"]["train"]["shards"]
         self.feature_shape = tuple(index["feature_shape"])
         self.assignment = assign_shards([s["bytes"] for s in self.shards], num_nodes)
         self.mine = self.assignment[node]
-        self.epochs = epochs
+        self.epochs, self.limit = epochs, limit
         self.wait_s = 0.0  # this rank's time blocked on staging
         self.cache = None
         problem = None
-        node_bytes = sum(self.shards[s]["bytes"] for s in self.mine)
-        largest = max((s["bytes"] for s in self.shards), default=0)
-        limit = cfg.cache_limit
-        if limit is None:  # everything this node holds, or what the disk has room for
-            node_dir.mkdir(parents=True, exist_ok=True)
-            limit = min(node_bytes, int(0.9 * shutil.disk_usage(node_dir).free))
-            if limit < largest:
-                problem = (f"node {node}: {node_dir} has room for {limit} B, less than the largest shard "
-                           f"({largest} B); free space or set --cache-dir elsewhere")
-        elif limit < largest:
-            problem = f"--cache-limit {limit} B is below the largest shard ({largest} B) of the store"
-        self.limit = limit
-        agree(comm, problem, ValueError)
         if intra.rank == 0:
             uses = [s for e in epochs for s in self.node_order(node, e)]
             try:
@@ -301,12 +304,18 @@ def stage(location: str, comm: MPI.Intracomm, intra: MPI.Intracomm, node: int, n
     mode = choose_mode(capacity(index), threshold, cfg.staging)
     stats = FetchStats()
     node_dir = Path(cfg.cache_dir or default_cache_dir()) / f"node{node}"
+    if mode == "distributed":  # a bad limit fails before any download
+        shards = index["splits"]["train"]["shards"]
+        mine = assign_shards([s["bytes"] for s in shards], num_nodes)[node]
+        limit, problem = cache_limit(cfg.cache_limit, [shards[s]["bytes"] for s in mine],
+                                     max((s["bytes"] for s in shards), default=0), node_dir)
+        agree(comm, problem, ValueError)
     splits = ("train", "test") if mode == "memory" else ("test",)
     shared = _stage_in_memory(source, index, splits, comm, intra, node_dir, cfg, stats)
     a = shared.arrays
     stream = None
     if mode == "distributed":
-        stream = DistributedTrain(source, index, comm, intra, node, num_nodes, seed, epochs, node_dir, cfg)
+        stream = DistributedTrain(source, index, comm, intra, node, num_nodes, seed, epochs, node_dir, limit, cfg)
     dataset = Dataset(location, a.get("X_train"), a.get("y_train"), a["X_test"], a["y_test"],
                       int(index["classes"]), n_features=int(np.prod(index["feature_shape"])),
                       train_stream=stream, train_samples=int(index["splits"]["train"]["samples"]))
