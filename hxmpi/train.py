@@ -163,7 +163,8 @@ class Trainer:
         self.hc = HierComm(comm, ranks_per_node=args.ranks_per_node)
         self.staging_info = None
         self.staging_cfg = StagingConfig(args.staging, args.capacity_threshold, args.cache_dir, args.cache_limit,
-                                         args.prefetch_shards, args.retries, args.timeout, args.fetch_workers)
+                                         args.prefetch_shards, args.retries, args.timeout, args.fetch_workers,
+                                         progress=not args.quiet)
         if args.target_accuracy is not None and not 0.0 <= args.target_accuracy <= 1.0:
             raise UsageError(f"--target-accuracy must lie in [0, 1], got {args.target_accuracy}")
         if args.pretrain_time is not None and (args.target_accuracy is None or args.pretrain_time <= 0):

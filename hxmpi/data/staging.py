@@ -22,9 +22,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -52,6 +53,7 @@ class StagingConfig:
     retries: int = 3
     timeout: float = 30.0
     workers: int = 8
+    progress: bool = False  # rank 0 reports download progress on stderr
 
 
 def parse_bytes(text: str) -> int:
@@ -153,6 +155,29 @@ class _SharedArrays:
         self.win.Free()
 
 
+def _fetch_all(source: Source, files: list[dict], node_dir: Path, cfg: StagingConfig, stats: FetchStats,
+               report: bool) -> None:
+    """Fetch ``files`` in parallel threads, verified; with ``report``, a progress line every 2 s."""
+    total = sum(f["bytes"] for f in files)
+    done, shown = 0, time.perf_counter()
+
+    def one(f):
+        own = FetchStats()  # per file: threads must not update shared counters
+        fetch_verified(source, f, str(node_dir), cfg.retries, cfg.timeout, stats=own)
+        return own
+
+    with ThreadPoolExecutor(max_workers=max(1, cfg.workers)) as pool:
+        for i, fut in enumerate(as_completed([pool.submit(one, f) for f in files]), 1):
+            own = fut.result()
+            for key in ("files", "bytes", "cache_hits", "retries"):
+                setattr(stats, key, getattr(stats, key) + getattr(own, key))
+            done += own.bytes
+            if report and (time.perf_counter() - shown > 2.0 or i == len(files)):
+                shown = time.perf_counter()
+                print(f"staging: {i}/{len(files)} files, {done / 2**20:.1f} MiB downloaded of "
+                      f"{total / 2**20:.1f} MiB ({stats.cache_hits} from cache)", file=sys.stderr, flush=True)
+
+
 def _stage_in_memory(source: Source, index: dict, splits: Sequence[str], comm: MPI.Intracomm,
                      intra: MPI.Intracomm, node_dir: Path, cfg: StagingConfig, stats: FetchStats):
     """Leaders download ``splits`` whole and fill the node's shared window (collective)."""
@@ -160,9 +185,7 @@ def _stage_in_memory(source: Source, index: dict, splits: Sequence[str], comm: M
     if intra.rank == 0:
         files = [f for split in splits for s in index["splits"][split]["shards"] for f in s["files"].values()]
         try:
-            with ThreadPoolExecutor(max_workers=max(1, cfg.workers)) as pool:
-                list(pool.map(lambda f: fetch_verified(source, f, str(node_dir), cfg.retries, cfg.timeout,
-                                                       stats=stats), files))
+            _fetch_all(source, files, node_dir, cfg, stats, report=cfg.progress and comm.rank == 0)
         except (FetchError, OSError) as exc:
             problem = str(exc)
     agree(comm, problem, FetchError)
