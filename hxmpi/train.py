@@ -210,7 +210,7 @@ class Trainer:
 
     # ------------------------------------------------------------------ data
     def _stage(self, cfg: StagingConfig, epochs: range) -> None:
-        """Stage the store (collective) and set up the matching global shuffle."""
+        """Stage the store at --dataset (collective): sets ``data`` and ``staging_info``."""
         a, topo = self.args, self.hc.topology
         self.data, self.staging_info = stage(a.dataset, self.comm, topo.intra, topo.node, topo.num_nodes, cfg,
                                              a.seed, epochs)
@@ -231,18 +231,17 @@ class Trainer:
         stream = self.data.train_stream
         return stream.stats() if stream is not None else {}
 
-    def switch_to_distributed(self, epoch: int, accuracy: float) -> None:
-        """Pre-train decision: restage the re-read store in distributed mode, keep the model (collective)."""
-        before = self.data.train_samples
+    def switch_to_distributed(self, decision: dict) -> None:
+        """Pre-train decision (logged as ``decision`` plus the sample counts): restage the re-read
+        store in distributed mode from ``decision["epoch"]`` on, keep the model (collective)."""
+        epoch, before = decision["epoch"], self.data.train_samples
         self.data.close()
         cfg = StagingConfig(**{**self.staging_cfg.__dict__, "staging": "distributed"})
         self._stage(cfg, range(epoch, self.args.epochs))
         self.shuffle = self._make_shuffle()
         # The remaining schedule covers the (possibly grown) store from where training stands.
         self.total_steps = self.rounds + sum(self.shuffle.steps(e) for e in range(epoch, self.args.epochs))
-        self._emit({"event": "staging_decision", "decision": "switch to distributed", "epoch": epoch,
-                    "accuracy": accuracy, "target": self.args.target_accuracy,
-                    "pretrain_time_s": self.args.pretrain_time, "train_samples_before": before,
+        self._emit({**decision, "decision": "switch to distributed", "train_samples_before": before,
                     "train_samples_after": self.data.train_samples})
         self._emit(self.staging_info)
 
@@ -382,7 +381,7 @@ class Trainer:
         if self.staging_info:
             self._emit(self.staging_info)
         progress = _Progress(a, self.rank, self.start_epoch)
-        train_time = samples = data_wait = 0
+        train_time = samples = data_wait = first_batch = 0
         test_loss = test_acc = float("nan")
         stop_reason = None
         if a.pretrain_time is not None:
@@ -399,12 +398,13 @@ class Trainer:
             test_loss, test_acc = self.evaluate()
             if a.target_accuracy is not None:
                 self.adjust_from_accuracy(test_acc)
+            first_batch = self.comm.allreduce(self.first_batch_s or 0.0, op=MPI.MAX)  # slowest rank
             staged = self.staging_progress()
             data_wait = staged.get("data_wait_s", 0.0)
             record = {"event": "epoch", "epoch": epoch + 1, **m, "test_loss": test_loss,
                       "test_accuracy": test_acc, "lr": self.lr_at(max(self.opt.steps - 1, 0)),
                       "shuffle_bytes_sent": self.shuffle.bytes_moved,
-                      "time_to_first_batch_s": self.comm.allreduce(self.first_batch_s or 0.0, op=MPI.MAX),
+                      "time_to_first_batch_s": first_batch,
                       **({"staging": staged, "data_wait_fraction": data_wait / train_time if train_time else 0.0}
                          if staged else {})}
             if a.checkpoint:
@@ -413,14 +413,14 @@ class Trainer:
             progress.update(record)
             if m.get("pretrain_expired"):
                 self.pretrain_deadline = None
+                decision = {"event": "staging_decision", "epoch": epoch + 1, "accuracy": test_acc,
+                            "target": a.target_accuracy, "pretrain_time_s": a.pretrain_time}
                 if test_acc >= a.target_accuracy:
                     stop_reason = "target accuracy reached in pre-training"
-                    self._emit({"event": "staging_decision", "decision": "stop: target reached", "epoch": epoch + 1,
-                                "accuracy": test_acc, "target": a.target_accuracy,
-                                "pretrain_time_s": a.pretrain_time})
+                    self._emit({**decision, "decision": "stop: target reached"})
                     last = epoch + 1
                     break
-                self.switch_to_distributed(epoch + 1, test_acc)
+                self.switch_to_distributed(decision)
         progress.close()
         topo = self.hc.topology
         summary = {"event": "summary", "test_accuracy": test_acc, "test_loss": test_loss,
@@ -431,7 +431,7 @@ class Trainer:
                    "samples_per_s_per_rank": self.comm.allgather(
                        self.updates.local_samples / train_time if train_time else 0.0),
                    "max_round_steps": self.comm.allreduce(self.updates.max_round_steps, op=MPI.MAX),
-                   "time_to_first_batch_s": self.comm.allreduce(self.first_batch_s or 0.0, op=MPI.MAX),
+                   "time_to_first_batch_s": first_batch,
                    "data_wait_s": data_wait, "data_wait_fraction": data_wait / train_time if train_time else 0.0,
                    **({"stop_reason": stop_reason} if stop_reason else {})}
         self.data.close()

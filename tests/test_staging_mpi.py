@@ -64,7 +64,7 @@ def test_memory_mode_one_download_and_one_copy_per_node(comm, http_store, shared
     assert len(shard_requests) == n_files and set(shard_requests.values()) == {nodes}
     # Only node leaders allocate the shared window; the others map the leader's memory.
     expected = t.data.X_train.nbytes + t.data.y_train.nbytes + t.data.X_test.nbytes + t.data.y_test.nbytes
-    assert t.data._shared.local_bytes == (0 if t.hc.topology.local_rank else pytest.approx(expected, abs=256))
+    assert t.data.shared.local_bytes == (0 if t.hc.topology.local_rank else pytest.approx(expected, abs=256))
     X = np.concatenate([np.load(p) for p in sorted(root.glob("train-*-x.npy"))])
     assert np.array_equal(t.data.X_train, X)
     summary = t.run()

@@ -6,8 +6,9 @@ shipped in ``digits.npz`` with its attribution in ``DIGITS_LICENSE.txt``; it nee
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -31,6 +32,8 @@ class Dataset:
     n_features: int = 0  # features per sample; 0: from X_test
     train_stream: Optional[object] = None
     train_samples: int = 0  # 0: len(y_train)
+    shared: Optional[object] = field(default=None, repr=False)  # the node window the arrays live in
+    scratch: Optional[Path] = None  # a per-job cache directory to remove on close()
 
     def __post_init__(self):
         self.n_features = self.n_features or int(np.prod(self.X_test.shape[1:]))
@@ -40,19 +43,17 @@ class Dataset:
         """Stop background staging and free the node's shared window (collective in store mode)."""
         if self.train_stream is not None:
             self.train_stream.close()
-        shared = getattr(self, "_shared", None)
-        if shared is not None:
+        if self.shared is not None:
             self.X_train = self.y_train = self.X_test = self.y_test = None
-            shared.free()
-            self._shared = None
-        scratch = getattr(self, "_scratch", None)
-        if scratch is not None:  # a per-job default cache directory: nothing in it outlives the job
-            shutil.rmtree(scratch, ignore_errors=True)
+            self.shared.free()
+            self.shared = None
+        if self.scratch is not None:  # a per-job default cache directory: nothing in it outlives the job
+            shutil.rmtree(self.scratch, ignore_errors=True)
             try:
-                scratch.parent.rmdir()  # only if no other node's folder is left in it
+                self.scratch.parent.rmdir()  # only if no other node's folder is left in it
             except OSError:
                 pass
-            self._scratch = None
+            self.scratch = None
 
 
 def load_digits() -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import bisect
 import threading
-import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -53,7 +52,7 @@ class ShardCache:
         self.used = 0  # bytes on disk or being downloaded
         self.fetch_stats = FetchStats()
         self.stats = {"shards_staged": 0, "bytes_staged": 0, "cache_hits": 0, "evictions": 0,
-                      "evicted_bytes": 0, "wait_s": 0.0, "max_used_bytes": 0}
+                      "max_used_bytes": 0}
         self.cond = threading.Condition()
         self.closed = False
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -97,7 +96,6 @@ class ShardCache:
         self.state[s] = ABSENT
         self.used -= self.shards[s]["bytes"]
         self.stats["evictions"] += 1
-        self.stats["evicted_bytes"] += self.shards[s]["bytes"]
 
     def _make_room(self, need: int, use: int) -> bool:
         """Evict (Belady) until ``need`` more bytes fit; only shards next used after position ``use``."""
@@ -144,8 +142,7 @@ class ShardCache:
             except (FetchError, OSError) as exc:  # disk full, permissions: reported like fetch errors
                 problem = str(exc)
             with self.cond:
-                for key in ("files", "bytes", "cache_hits", "retries"):
-                    setattr(self.fetch_stats, key, getattr(self.fetch_stats, key) + getattr(job_stats, key))
+                self.fetch_stats.add(job_stats)
                 if problem:
                     self.state[job] = FAILED
                     self.error[job] = problem
@@ -161,13 +158,11 @@ class ShardCache:
     def acquire(self, q: int) -> list[Path]:
         """Block until the shard of use ``q`` is staged; pin it and return its file paths."""
         s = self.uses[q]
-        t0 = time.perf_counter()
         with self.cond:
             self.pos = q
             self.loading = True
             while self.state[s] not in (READY, FAILED):
                 self.cond.wait()
-            self.stats["wait_s"] += time.perf_counter() - t0
             if self.state[s] == FAILED:
                 raise FetchError(self.error[s])
             self.pinned.add(s)

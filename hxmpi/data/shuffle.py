@@ -52,9 +52,11 @@ def deal(hc: HierComm, held: np.ndarray, order: np.ndarray, batch_size: int, mod
     by_dest = np.argsort(dest, kind="stable")
     counts = np.bincount(dest, minlength=size)
     mine, _ = hc.alltoallv(held[by_dest], counts, algorithm=mode)
-    mine = mine[np.argsort(position[mine["idx"]], kind="stable")]
+    mine_pos = position[mine["idx"]]
+    in_order = np.argsort(mine_pos, kind="stable")
+    mine = mine[in_order]
     steps = -(-n // b)
-    starts = np.searchsorted(position[mine["idx"]], np.arange(steps + 1) * b)
+    starts = np.searchsorted(mine_pos[in_order], np.arange(steps + 1) * b)
     out = _Steps((mine[starts[s]:starts[s + 1]]["x"], mine[starts[s]:starts[s + 1]]["y"], min(b, n - s * b))
                  for s in range(steps))
     out.bytes_sent = int(held.nbytes - counts[hc.comm.rank] * held.dtype.itemsize)
@@ -76,7 +78,6 @@ class GlobalShuffle:
         self.steps_per_epoch = -(-self.n // batch_size)
         # Each rank starts with a contiguous shard, as if it had loaded only its part of the store.
         lo, hi = rank * self.n // size, (rank + 1) * self.n // size
-        # Records keep the features' own dtype: a float32 store is not doubled in every rank's share.
         self.held = records(X[lo:hi], y[lo:hi], np.arange(lo, hi))
         self.bytes_moved = 0
 
@@ -125,7 +126,6 @@ class ShardStream:
         if batch_size < 1:
             raise ValueError(f"batch size must be >= 1, got {batch_size}")
         self.hc, self.store, self.batch_size, self.seed, self.mode = hc, store, batch_size, seed, mode
-        self.n = sum(s["samples"] for s in store.shards)
         self.bytes_moved = 0
 
     def steps(self, epoch: int) -> int:

@@ -34,6 +34,14 @@ class FetchStats:
     retries: int = 0
     errors: list = field(default_factory=list)
 
+    def add(self, other: "FetchStats") -> None:
+        """Add ``other``'s counters (one thread's downloads) to these."""
+        self.files += other.files
+        self.bytes += other.bytes
+        self.cache_hits += other.cache_hits
+        self.retries += other.retries
+        self.errors += other.errors
+
 
 class Source:
     """A store location; ``url(name)`` names a file, ``open(name, timeout)`` streams it."""

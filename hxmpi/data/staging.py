@@ -169,8 +169,7 @@ def _fetch_all(source: Source, files: list[dict], node_dir: Path, cfg: StagingCo
     with ThreadPoolExecutor(max_workers=max(1, cfg.workers)) as pool:
         for i, fut in enumerate(as_completed([pool.submit(one, f) for f in files]), 1):
             own = fut.result()
-            for key in ("files", "bytes", "cache_hits", "retries"):
-                setattr(stats, key, getattr(stats, key) + getattr(own, key))
+            stats.add(own)
             done += own.bytes
             if report and (time.perf_counter() - shown > 2.0 or i == len(files)):
                 shown = time.perf_counter()
@@ -211,12 +210,13 @@ def _stage_in_memory(source: Source, index: dict, splits: Sequence[str], comm: M
 class DistributedTrain:
     """The train split spread over nodes and streamed window by window (see the module docstring)."""
 
-    def __init__(self, source: Source, index: dict, comm: MPI.Intracomm, intra: MPI.Intracomm, node: int,
-                 num_nodes: int, seed: int, epochs: range, node_dir: Path, limit: int, cfg: StagingConfig):
-        self.comm, self.intra, self.node, self.num_nodes, self.seed = comm, intra, node, num_nodes, seed
+    def __init__(self, source: Source, index: dict, assignment: list[list[int]], comm: MPI.Intracomm,
+                 intra: MPI.Intracomm, node: int, seed: int, epochs: range, node_dir: Path, limit: int,
+                 cfg: StagingConfig):
+        self.comm, self.intra, self.node, self.num_nodes, self.seed = comm, intra, node, len(assignment), seed
         self.shards = index["splits"]["train"]["shards"]
         self.feature_shape = tuple(index["feature_shape"])
-        self.assignment = assign_shards([s["bytes"] for s in self.shards], num_nodes)
+        self.assignment = assignment  # shard ids per node, from assign_shards
         self.mine = self.assignment[node]
         self.epochs, self.limit = epochs, limit
         self.wait_s = 0.0  # this rank's time blocked on staging
@@ -288,17 +288,16 @@ class DistributedTrain:
 
     def stats(self) -> dict:
         """Staging counters summed over nodes (collective): shards/bytes staged, hits, evictions."""
-        keys = ("shards_staged", "bytes_staged", "cache_hits", "evictions", "max_used_bytes")
-        local = np.array([self.cache.stats[k] if self.cache else 0 for k in keys]
-                         + [self.cache.fetch_stats.retries if self.cache else 0], dtype=np.float64)
-        total = np.empty_like(local)
-        self.comm.Allreduce(local, total, op=MPI.SUM)
-        peak = self.comm.allreduce(local[4], op=MPI.MAX)
-        out = {k: int(v) for k, v in zip(keys, total[:len(keys)], strict=True)}
-        out["max_used_bytes"] = int(peak)  # the largest node's peak local storage
-        out["retries"] = int(total[-1])
-        out["data_wait_s"] = self.comm.allreduce(self.wait_s, op=MPI.MAX)
-        return out
+        c = self.cache
+        summed = ("shards_staged", "bytes_staged", "cache_hits", "evictions")
+        total = np.array([c.stats[k] if c else 0 for k in summed] + [c.fetch_stats.retries if c else 0], np.int64)
+        self.comm.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
+        # The fullest node's peak local storage and the slowest rank's wait.
+        peak_wait = np.array([c.stats["max_used_bytes"] if c else 0, self.wait_s], np.float64)
+        self.comm.Allreduce(MPI.IN_PLACE, peak_wait, op=MPI.MAX)
+        peak, wait = peak_wait
+        return {**{k: int(v) for k, v in zip(summed, total[:-1], strict=True)}, "retries": int(total[-1]),
+                "max_used_bytes": int(peak), "data_wait_s": float(wait)}
 
     def seek(self, epoch: int) -> None:
         """Training resumes at ``epoch``: stage from its first shard on."""
@@ -329,8 +328,8 @@ def stage(location: str, comm: MPI.Intracomm, intra: MPI.Intracomm, node: int, n
     node_dir = Path(cfg.cache_dir or default_cache_dir()) / f"node{node}"
     if mode == "distributed":  # a bad limit fails before any download
         shards = index["splits"]["train"]["shards"]
-        mine = assign_shards([s["bytes"] for s in shards], num_nodes)[node]
-        limit, problem = cache_limit(cfg.cache_limit, [shards[s]["bytes"] for s in mine],
+        assignment = assign_shards([s["bytes"] for s in shards], num_nodes)
+        limit, problem = cache_limit(cfg.cache_limit, [shards[s]["bytes"] for s in assignment[node]],
                                      max((s["bytes"] for s in shards), default=0), node_dir)
         agree(comm, problem, ValueError)
     splits = ("train", "test") if mode == "memory" else ("test",)
@@ -338,13 +337,13 @@ def stage(location: str, comm: MPI.Intracomm, intra: MPI.Intracomm, node: int, n
     a = shared.arrays
     stream = None
     if mode == "distributed":
-        stream = DistributedTrain(source, index, comm, intra, node, num_nodes, seed, epochs, node_dir, limit, cfg)
+        stream = DistributedTrain(source, index, assignment, comm, intra, node, seed, epochs, node_dir, limit, cfg)
+    # The default per-job directory goes when the data does (removed by the node's leader).
+    scratch = node_dir if cfg.cache_dir is None and intra.rank == 0 else None
     dataset = Dataset(location, a.get("X_train"), a.get("y_train"), a["X_test"], a["y_test"],
                       int(index["classes"]), n_features=int(np.prod(index["feature_shape"])),
-                      train_stream=stream, train_samples=int(index["splits"]["train"]["samples"]))
-    dataset._shared = shared  # keep the window alive as long as the arrays
-    if cfg.cache_dir is None and intra.rank == 0:
-        dataset._scratch = node_dir  # the default per-job directory goes when the data does
+                      train_stream=stream, train_samples=int(index["splits"]["train"]["samples"]),
+                      shared=shared, scratch=scratch)
     leaders = comm.allreduce(1 if intra.rank == 0 else 0)
     info = {"event": "staging", "mode": mode, "capacity_bytes": capacity(index), "threshold_bytes": threshold,
             "bytes_downloaded": comm.allreduce(stats.bytes), "files_downloaded": comm.allreduce(stats.files),
