@@ -15,216 +15,24 @@ Open MPI 5 has no MPI-4 large-count routines.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 from mpi4py import MPI
 
-from ._packing import copy_blocks, side_bytes
+from . import transfer
+from ._packing import copy_blocks
 from .costmodel import CostModel
 from .errors import ExchangeError, raise_gathered
+from .msgspec import Side, exclusive_cumsum, int_vector, parse_uniform, parse_vector
 from .topology import Topology
+from .transfer import Transfer
 
 ALGORITHMS = ("flat", "hier", "auto")
 
-# The largest count or displacement a plain MPI call takes, and the chunk of the big-message
-# datatypes. Module attributes so that tests can drive the big-message path with small buffers.
-INT_LIMIT = 2**31 - 1
 # Up to this many ranks, validation is one Allgather of all counts (2 * size int64 per rank)
 # instead of an Alltoall plus an Allreduce: one collective less, and it feeds the hier path.
 FUSED_AGREEMENT_MAX_RANKS = 256
-CHUNK_BYTES = 1 << 30
-
-
-def _exclusive_cumsum(x: np.ndarray) -> np.ndarray:
-    out = np.zeros(x.shape[0], dtype=np.int64)
-    np.cumsum(x[:-1], out=out[1:])
-    return out
-
-
-@dataclass
-class _Side:
-    """One side (send or receive) of an exchange, in bytes."""
-    view: Optional[np.ndarray]      # uint8 view of the caller's buffer
-    counts: Optional[np.ndarray]    # int64 bytes per peer
-    displs: Optional[np.ndarray]    # int64 byte offsets per peer
-    elem: int = 1                   # bytes per element of the caller's datatype
-
-    @property
-    def total(self) -> int:
-        return int(self.counts.sum()) if self.counts is not None else 0
-
-
-def _bytes_view(buf, writable: bool) -> tuple[Optional[np.ndarray], int, Optional[str]]:
-    """Return (uint8 view, default element size, problem)."""
-    if buf is None or buf is MPI.IN_PLACE or buf is MPI.BOTTOM:
-        return None, 1, "MPI.IN_PLACE/BOTTOM/None buffers are not supported; pass a real buffer"
-    try:
-        mv = memoryview(buf)
-    except TypeError:
-        return None, 1, f"{type(buf).__name__} does not expose a buffer"
-    if not mv.c_contiguous:
-        return None, 1, "buffer is not C-contiguous"
-    view = np.frombuffer(mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv, dtype=np.uint8) \
-        if mv.nbytes else np.empty(0, dtype=np.uint8)
-    if writable and mv.readonly:
-        return None, 1, "receive buffer is read-only"
-    return view, mv.itemsize, None
-
-
-def _int_vector(values, size: int, what: str) -> tuple[Optional[np.ndarray], Optional[str]]:
-    """Return (contiguous int64 array of length ``size``, None) or (None, what is wrong)."""
-    if isinstance(values, np.ndarray) and values.dtype == np.int64 and values.shape == (size,):
-        return np.ascontiguousarray(values), None  # the common case, without a copy
-    try:
-        arr = np.asarray(values)
-    except Exception as exc:  # unconvertible user input is reported, not raised here
-        return None, f"{what} is not a sequence of integers ({exc})"
-    if arr.ndim != 1 or arr.shape[0] != size:
-        return None, f"{what} has shape {arr.shape}, expected ({size},): one entry per rank"
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        return None, f"{what} must hold integers, got dtype {arr.dtype}"
-    return np.ascontiguousarray(arr, dtype=np.int64), None
-
-
-# Predefined types by handle: asking MPI for size and extent costs microseconds on every call.
-_PREDEFINED = {t.handle: t.size for t in [*MPI._typedict.values(), MPI.BYTE, MPI.PACKED]
-               if t != MPI.DATATYPE_NULL and t.size > 0}
-
-
-def _datatype_elem(datatype) -> tuple[int, Optional[str]]:
-    if isinstance(datatype, MPI.Datatype):
-        elem = _PREDEFINED.get(datatype.handle)
-        if elem is not None:
-            return elem, None
-    if not isinstance(datatype, MPI.Datatype) or datatype == MPI.DATATYPE_NULL:
-        return 1, f"datatype {datatype!r} is not an MPI datatype"
-    if datatype.lb != 0 or datatype.size != datatype.extent or datatype.true_lb != 0:
-        return 1, (f"datatype {datatype!r} is not contiguous (size {datatype.size} B, extent "
-                   f"{datatype.extent} B); hxmpi moves contiguous types only")
-    return datatype.size, None
-
-
-def _buffer_elem(buf, datatype, writable: bool, name: str) -> tuple[Optional[np.ndarray], int, Optional[str]]:
-    """(uint8 view, bytes per element, problem) for a buffer and an optional datatype."""
-    view, elem, problem = _bytes_view(buf, writable)
-    if problem is None and datatype is not None:
-        elem, problem = _datatype_elem(datatype)
-    return view, elem, (f"{name}: {problem}" if problem else None)
-
-
-def _parse_vector(spec, size: int, writable: bool, name: str) -> tuple[_Side, Optional[str]]:
-    """Parse an mpi4py vector buffer spec into bytes.
-
-    Accepted: ``[buf, counts]``, ``[buf, (counts, displs)]``, ``[buf, counts, displs]``, each with an
-    optional trailing MPI datatype. Counts and displacements are in elements of the datatype (or of
-    the buffer's items when no datatype is given); displs default to the packed prefix sums.
-    """
-    side = _Side(None, None, None)
-    if not isinstance(spec, (list, tuple)) or len(spec) not in (2, 3, 4):
-        return side, f"{name} spec must be [buf, counts(, displs)(, datatype)], got {type(spec).__name__}"
-    items = list(spec)
-    datatype = items.pop() if isinstance(items[-1], MPI.Datatype) else None
-    buf, rest = items[0], items[1:]
-    if len(rest) == 1 and isinstance(rest[0], tuple) and len(rest[0]) == 2:
-        counts, displs = rest[0]
-    elif len(rest) == 1:
-        counts, displs = rest[0], None
-    elif len(rest) == 2:
-        counts, displs = rest
-    else:
-        return side, f"{name} spec has too many items"
-    view, elem, problem = _buffer_elem(buf, datatype, writable, name)
-    if problem:
-        return side, problem
-    c, problem = _int_vector(counts, size, f"{name} counts")
-    if problem:
-        return side, problem
-    d = None
-    if displs is not None:
-        d, problem = _int_vector(displs, size, f"{name} displs")
-        if problem:
-            return side, problem
-    cb, db, kind, i = side_bytes(c, d, elem, view.shape[0], writable)
-    side = _Side(view, cb, db, elem)
-    if kind == 0:
-        return side, None
-    if kind == 6:  # receive blocks out of order: overlap needs a sort
-        return side, _overlap(side, name)
-    what = {1: f"{name} counts[{i}] = {c[i]} is negative",
-            2: f"{name} displs[{i}] = {d[i] if d is not None else 0} is negative",
-            4: f"{name} counts/displs for rank {i} exceed 2**62 bytes"}.get(kind)
-    if what is None:  # 3: past the buffer
-        what = (f"{name} block for rank {i} (displ {db[i] // elem}, count {c[i]}, element {elem} B) "
-                f"ends at byte {db[i] + cb[i]}, past the buffer's {view.shape[0]} B")
-    return side, what
-
-
-def _overlap(side: _Side, name: str) -> Optional[str]:
-    live = np.flatnonzero(side.counts > 0)
-    idx = live[np.argsort(side.displs[live], kind="stable")]
-    ends = side.displs[idx] + side.counts[idx]
-    clash = np.flatnonzero(side.displs[idx[1:]] < ends[:-1])
-    if clash.size:
-        return f"{name} blocks for ranks {int(idx[clash[0]])} and {int(idx[clash[0] + 1])} overlap"
-    return None
-
-
-def _struct_types(counts: np.ndarray, displs: np.ndarray, chunk: MPI.Datatype) -> list:
-    """One committed datatype per peer covering its block, with 64-bit byte displacements."""
-    types = []
-    for c, d in zip(counts.tolist(), displs.tolist()):
-        if c == 0:
-            types.append(MPI.BYTE)
-            continue
-        q, r = divmod(c, CHUNK_BYTES)
-        types.append(MPI.Datatype.Create_struct([q, r], [d, d + q * CHUNK_BYTES],
-                                                [chunk, MPI.BYTE]).Commit())
-    return types
-
-
-class _Transfer:
-    """A byte Alltoallv on one communicator, plain or big-message, blocking or not."""
-
-    def __init__(self, comm, sview, sc, sd, rview, rc, rd, big: bool):
-        # ``big`` must be the same on every rank of ``comm``: Alltoallv never matches Alltoallw.
-        self.comm = comm
-        self.types = []
-        self._chunk = None
-        if not big:
-            # C int arrays go to MPI as they are; int64 ones would be converted item by item.
-            self.sargs = [sview, (sc.astype(np.intc), sd.astype(np.intc)), MPI.BYTE]
-            self.rargs = [rview, (rc.astype(np.intc), rd.astype(np.intc)), MPI.BYTE]
-            self.big = False
-        else:
-            self._chunk = MPI.BYTE.Create_contiguous(CHUNK_BYTES).Commit()
-            st = _struct_types(sc, sd, self._chunk)
-            rt = _struct_types(rc, rd, self._chunk)
-            self.types = st + rt
-            ones_s, ones_r = (sc > 0).astype(np.int64), (rc > 0).astype(np.int64)
-            zeros = np.zeros(sc.shape[0], dtype=np.int64)
-            self.sargs = [sview, (ones_s, zeros), st]
-            self.rargs = [rview, (ones_r, zeros), rt]
-            self.big = True
-
-    def run(self) -> None:
-        try:
-            (self.comm.Alltoallw if self.big else self.comm.Alltoallv)(self.sargs, self.rargs)
-        finally:
-            self.free()
-
-    def start(self) -> MPI.Request:
-        return (self.comm.Ialltoallw if self.big else self.comm.Ialltoallv)(self.sargs, self.rargs)
-
-    def free(self) -> None:
-        for t in self.types:
-            if t != MPI.BYTE:
-                t.Free()
-        self.types = []
-        if self._chunk is not None:
-            self._chunk.Free()
-            self._chunk = None
 
 
 class HierComm:
@@ -258,7 +66,7 @@ class HierComm:
         self._node_of = np.asarray(t.node_of, dtype=np.int64)
         self._node_members = members[t.node]
         self._dest_order = np.concatenate(members)
-        self._node_start = _exclusive_cumsum(sizes)
+        self._node_start = exclusive_cumsum(sizes)
         # Sources carried by lane l: the native member (n, l) of every node with more than l ranks.
         lane_sources = [np.asarray([m[lane] for m in members if m.size > lane], dtype=np.int64)
                         for lane in range(t.max_node_size)]
@@ -286,21 +94,16 @@ class HierComm:
     def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather Vector, with mpi4py buffer specs (counts and displs in elements)."""
         size = self.comm.size
-        s, ps = _parse_vector(sendbuf, size, False, "send")
-        r, pr = _parse_vector(recvbuf, size, True, "recv")
+        s, ps = parse_vector(sendbuf, size, False, "send")
+        r, pr = parse_vector(recvbuf, size, True, "recv")
         self._exchange(s, r, algorithm, validate, ps or pr)
 
     def Alltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather: equal blocks of ``len(buf) / size`` elements (or a given count)."""
         size = self.comm.size
-        specs, problems = [], []
-        for spec, writable, name in ((sendbuf, False, "send"), (recvbuf, True, "recv")):
-            spec_v, problem = self._uniform_to_vector(spec, size, writable, name)
-            specs.append(spec_v)
-            problems.append(problem)
-        s, ps = _parse_vector(specs[0], size, False, "send") if specs[0] else (_Side(None, None, None), None)
-        r, pr = _parse_vector(specs[1], size, True, "recv") if specs[1] else (_Side(None, None, None), None)
-        self._exchange(s, r, algorithm, validate, problems[0] or problems[1] or ps or pr)
+        s, ps = parse_uniform(sendbuf, size, False, "send")
+        r, pr = parse_uniform(recvbuf, size, True, "recv")
+        self._exchange(s, r, algorithm, validate, ps or pr)
 
     def alltoallv(self, array, counts, algorithm: Optional[str] = None,
                   validate: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -310,7 +113,7 @@ class HierComm:
         """
         size = self.comm.size
         array = np.ascontiguousarray(array)
-        c, problem = _int_vector(counts, size, "counts")
+        c, problem = int_vector(counts, size, "counts")
         row_shape = array.shape[1:] if array.ndim else ()
         row_bytes = int(array.itemsize * int(np.prod(row_shape, dtype=np.int64)))
         if problem is None and array.ndim == 0:
@@ -332,10 +135,10 @@ class HierComm:
             raise_gathered(self.comm, problem, ExchangeError)
         rcounts = got[:, 0].copy()
         out = np.empty((int(rcounts.sum()),) + row_shape, dtype=array.dtype)
-        s = _Side(np.frombuffer(array, np.uint8) if array.nbytes else np.empty(0, np.uint8),
-                  c * row_bytes, _exclusive_cumsum(c) * row_bytes)
-        r = _Side(out.reshape(-1).view(np.uint8) if out.nbytes else np.empty(0, np.uint8),
-                  rcounts * row_bytes, _exclusive_cumsum(rcounts) * row_bytes)
+        s = Side(np.frombuffer(array, np.uint8) if array.nbytes else np.empty(0, np.uint8),
+                  c * row_bytes, exclusive_cumsum(c) * row_bytes)
+        r = Side(out.reshape(-1).view(np.uint8) if out.nbytes else np.empty(0, np.uint8),
+                  rcounts * row_bytes, exclusive_cumsum(rcounts) * row_bytes)
         # The header exchange already proved that both sides agree on every count.
         self._exchange(s, r, algorithm, validate=False, problem=None)
         return out, rcounts
@@ -347,27 +150,6 @@ class HierComm:
             raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
         return algorithm
 
-    @staticmethod
-    def _uniform_to_vector(spec, size, writable, name):
-        """Turn an Alltoall spec (buf | [buf, datatype] | [buf, count, datatype]) into a vector spec."""
-        items = list(spec) if isinstance(spec, (list, tuple)) else [spec]
-        datatype = items.pop() if len(items) > 1 and isinstance(items[-1], MPI.Datatype) else None
-        if len(items) not in (1, 2):
-            return None, f"{name} spec must be buf, [buf, datatype] or [buf, count, datatype]"
-        view, elem, problem = _buffer_elem(items[0], datatype, writable, name)
-        if problem:
-            return None, problem
-        if len(items) == 2:
-            count = items[1]
-        else:
-            total = view.shape[0] // elem
-            if total % size or view.shape[0] % elem:
-                return None, f"{name} buffer of {view.shape[0]} B does not split into {size} equal blocks"
-            count = total // size
-        counts = [count] * size
-        displs = [count * i for i in range(size)]
-        return [items[0], (counts, displs)] + ([datatype] if datatype is not None else []), None
-
     def _buffer(self, name: str, nbytes: int) -> np.ndarray:
         """A cached scratch buffer of at least ``nbytes``; grown only when a call needs more."""
         buf = self._buffers.get(name)
@@ -377,7 +159,7 @@ class HierComm:
             self._buffers[name] = buf
         return buf
 
-    def _exchange(self, s: _Side, r: _Side, algorithm, validate: bool, problem: Optional[str]) -> None:
+    def _exchange(self, s: Side, r: Side, algorithm, validate: bool, problem: Optional[str]) -> None:
         algo = self._check_algorithm(algorithm if algorithm is not None else self.algorithm)
         comm = self.comm
         extent = 0 if problem else max(s.view.shape[0], r.view.shape[0])
@@ -395,7 +177,7 @@ class HierComm:
             if agreed[0]:
                 raise_gathered(comm, problem, ExchangeError)
             max_total, max_extent = int(agreed[1]), int(agreed[2])
-        big = max_extent > INT_LIMIT or max_total * comm.size > INT_LIMIT
+        big = transfer.needs_big(max_extent, max_total, comm.size)
         if algo == "auto":  # from agreed numbers only, so every rank decides alike
             algo = self._choose(max_total // comm.size)
         if algo == "hier" and self._hier_possible:
@@ -413,7 +195,7 @@ class HierComm:
             algo = self._choices[mean_block] = self.cost_model.choose(t.num_nodes, t.max_node_size, mean_block)
         return algo
 
-    def _agree_fused(self, s: _Side, r: _Side, problem: Optional[str], extent: int):
+    def _agree_fused(self, s: Side, r: Side, problem: Optional[str], extent: int):
         """Validation and agreement in one Allgather of every rank's counts (small worlds).
 
         Every rank sees the whole count matrix, so every rank reaches the same verdict on every
@@ -438,7 +220,7 @@ class HierComm:
             raise ExchangeError("; ".join(parts) + more)  # same text on every rank, no collective
         return int(table[:, 1].max()), int(table[:, 2].max()), expected
 
-    def _check_pairs(self, s: _Side, r: _Side, problem: Optional[str]) -> Optional[str]:
+    def _check_pairs(self, s: Side, r: Side, problem: Optional[str]) -> Optional[str]:
         """Collective: every receiver compares the bytes each sender announces with what it expects."""
         size, me = self.comm.size, self.comm.rank
         announced = np.full(size, -1, dtype=np.int64) if problem else s.counts
@@ -451,11 +233,11 @@ class HierComm:
                  for p in bad[:3]]
         return "; ".join(parts) + (f" (+{bad.size - 3} more pairs)" if bad.size > 3 else "")
 
-    def _flat(self, s: _Side, r: _Side, big: bool) -> None:
-        _Transfer(self.comm, s.view, s.counts, s.displs, r.view, r.counts, r.displs, big).run()
+    def _flat(self, s: Side, r: Side, big: bool) -> None:
+        Transfer(self.comm, s.view, s.counts, s.displs, r.view, r.counts, r.displs, big).run()
         self._stats = ("flat", s.counts)
 
-    def _hier(self, s: _Side, r: _Side, big: bool, rc_table: Optional[np.ndarray]) -> None:
+    def _hier(self, s: Side, r: Side, big: bool, rc_table: Optional[np.ndarray]) -> None:
         t = self.topology
         intra, node = t.intra, t.node
         g = t.node_sizes[node]
@@ -474,7 +256,7 @@ class HierComm:
         oc, od = s.counts[self._dest_order], s.displs[self._dest_order]
         oc_remote = oc.copy()
         oc_remote[self._own_node_slots] = 0
-        pos = _exclusive_cumsum(oc)
+        pos = exclusive_cumsum(oc)
         node_bytes = np.add.reduceat(oc_remote, self._node_start) if oc.size else oc
         nz = np.flatnonzero(oc_remote)
         base = int(od[nz[0]] - pos[nz[0]]) if nz.size else 0
@@ -491,9 +273,9 @@ class HierComm:
         src_matrix = rc_node[:, self._my_sources]            # (g, sources) bytes
         seg = src_matrix.sum(axis=0)
         seg[me_src] = 0
-        seg_off = _exclusive_cumsum(seg)
+        seg_off = exclusive_cumsum(seg)
         p1_recv_total = int(seg.sum())
-        p2_recv_counts = np.add.reduceat(r.counts[self._recv_order], _exclusive_cumsum(self._recv_split))
+        p2_recv_counts = np.add.reduceat(r.counts[self._recv_order], exclusive_cumsum(self._recv_split))
         p2_recv_counts[local] = 0
         p2_recv_total = int(p2_recv_counts.sum())
         recv_buf = self._buffer("b", max(p1_recv_total, p2_recv_total))
@@ -506,7 +288,7 @@ class HierComm:
             rdispls[src_nodes] = seg_off[cursor:cursor + src_nodes.size]
             cursor += src_nodes.size
             native = lane == local
-            transfers.append(_Transfer(comm, p1_send, node_bytes if native else zeros,
+            transfers.append(Transfer(comm, p1_send, node_bytes if native else zeros,
                                        p1_sdispls if native else zeros, recv_buf, rcounts, rdispls, big))
         # Always the nonblocking form: a rank serving two lanes must start both, and MPI never
         # matches a blocking collective with a nonblocking one on the same communicator.
@@ -522,7 +304,7 @@ class HierComm:
         src_off[:, me_src] = s.displs[members]               # my own blocks, from the send buffer
         to_peers = src_matrix.copy()
         to_peers[local] = 0
-        dst_off = _exclusive_cumsum(to_peers.ravel()).reshape(to_peers.shape)
+        dst_off = exclusive_cumsum(to_peers.ravel()).reshape(to_peers.shape)
         p2_send = self._buffer("a", int(to_peers.sum()))
         remote = self._remote_src
         copied += copy_blocks(recv_buf, src_off[:, remote].ravel(), p2_send, dst_off[:, remote].ravel(),
@@ -538,11 +320,11 @@ class HierComm:
         p2_send_counts = to_peers.sum(axis=1)
 
         # -- phase 2 on the node, then unpack what the other local ranks forwarded
-        _Transfer(intra, p2_send, p2_send_counts, _exclusive_cumsum(p2_send_counts),
-                  recv_buf, p2_recv_counts, _exclusive_cumsum(p2_recv_counts), big).run()
+        Transfer(intra, p2_send, p2_send_counts, exclusive_cumsum(p2_send_counts),
+                  recv_buf, p2_recv_counts, exclusive_cumsum(p2_recv_counts), big).run()
         ordered = r.counts[self._recv_order]
         ordered[self._recv_from_me] = 0
-        copied += copy_blocks(recv_buf, _exclusive_cumsum(ordered), r.view,
+        copied += copy_blocks(recv_buf, exclusive_cumsum(ordered), r.view,
                               r.displs[self._recv_order], ordered)
 
         self._stats = ("hier", node_bytes, p2_send_counts, copied)

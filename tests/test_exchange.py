@@ -6,6 +6,7 @@ import pytest
 from mpi4py import MPI
 
 import hxmpi.exchange as exchange
+import hxmpi.transfer as transfer
 from hxmpi import ExchangeError, HierComm
 
 pytestmark = pytest.mark.mpi
@@ -180,8 +181,8 @@ def test_scratch_memory_bound(comm):
 
 def test_big_message_path(comm, hcs, monkeypatch):
     """Counts/displacements past the int limit go through struct datatypes (limit lowered here)."""
-    monkeypatch.setattr(exchange, "INT_LIMIT", 40)
-    monkeypatch.setattr(exchange, "CHUNK_BYTES", 16)
+    monkeypatch.setattr(transfer, "INT_LIMIT", 40)
+    monkeypatch.setattr(transfer, "CHUNK_BYTES", 16)
     for layout in ("irregular_3_3_1", "one_node"):
         for algorithm in ("flat", "hier"):
             rng = np.random.default_rng(5 + comm.rank)
@@ -344,8 +345,8 @@ def test_message_over_2GiB(comm):
 
 def test_big_path_chosen_by_one_rank_only(comm, hcs, monkeypatch):
     """Only rank 0 has a block past the (lowered) int limit: every rank must still agree on the path."""
-    monkeypatch.setattr(exchange, "INT_LIMIT", 100)
-    monkeypatch.setattr(exchange, "CHUNK_BYTES", 32)
+    monkeypatch.setattr(transfer, "INT_LIMIT", 100)
+    monkeypatch.setattr(transfer, "CHUNK_BYTES", 32)
     size, me = comm.size, comm.rank
     sc = np.ones(size, np.int64)
     if me == 0:

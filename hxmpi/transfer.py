@@ -1,0 +1,77 @@
+"""Byte all-to-all transfers on one communicator: plain Alltoallv, or Alltoallw for large counts.
+
+MPI calls whose counts or displacements exceed a C int use Alltoallw with one struct datatype per
+peer (1 GiB chunks, 64-bit byte displacements), because Open MPI 5 has no MPI-4 large-count
+(``_c``) routines. Whether a call is "big" must be decided alike on every rank of the communicator:
+an Alltoallv never matches an Alltoallw.
+"""
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+# The largest count or displacement a plain MPI call takes, and the chunk of the big-message
+# datatypes. Module attributes so that tests can drive the big-message path with small buffers.
+INT_LIMIT = 2**31 - 1
+CHUNK_BYTES = 1 << 30
+
+
+def needs_big(max_extent: int, max_total: int, size: int) -> bool:
+    """Whether any count or displacement of any phase can pass a C int (inputs agreed, in bytes)."""
+    return max_extent > INT_LIMIT or max_total * size > INT_LIMIT
+
+
+def _struct_types(counts: np.ndarray, displs: np.ndarray, chunk: MPI.Datatype) -> list:
+    """One committed datatype per peer covering its block, with 64-bit byte displacements."""
+    types = []
+    for c, d in zip(counts.tolist(), displs.tolist()):
+        if c == 0:
+            types.append(MPI.BYTE)
+            continue
+        q, r = divmod(c, CHUNK_BYTES)
+        types.append(MPI.Datatype.Create_struct([q, r], [d, d + q * CHUNK_BYTES],
+                                                [chunk, MPI.BYTE]).Commit())
+    return types
+
+
+class Transfer:
+    """A byte Alltoallv on one communicator, plain or big-message, blocking or not."""
+
+    def __init__(self, comm, sview, sc, sd, rview, rc, rd, big: bool):
+        # ``big`` must be the same on every rank of ``comm``: Alltoallv never matches Alltoallw.
+        self.comm = comm
+        self.types = []
+        self._chunk = None
+        if not big:
+            # C int arrays go to MPI as they are; int64 ones would be converted item by item.
+            self.sargs = [sview, (sc.astype(np.intc), sd.astype(np.intc)), MPI.BYTE]
+            self.rargs = [rview, (rc.astype(np.intc), rd.astype(np.intc)), MPI.BYTE]
+            self.big = False
+        else:
+            self._chunk = MPI.BYTE.Create_contiguous(CHUNK_BYTES).Commit()
+            st = _struct_types(sc, sd, self._chunk)
+            rt = _struct_types(rc, rd, self._chunk)
+            self.types = st + rt
+            ones_s, ones_r = (sc > 0).astype(np.int64), (rc > 0).astype(np.int64)
+            zeros = np.zeros(sc.shape[0], dtype=np.int64)
+            self.sargs = [sview, (ones_s, zeros), st]
+            self.rargs = [rview, (ones_r, zeros), rt]
+            self.big = True
+
+    def run(self) -> None:
+        try:
+            (self.comm.Alltoallw if self.big else self.comm.Alltoallv)(self.sargs, self.rargs)
+        finally:
+            self.free()
+
+    def start(self) -> MPI.Request:
+        return (self.comm.Ialltoallw if self.big else self.comm.Ialltoallv)(self.sargs, self.rargs)
+
+    def free(self) -> None:
+        for t in self.types:
+            if t != MPI.BYTE:
+                t.Free()
+        self.types = []
+        if self._chunk is not None:
+            self._chunk.Free()
+            self._chunk = None
