@@ -1,4 +1,6 @@
-"""Build the compiled kernels in csrc/ as hxmpi._packing (metadata lives in pyproject.toml)."""
+"""Build the compiled kernels in csrc/ (hxmpi._packing: copies; hxmpi._plan: the hier planner).
+
+Metadata lives in pyproject.toml."""
 import os
 
 from Cython.Build import cythonize
@@ -7,13 +9,9 @@ from setuptools import Extension, setup
 # HXMPI_DEBUG=1 turns bounds checking back on for a debug build.
 _debug = os.environ.get("HXMPI_DEBUG", "0") == "1"
 
-extensions = [
-    Extension(
-        "hxmpi._packing",
-        ["csrc/_packing.pyx"],
-        extra_compile_args=["-O3"] if not _debug else ["-O0", "-g"],
-    )
-]
+_flags = ["-O3"] if not _debug else ["-O0", "-g"]
+extensions = [Extension(f"hxmpi.{name}", [f"csrc/{name}.pyx"], extra_compile_args=_flags)
+              for name in ("_packing", "_plan")]
 
 setup(
     ext_modules=cythonize(

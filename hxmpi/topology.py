@@ -40,6 +40,15 @@ def _check_node_of(node_of, size: int) -> tuple[Optional[np.ndarray], Optional[s
     return arr, None
 
 
+def dense_node_ids(ids) -> np.ndarray:
+    """Node ids renumbered 0..N-1 in order of each node's lowest rank (int64 array, one per rank)."""
+    _, first, inverse = np.unique(np.asarray(ids), return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    remap = np.empty_like(order)
+    remap[order] = np.arange(order.size)
+    return remap[inverse.reshape(-1)].astype(np.int64)
+
+
 class Topology:
     """Node map of ``comm`` and its intra-node and lane communicators.
 
@@ -71,15 +80,11 @@ class Topology:
             problem = "node layout differs from rank 0's (ranks_per_node/node_of must agree on all ranks)"
         agree(self.comm, problem, TopologyError)
 
-        # Dense node numbering in order of each node's lowest rank.
-        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
-        order = np.argsort(first)
-        remap = np.empty_like(order)
-        remap[order] = np.arange(order.size)
-        node_of_arr = remap[inverse.reshape(-1)]
+        node_of_arr = dense_node_ids(ids)
+        num_nodes = int(node_of_arr.max()) + 1 if node_of_arr.size else 0
 
         self.node_of: tuple[int, ...] = tuple(int(x) for x in node_of_arr)
-        self.num_nodes: int = int(order.size)
+        self.num_nodes: int = num_nodes
         self.node: int = self.node_of[rank]
         members = [np.flatnonzero(node_of_arr == n) for n in range(self.num_nodes)]
         self.node_members: tuple[tuple[int, ...], ...] = tuple(tuple(int(r) for r in m) for m in members)
