@@ -25,6 +25,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import transfer
+from ._packing import check_table
 from .costmodel import CostModel
 from .errors import ExchangeError, HxmpiError, raise_gathered
 from .execute import FlatRun, HierRun, NodeWindow
@@ -37,7 +38,10 @@ ENV_NODE_PHASE = "HXMPI_NODE_PHASE"
 # Up to this many ranks, the agreement is one Allgather of all counts (2 * size int64 per rank)
 # instead of an Alltoall plus an Allreduce: one collective less, and it feeds the hier path.
 FUSED_AGREEMENT_MAX_RANKS = 256
-_HEAD = 5  # agreement row: problem flag, send bytes, buffer extent, algorithm code, validate flag
+# Agreement row: problem flag, send bytes, buffer extent, then the settings every rank must share:
+# algorithm code, validate flag, row dtype code and row bytes (alltoallv only); then the counts.
+_HEAD = 5
+_ALGO_CODE = {name: i for i, name in enumerate(ALGORITHMS)}
 
 
 class PlanStateError(HxmpiError, RuntimeError):
@@ -75,6 +79,11 @@ class HierComm:
         self._buffers: dict[str, np.ndarray] = {}
         self._node_of = np.asarray(t.node_of, dtype=np.int64)
         self._members = self.layout.members[t.node]
+        size = self.comm.size
+        self._head = np.zeros(_HEAD + 2, dtype=np.int64)
+        if size <= FUSED_AGREEMENT_MAX_RANKS:  # reused by every call: no allocation on the hot path
+            self._row = np.empty(_HEAD + 2 + 2 * size, dtype=np.int64)
+            self._table = np.empty((size, self._row.size), dtype=np.int64)
 
     def _agree_node_phase(self, requested: Optional[str]) -> str:
         """The node phase every rank uses: requested alike everywhere, "shm" only where memory is shared."""
@@ -208,28 +217,29 @@ class HierComm:
         the receive counts (in rows) are learned here instead of checked.
         """
         comm, size = self.comm, self.comm.size
-        if problem is None and algorithm is not None and algorithm not in ALGORITHMS:
+        code = _ALGO_CODE.get(algorithm if algorithm is not None else self.algorithm, -1)
+        if problem is None and code < 0:
             problem = f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
-        algo = algorithm if algorithm is not None else self.algorithm
-        head = np.zeros(_HEAD + 2, dtype=np.int64)  # + dtype code, row bytes (alltoallv only)
+        head = self._head
         head[0] = 1 if problem else 0
+        head[3], head[4] = code, 1 if validate else 0
         if not problem:
-            head[1] = int(s.counts.sum())
+            head[1] = s.counts.sum()
             head[2] = max(s.view.shape[0], r.view.shape[0] if r is not None else 0)
-            head[3] = ALGORITHMS.index(algo)
-        head[4] = 1 if validate else 0
-        if rows is not None:
-            head[5], head[6] = rows[0], rows[1]
+        head[5], head[6] = (rows[0], rows[1]) if rows is not None else (0, 0)
         if size <= FUSED_AGREEMENT_MAX_RANKS:
             table = self._allgather_counts(head, s, r, problem, rows[3] if rows else None)
+            status, max_total, max_extent, a, b = check_table(table, _HEAD + 2, 4, r is not None and validate)
             sent = table[:, _HEAD + 2:_HEAD + 2 + size]
+            if status == 1:
+                raise_gathered(comm, problem, ExchangeError)
+            if status == 2:
+                self._settings_differ(table[:, 3], table[:, 4], rows)
+            if status == 3:
+                raise ExchangeError(_pair_mismatch(sent, table[:, _HEAD + 2 + size:]))  # same text everywhere
             expected = sent.T * rows[1] if r is None else table[:, _HEAD + 2 + size:]
-            self._check_settings(table[:, 3], table[:, 4], table[:, 5:7] if rows else None, rows)
-            if r is not None and table[0, 4] and sent.tobytes() != expected.T.tobytes():
-                raise ExchangeError(_pair_mismatch(sent, expected))  # same text on every rank
             mine = np.ascontiguousarray(sent[:, comm.rank]) if r is None else None
-            rc_node = np.ascontiguousarray(expected[self._members]) if algo != "flat" else None
-            max_total, max_extent = int(table[:, 1].max()), int(table[:, 2].max())
+            rc_node = np.ascontiguousarray(expected[self._members]) if code != 0 else None
         else:
             mine, problem = self._exchange_counts(s, r, problem, validate, rows)
             # One small Allreduce settles, identically on every rank: any failure, the settings
@@ -239,10 +249,11 @@ class HierComm:
             comm.Allreduce(MPI.IN_PLACE, agreed, op=MPI.MAX)
             if agreed[0]:
                 raise_gathered(comm, problem, ExchangeError)
-            self._check_settings(np.array([agreed[3], -agreed[4]]), np.array([agreed[5], -agreed[6]]), None, None)
+            if agreed[3] != -agreed[4] or agreed[5] != -agreed[6]:
+                self._settings_differ(agreed[3:5] * [1, -1], agreed[5:7] * [1, -1], None)
             max_total, max_extent = int(agreed[1]), int(agreed[2])
             rc_node = None
-        algo = ALGORITHMS[int(head[3])]
+        algo = ALGORITHMS[code]
         big = transfer.needs_big(max_extent, max_total, size)
         if algo == "auto":  # from agreed numbers only, so every rank decides alike
             algo = self._choose(max_total // size)
@@ -250,18 +261,16 @@ class HierComm:
 
     def _allgather_counts(self, head: np.ndarray, s: Side, r: Optional[Side], problem,
                           rows_counts=None) -> np.ndarray:
-        """Every rank's agreement row (head, send counts, receive counts); raises on any rank's problem."""
+        """Every rank's agreement row (head, send counts, receive counts), in reused buffers."""
         size = self.comm.size
-        row = np.full(head.size + 2 * size, -1, dtype=np.int64)
-        row[:head.size] = head
-        if not problem:
+        row, table = self._row, self._table
+        if problem:
+            row.fill(-1)
+        else:
             row[head.size:head.size + size] = s.counts if r is not None else rows_counts
-            if r is not None:
-                row[head.size + size:] = r.counts
-        table = np.empty((size, row.size), dtype=np.int64)
+            row[head.size + size:] = r.counts if r is not None else -1
+        row[:head.size] = head
         self.comm.Allgather(row, table)
-        if table[:, 0].any():
-            raise_gathered(self.comm, problem, ExchangeError)
         return table
 
     def _exchange_counts(self, s: Side, r: Optional[Side], problem, validate, rows):
@@ -290,23 +299,21 @@ class HierComm:
             return None, "; ".join(parts) + (f" (+{bad.size - 3} more pairs)" if bad.size > 3 else "")
         return r.counts, None
 
-    def _check_settings(self, algos: np.ndarray, validates: np.ndarray, row_kinds, rows) -> None:
-        """Raise the same ExchangeError on every rank if ranks passed different per-call settings."""
+    def _settings_differ(self, algos: np.ndarray, validates: np.ndarray, rows) -> None:
+        """Raise the same ExchangeError on every rank: ranks passed different per-call settings."""
         parts = []
         if (algos != algos[0]).any():
             parts.append("algorithm differs between ranks (" + ", ".join(
                 sorted({repr(ALGORITHMS[int(a)]) for a in algos})) + ")")
         if (validates != validates[0]).any():
             parts.append("validate differs between ranks")
-        if row_kinds is not None and (row_kinds != row_kinds[0]).any():
-            # Every rank sees the table, so every rank takes this collective branch.
+        if rows is not None and not parts:
+            # Every rank saw the same table, so every rank takes this collective branch.
             kinds = self.comm.allgather(rows[2])
-            ref = kinds[0]
-            odd = [r for r, k in enumerate(kinds) if k != ref]
-            parts.append(f"rank {odd[0]} sends {kinds[odd[0]]} but rank 0 sends {ref} "
+            odd = [r for r, k in enumerate(kinds) if k != kinds[0]]
+            parts.append(f"rank {odd[0]} sends {kinds[odd[0]]} but rank 0 sends {kinds[0]} "
                          f"(dtype and row shape must match on every rank)")
-        if parts:
-            raise ExchangeError("; ".join(parts))
+        raise ExchangeError("; ".join(parts))
 
     def _choose(self, mean_block: int) -> str:
         """The cost model's pick for this layout and block size, memoised (it is on the hot path)."""
