@@ -38,9 +38,10 @@ ENV_NODE_PHASE = "HXMPI_NODE_PHASE"
 # Up to this many ranks, the agreement is one Allgather of all counts (2 * size int64 per rank)
 # instead of an Alltoall plus an Allreduce: one collective less, and it feeds the hier path.
 FUSED_AGREEMENT_MAX_RANKS = 256
-# Agreement row: problem flag, send bytes, buffer extent, then the settings every rank must share:
-# algorithm code, validate flag, row dtype code and row bytes (alltoallv only); then the counts.
-_HEAD = 5
+# Agreement row: problem flag, (unused), buffer extent, then the settings every rank must share:
+# algorithm code, validate flag, row dtype code, bytes per count unit (row bytes for alltoallv, else
+# 1); then the send counts and the receive counts.
+_HEAD = 7
 _ALGO_CODE = {name: i for i, name in enumerate(ALGORITHMS)}
 
 
@@ -80,9 +81,8 @@ class HierComm:
         self._node_of = np.asarray(t.node_of, dtype=np.int64)
         self._members = self.layout.members[t.node]
         size = self.comm.size
-        self._head = np.zeros(_HEAD + 2, dtype=np.int64)
         if size <= FUSED_AGREEMENT_MAX_RANKS:  # reused by every call: no allocation on the hot path
-            self._row = np.empty(_HEAD + 2 + 2 * size, dtype=np.int64)
+            self._row = np.zeros(_HEAD + 2 * size, dtype=np.int64)
             self._table = np.empty((size, self._row.size), dtype=np.int64)
 
     def _agree_node_phase(self, requested: Optional[str]) -> str:
@@ -220,32 +220,31 @@ class HierComm:
         code = _ALGO_CODE.get(algorithm if algorithm is not None else self.algorithm, -1)
         if problem is None and code < 0:
             problem = f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
-        head = self._head
-        head[0] = 1 if problem else 0
-        head[3], head[4] = code, 1 if validate else 0
-        if not problem:
-            head[1] = s.counts.sum()
-            head[2] = max(s.view.shape[0], r.view.shape[0] if r is not None else 0)
-        head[5], head[6] = (rows[0], rows[1]) if rows is not None else (0, 0)
+        unit = rows[1] if rows is not None else 1
         if size <= FUSED_AGREEMENT_MAX_RANKS:
-            table = self._allgather_counts(head, s, r, problem, rows[3] if rows else None)
-            status, max_total, max_extent, a, b = check_table(table, _HEAD + 2, 4, r is not None and validate)
-            sent = table[:, _HEAD + 2:_HEAD + 2 + size]
+            table = self._allgather_counts(s, r, problem, code, validate, rows, unit)
+            status, max_total, max_extent, a, b = check_table(table, _HEAD, 4, r is not None and validate, 6)
+            sent = table[:, _HEAD:_HEAD + size]
             if status == 1:
                 raise_gathered(comm, problem, ExchangeError)
             if status == 2:
                 self._settings_differ(table[:, 3], table[:, 4], rows)
             if status == 3:
-                raise ExchangeError(_pair_mismatch(sent, table[:, _HEAD + 2 + size:]))  # same text everywhere
-            expected = sent.T * rows[1] if r is None else table[:, _HEAD + 2 + size:]
-            mine = np.ascontiguousarray(sent[:, comm.rank]) if r is None else None
-            rc_node = np.ascontiguousarray(expected[self._members]) if code != 0 else None
+                raise ExchangeError(_pair_mismatch(sent, table[:, _HEAD + size:]))  # same text everywhere
+            if r is None:
+                mine = np.ascontiguousarray(sent[:, comm.rank])
+                rc_node = np.ascontiguousarray(sent[:, self._members].T) * unit if code != 0 else None
+            else:
+                mine = None
+                rc_node = np.ascontiguousarray(table[self._members, _HEAD + size:]) if code != 0 else None
         else:
             mine, problem = self._exchange_counts(s, r, problem, validate, rows)
             # One small Allreduce settles, identically on every rank: any failure, the settings
             # (max and negated min), and the sizes that decide the large-count path.
-            agreed = np.array([1 if problem else 0, head[1], head[2], head[3], -head[3], head[4], -head[4]],
-                              dtype=np.int64)
+            extent = 0 if problem else max(s.view.shape[0], r.view.shape[0] if r is not None else 0)
+            total = 0 if problem else int(s.counts.sum())
+            v = 1 if validate else 0
+            agreed = np.array([1 if problem else 0, total, extent, code, -code, v, -v], dtype=np.int64)
             comm.Allreduce(MPI.IN_PLACE, agreed, op=MPI.MAX)
             if agreed[0]:
                 raise_gathered(comm, problem, ExchangeError)
@@ -259,17 +258,21 @@ class HierComm:
             algo = self._choose(max_total // size)
         return algo, big, rc_node, mine
 
-    def _allgather_counts(self, head: np.ndarray, s: Side, r: Optional[Side], problem,
-                          rows_counts=None) -> np.ndarray:
+    def _allgather_counts(self, s: Side, r: Optional[Side], problem, code: int, validate, rows,
+                          unit: int) -> np.ndarray:
         """Every rank's agreement row (head, send counts, receive counts), in reused buffers."""
         size = self.comm.size
         row, table = self._row, self._table
         if problem:
             row.fill(-1)
+            row[0] = 1
         else:
-            row[head.size:head.size + size] = s.counts if r is not None else rows_counts
-            row[head.size + size:] = r.counts if r is not None else -1
-        row[:head.size] = head
+            row[0] = 0
+            row[2] = max(s.view.shape[0], r.view.shape[0] if r is not None else 0)
+            row[_HEAD:_HEAD + size] = s.counts if r is not None else rows[3]
+            row[_HEAD + size:] = r.counts if r is not None else -1
+        row[3], row[4] = code, 1 if validate else 0
+        row[5], row[6] = (rows[0], unit) if rows is not None else (0, unit)
         self.comm.Allgather(row, table)
         return table
 
