@@ -14,15 +14,51 @@ pytestmark = pytest.mark.mpi
 LAYOUTS = ["regular", "irregular", "round_robin", "irregular_3_3_1", "round_robin_3", "one_node"]
 
 
+def _shared_everywhere(comm, **layout) -> bool:
+    """Whether every virtual node's ranks share memory (not so for a node spanning two hosts)."""
+    from hxmpi import Topology
+    t = Topology(comm, **layout)
+    probe = t.intra.Split_type(MPI.COMM_TYPE_SHARED)
+    shared = comm.allreduce(probe.size == t.intra.size, op=MPI.LAND)
+    probe.Free()
+    t.free()
+    return shared
+
+
 @pytest.fixture(scope="module")
 def phased():
-    """A HierComm per (layout, node phase)."""
+    """A HierComm per (layout, node phase); "shm" is None where a node's ranks share no memory."""
     comm = MPI.COMM_WORLD
-    made = {(name, phase): HierComm(comm, **layouts(comm.size)[name], node_phase=phase)
-            for name in LAYOUTS for phase in ("shm", "mpi")}
-    yield made
+    made = {}
+    for name in LAYOUTS:
+        kw = layouts(comm.size)[name]
+        shared = _shared_everywhere(comm, **kw)
+        for phase in ("shm", "mpi"):
+            made[name, phase] = HierComm(comm, **kw, node_phase=phase) if shared or phase == "mpi" else None
+    yield _Available(made)
     for hc in made.values():
-        hc.free()
+        if hc is not None:
+            hc.free()
+
+
+class _Available(dict):
+    def __getitem__(self, key):
+        hc = super().__getitem__(key)
+        if hc is None:
+            pytest.skip(f"{key[0]}: a node's ranks span hosts here, so there is no shared-memory phase")
+        return hc
+
+
+def test_forced_shm_without_shared_memory_fails_everywhere(comm):
+    """Round-robin virtual nodes across real hosts (the emulated cluster): "shm" cannot work there."""
+    kw = layouts(comm.size)["round_robin"]
+    if _shared_everywhere(comm, **kw):
+        pytest.skip("every virtual node shares memory here (one host)")
+    with pytest.raises(ExchangeError, match="do not all share memory"):
+        HierComm(comm, **kw, node_phase="shm")
+    hc = HierComm(comm, **kw)  # auto falls back to the message-passing node phase
+    assert hc.node_phase == "mpi"
+    hc.free()
 
 
 @pytest.fixture(params=["fused", "alltoall"])
