@@ -72,6 +72,10 @@ class TrainConfig:
     stall_abort: bool = False
     fail_at: Optional[tuple] = None  # (rank, global step)
     quiet: bool = False
+    # performance
+    threads: Optional[int] = None  # BLAS/OpenMP threads per rank; None: the host's cores / its ranks
+    dtype: str = "float32"  # parameters, gradients and data: float32 or float64
+    balance: str = "off"  # sync: split batches by rank speed: on | off | auto (when the rule finds stragglers)
 
     @classmethod
     def from_namespace(cls, ns) -> "TrainConfig":
@@ -100,4 +104,5 @@ class TrainConfig:
     def update_config(self) -> UpdateConfig:
         """The update-policy settings."""
         return UpdateConfig(self.update, self.b1, self.b2, self.straggler_threshold, self.policy_window,
-                            self.max_staleness, self.straggle, self.stall_timeout, self.stall_abort)
+                            self.max_staleness, self.straggle, self.stall_timeout, self.stall_abort,
+                            self.balance, self.batch_size)

@@ -23,8 +23,12 @@ from .models import build_model
 from .models.base import softmax_xent
 from .optim import SGD, learning_rate
 from .policy import gradient_coefficient
-from .runlog import RunLog
+from .balance import moved_samples, redistribute
+from .runlog import RunLog, time_to_target
+from .threads import default_threads, limit_threads
 from .updates import UpdateEngine
+
+DTYPES = ("float32", "float64")
 
 
 class Trainer:
@@ -38,7 +42,14 @@ class Trainer:
         if cfg.batch_size < self.size:
             raise SettingError("batch_size", f"{cfg.batch_size} is smaller than the {self.size} ranks: "
                                              f"every rank needs at least one sample per step")
+        if cfg.dtype not in DTYPES:
+            raise SettingError("dtype", f"must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
+        if cfg.threads is not None and cfg.threads < 1:
+            raise SettingError("threads", f"must be >= 1, got {cfg.threads}")
         self.t_start = time.perf_counter()
+        self.threads = cfg.threads or default_threads(comm)
+        self.thread_pools = limit_threads(self.threads)
+        self.dtype = np.dtype(cfg.dtype)
         self.hc = HierComm(comm, ranks_per_node=cfg.ranks_per_node)
         self.log = RunLog(cfg.log, self.rank, cfg.quiet)
         self.staging_info = None
@@ -57,7 +68,7 @@ class Trainer:
         experts = cfg.experts or self.size * -(-4 // self.size)
         self.model = build_model(cfg.model, self.data.n_features, self.data.n_classes, cfg.hidden,
                                  cfg.seed, hc=self.hc, num_experts=experts,
-                                 capacity_factor=cfg.capacity_factor)
+                                 capacity_factor=cfg.capacity_factor, dtype=self.dtype)
         self.flat = self.model.flat
         self.shuffle = self._make_shuffle()
         self.opt = SGD(self.flat, comm, cfg.lr, cfg.momentum, cfg.weight_decay, cfg.clip_norm)
@@ -90,8 +101,12 @@ class Trainer:
     def _make_shuffle(self):
         """The per-epoch global shuffle of the training data (in memory, or streamed by windows)."""
         d, c = self.data, self.cfg
+        # Features in the model's dtype (a no-op when they are already): a float64 model on a
+        # float32 stream upcasts exactly in its matrix products.
+        d.X_test = d.X_test.astype(self.dtype, copy=False)
         if d.train_stream is None:
-            return GlobalShuffle(self.hc, d.X_train, d.y_train, c.batch_size, c.seed, c.shuffle)
+            return GlobalShuffle(self.hc, d.X_train.astype(self.dtype, copy=False), d.y_train, c.batch_size,
+                                 c.seed, c.shuffle)
         try:
             return ShardStream(self.hc, d.train_stream, c.batch_size, c.seed, c.shuffle)
         except ValueError:
@@ -167,8 +182,13 @@ class Trainer:
                 yield X[lo:lo + b], y[lo:lo + b]
 
     def train_epoch(self, epoch: int) -> dict:
-        """One epoch over the globally shuffled data; returns its metrics (identical on all ranks)."""
-        stats = np.zeros(3)  # loss sum, correct, samples
+        """One epoch over the globally shuffled data; returns its metrics (identical on all ranks).
+
+        ``samples`` counts each sample of the epoch once (unique); ``processed_samples`` counts
+        every forward pass, which in async mode includes fast ranks re-reading their share.
+        ``train_time_s`` is the slowest rank's.
+        """
+        stats = np.zeros(4)  # loss sum, correct, processed samples, unique samples
         t0 = time.perf_counter()
         expired = False
         fail_at = self.cfg.fail_at
@@ -177,32 +197,57 @@ class Trainer:
         for parts in self.shuffle.epoch_windows(epoch):
             if self.first_batch_s is None:
                 self.first_batch_s = time.perf_counter() - self.t_start
+            parts = list(parts)
+            processed_before = stats[2]
             batches = self._local_batches(parts)
-            for X, y, global_batch in parts:
+            if self.updates.balance_weights is not None:
+                self._rebalance(parts, 0, epoch)
+            s = 0
+            while s < len(parts):
+                X, y, global_batch = parts[s]
                 if fail_at and tuple(fail_at) == (self.rank, self.rounds):
                     raise RuntimeError(f"injected failure (fail_at) at step {self.rounds}")
                 lr = self.lr_at(self.rounds)
                 if self.updates.mode == "sync":
                     # Local sums scaled by 1/global batch: summed over ranks, the exact global mean.
                     loss, correct = self.updates.sync_step(X, y, global_batch, lr, self.rounds)
-                    stats += (loss, correct, len(y))
+                    stats[:3] += (loss, correct, len(y))
                 else:
-                    stats += self.updates.async_round(batches, lr)
+                    stats[:3] += self.updates.async_round(batches, lr)
                 self.rounds += 1
+                s += 1
                 self.updates.end_of_round(self.rounds, epoch)
+                if self.updates.balance_changed:  # the same on every rank: a collective decision
+                    self._rebalance(parts, s, epoch)
                 if self.pretrain_deadline is not None:
                     # Rank 0's clock decides, so every rank leaves after the same step.
                     expired = self.comm.bcast(time.perf_counter() > self.pretrain_deadline if self.rank == 0
                                               else None, root=0)
                     if expired:
                         break
+            # Unique: at most this rank's share of the window (async re-reads it cyclically).
+            stats[3] += min(stats[2] - processed_before, sum(len(p[1]) for p in parts))
             if expired:
                 break
-        elapsed = time.perf_counter() - t0
+        elapsed = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
         self.comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
         return {"train_loss": stats[0] / max(stats[2], 1), "train_accuracy": stats[1] / max(stats[2], 1),
-                "train_time_s": elapsed, "samples": int(stats[2]), "update": self.updates.mode,
-                **({"pretrain_expired": True} if expired else {})}
+                "train_time_s": elapsed, "samples": int(stats[3]), "processed_samples": int(stats[2]),
+                "update": self.updates.mode, **({"pretrain_expired": True} if expired else {})}
+
+    def _rebalance(self, parts: list, start: int, epoch: int) -> None:
+        """Re-split steps ``parts[start:]`` over the ranks by the current balance (collective)."""
+        self.updates.balance_changed = False
+        rest = parts[start:]
+        current = np.array(self.comm.allgather([len(p[1]) for p in rest]), dtype=np.int64).T.reshape(len(rest), -1)
+        target = np.array([self.updates.shares(p[2]) for p in rest], dtype=np.int64).reshape(len(rest), -1)
+        if np.array_equal(current, target):
+            return
+        parts[start:] = redistribute(self.hc, rest, current, target)
+        self._emit({"event": "rebalance", "epoch": epoch, "round": self.rounds,
+                    "counts": [int(c) for c in self.updates.shares(self.cfg.batch_size)],
+                    "weights": self.updates.balance_weights, "steps": len(rest),
+                    "samples_moved": moved_samples(current, target)})
 
     def adjust_from_accuracy(self, accuracy: float) -> None:
         """Scale the next epoch's steps from the accuracy gap and the slowest step time (the
@@ -220,7 +265,8 @@ class Trainer:
         if self.staging_info:
             self._emit(self.staging_info)
         self.log.start_epochs(c.epochs, self.start_epoch)
-        train_time = samples = data_wait = first_batch = 0
+        train_time = samples = processed = data_wait = first_batch = 0
+        epochs_run = []
         test_loss = test_acc = float("nan")
         stop_reason = None
         if c.pretrain_time is not None:
@@ -232,8 +278,9 @@ class Trainer:
         last = c.epochs if c.stop_after is None else min(c.epochs, self.start_epoch + c.stop_after)
         for epoch in range(self.start_epoch, last):
             m = self.train_epoch(epoch)
-            train_time = train_time + self.comm.allreduce(m["train_time_s"], op=MPI.MAX)
+            train_time += m["train_time_s"]
             samples += m["samples"]
+            processed += m["processed_samples"]
             test_loss, test_acc = self.evaluate()
             if c.target_accuracy is not None:
                 self.adjust_from_accuracy(test_acc)
@@ -241,7 +288,7 @@ class Trainer:
             staged = self.staging_progress()
             data_wait = staged.get("data_wait_s", 0.0)
             record = {"event": "epoch", "epoch": epoch + 1, **m, "test_loss": test_loss,
-                      "test_accuracy": test_acc, "lr": self.lr_at(max(self.opt.steps - 1, 0)),
+                      "test_accuracy": test_acc, "lr": self.updates.last_lr,
                       "shuffle_bytes_sent": self.shuffle.bytes_moved,
                       "time_to_first_batch_s": first_batch,
                       **({"staging": staged, "data_wait_fraction": data_wait / train_time if train_time else 0.0}
@@ -249,6 +296,7 @@ class Trainer:
             if c.checkpoint:
                 self.save_checkpoint(epoch + 1)
             self.log.epoch(record)
+            epochs_run.append(record)
             if m.get("pretrain_expired"):
                 self.pretrain_deadline = None
                 decision = {"event": "staging_decision", "epoch": epoch + 1, "accuracy": test_acc,
@@ -260,14 +308,22 @@ class Trainer:
                     break
                 self.switch_to_distributed(decision)
         topo = self.hc.topology
+        per_s = (lambda n: n / train_time) if train_time else (lambda n: 0.0)
         summary = {"event": "summary", "test_accuracy": test_acc, "test_loss": test_loss,
-                   "epochs": last, "samples_per_s": samples / train_time if train_time else 0.0,
-                   "world_size": self.size, "num_nodes": topo.num_nodes, "model": c.model,
+                   "epochs": last, "samples_per_s": per_s(samples), "processed_samples_per_s": per_s(processed),
+                   "world_size": self.size, "num_nodes": topo.num_nodes, "model": c.model, "dtype": c.dtype,
+                   "threads": self.threads, "thread_pools": self.thread_pools,
                    "shuffle": c.shuffle, "batch_size": c.batch_size, "train_time_s": train_time,
+                   **({"target_accuracy": c.target_accuracy,
+                       **dict(zip(("time_to_target_s", "epoch_at_target"),
+                                  time_to_target(epochs_run, c.target_accuracy)))}
+                      if c.target_accuracy is not None else {}),
                    "update": self.updates.mode, "policy_decisions": len(self.updates.decisions),
-                   "samples_per_s_per_rank": self.comm.allgather(
-                       self.updates.local_samples / train_time if train_time else 0.0),
+                   "rebalances": sum(e["event"] == "rebalance" for e in self.events),
+                   "processed_samples_per_s_per_rank": self.comm.allgather(per_s(self.updates.local_samples)),
                    "max_round_steps": self.comm.allreduce(self.updates.max_round_steps, op=MPI.MAX),
+                   "steps_per_async_round_per_rank": self.comm.allgather(
+                       self.updates.async_steps / max(self.updates.async_rounds, 1)),
                    "time_to_first_batch_s": first_batch,
                    "data_wait_s": data_wait, "data_wait_fraction": data_wait / train_time if train_time else 0.0,
                    **({"stop_reason": stop_reason} if stop_reason else {})}

@@ -29,6 +29,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .errors import SettingError
+from .balance import proportional_counts
 from .policy import MODES, decide
 
 STALL_TAG = 7071
@@ -59,6 +60,12 @@ class UpdateConfig:
     straggle: Straggle = Straggle()
     stall_timeout: float = 0.0            # 0: off
     stall_abort: bool = False
+    balance: str = "off"                  # on | off | auto: split sync batches by rank speed
+    batch_size: int = 64                  # global batch (samples): the reference for rebalancing
+
+
+BALANCE_MODES = ("on", "off", "auto")
+REBALANCE_SHIFT = 0.1  # rebalance when a rank's share of a batch moves by this fraction of an even share
 
 
 class UpdateEngine:
@@ -70,6 +77,8 @@ class UpdateEngine:
         for name, value in (("max_staleness", cfg.max_staleness), ("policy_window", cfg.window)):
             if value < 1:
                 raise SettingError(name, f"must be >= 1, got {value}")
+        if cfg.balance not in BALANCE_MODES:
+            raise SettingError("balance", f"must be one of {', '.join(BALANCE_MODES)}, got {cfg.balance!r}")
         if cfg.update == "async" and model.collective_steps:
             raise SettingError("update", f"async needs a model whose steps are local; "
                                          f"{type(model).__name__} steps are collective")
@@ -80,11 +89,18 @@ class UpdateEngine:
         self.slow = cfg.straggle.slows(comm.rank)
         self._window_time = 0.0
         self._window_steps = 0
+        self._window_samples = 0
         self._window_rounds = 0
         self.last_step_times: list[float] = []
         self.local_steps = 0              # steps this rank took (sync and async)
-        self.local_samples = 0
+        self.local_samples = 0            # samples this rank processed (async: re-reads included)
         self.max_round_steps = 0          # largest number of local steps in one async round
+        self.async_rounds = 0             # async rounds this rank took part in, and its steps in them
+        self.async_steps = 0
+        self.round_budget = cfg.max_staleness  # async: local steps before this rank waits for the average
+        self.balance_weights = None       # sync: per-rank share weights of a batch; None: even
+        self.balance_changed = False      # set by a decision that changed the weights; the trainer clears it
+        self.last_lr = 0.0                # the rate of this rank's last optimizer step
         self.decisions: list[dict] = []
 
     # ------------------------------------------------------------------ steps
@@ -94,14 +110,22 @@ class UpdateEngine:
         self.opt.flat.grads[:] = 0.0
         loss, correct = self.model.loss_and_grad(X, y, scale)
         if self.slow:
-            st = self.cfg.straggle
-            time.sleep(st.delay_s + (st.factor - 1.0) * (time.perf_counter() - t0))
+            time.sleep(self.cfg.straggle.delay_s)
+            self._stretch(t0)
         return loss, correct, time.perf_counter() - t0
 
     def _timed_step(self, lr: float) -> float:
         t0 = time.perf_counter()
         self.opt.step(lr)
+        self.last_lr = lr
+        if self.slow:
+            self._stretch(t0)
         return time.perf_counter() - t0
+
+    def _stretch(self, t0: float) -> None:
+        """A straggler's compute since ``t0`` takes ``factor`` times as long (it sleeps the rest)."""
+        if self.cfg.straggle.factor != 1.0:
+            time.sleep((self.cfg.straggle.factor - 1.0) * (time.perf_counter() - t0))
 
     def sync_step(self, X, y, global_batch: int, lr: float, round_index: int) -> tuple[float, int]:
         """One synchronous step on this rank's share of a global batch."""
@@ -117,7 +141,11 @@ class UpdateEngine:
         return loss, correct
 
     def async_round(self, batches: Iterator, lr: float) -> tuple[float, int, int]:
-        """One asynchronous round: local steps until the parameter average arrives (or the bound)."""
+        """One asynchronous round: local steps until the parameter average arrives, or until this
+        rank's step budget is spent; then it waits for the average. The budget (``round_budget``)
+        is how many of this rank's steps fit into one step of the slowest rank (at most
+        ``max_staleness``), so the slowest rank waits right after its own step and never holds
+        a round for longer than that step plus the reduction."""
         dense = self.opt.flat.params[:self.opt.flat.dense_size]
         snapshot = dense.copy()
         total = np.empty_like(snapshot)
@@ -133,44 +161,88 @@ class UpdateEngine:
             loss_sum += loss
             correct_sum += correct
             samples += len(y)
-            if request.Test():
-                break
-            if steps >= self.cfg.max_staleness:
+            if steps >= self.round_budget:
                 request.Wait()
+                break
+            if request.Test():
                 break
         dense += total / self.comm.size - snapshot
         self.max_round_steps = max(self.max_round_steps, steps)
+        self.async_rounds += 1
+        self.async_steps += steps
         self._account(compute, samples, steps)
         return loss_sum, correct_sum, samples
 
     def _account(self, compute: float, samples: int, steps: int) -> None:
         self._window_time += compute
         self._window_steps += steps
+        self._window_samples += samples
         self._window_rounds += 1
         self.local_steps += steps
         self.local_samples += samples
 
     # ------------------------------------------------------------------ policy
     def end_of_round(self, round_index: int, epoch: int) -> None:
-        """Every ``window`` rounds: gather step times, decide, log (collective at those rounds)."""
+        """Every ``window`` rounds: gather compute times, decide, log (collective at those rounds).
+
+        Balancing (sync) gives each rank a share of a batch in proportion to its speed in the
+        window, samples per second of compute. Step time is not proportional to samples (every
+        step has a fixed cost), so the shares approach equal step times over a few windows
+        rather than in one; a rank whose fixed cost alone exceeds the others' steps ends with
+        (almost) no samples, which is then the fastest split.
+        """
         if self._window_rounds < self.cfg.window:
             return
-        mean = self._window_time / max(self._window_steps, 1)
-        times = self.comm.allgather(mean)
-        self._window_time, self._window_steps, self._window_rounds = 0.0, 0, 0
+        mine = (self._window_time, self._window_steps, self._window_samples)
+        gathered = np.array(self.comm.allgather(mine), dtype=np.float64)
+        self._window_time, self._window_steps, self._window_samples, self._window_rounds = 0.0, 0, 0, 0
+        seconds, steps, samples = gathered.T
+        times = [float(t / max(k, 1.0)) for t, k in zip(seconds, steps)]
         self.last_step_times = times
-        forced = self.cfg.update if self.cfg.update != "auto" else "auto"
-        decision = decide(times, self.cfg.b1, self.cfg.b2, self.cfg.threshold, forced)
+        decision = decide(times, self.cfg.b1, self.cfg.b2, self.cfg.threshold, self.cfg.update)
         mode, scale, note = decision.mode, decision.grad_scale, None
         if mode == "async" and self.model.collective_steps:
             mode, note = "sync", "the model's steps are collective: async not possible, staying sync"
         self.mode, self.grad_scale = mode, scale
+        slowest = max(times)
+        budgets = [max(1, min(self.cfg.max_staleness, int(slowest / t))) if t > 0 else self.cfg.max_staleness
+                   for t in times]
+        self.round_budget = budgets[self.comm.rank]
         record = {**decision.as_record(), "mode": mode, "round": round_index, "epoch": epoch,
                   "step_times_s": times}
+        if mode == "async":
+            record["round_budgets"] = budgets
+        # auto: on once the rule finds stragglers and stays sync; it stays on while sync, because
+        # balanced step times no longer show the straggler.
+        was_on = self.balance_weights is not None
+        balanced = mode == "sync" and (self.cfg.balance == "on" or (self.cfg.balance == "auto"
+                                                                     and (decision.ratio > 0 or was_on)))
+        # A rank with no samples keeps the weight of one, so it can win some back.
+        speeds = [float(max(n, 1.0) / t) if t > 0 else 0.0 for t, n in zip(seconds, samples)]
+        self._set_balance(speeds if balanced else None)
+        record["balance"] = "on" if self.balance_weights is not None else "off"
         if note:
             record["note"] = note
         self.decisions.append(record)
         self.emit(record)
+
+    def shares(self, batch: int) -> np.ndarray:
+        """Samples per rank of a synchronous global batch of ``batch`` samples under the current
+        balance (even when balancing is off)."""
+        weights = self.balance_weights if self.balance_weights is not None else [1.0] * self.comm.size
+        return proportional_counts(weights, batch)
+
+    def _set_balance(self, weights) -> None:
+        """Adopt new share weights (None: even) if they move some rank's share of a batch enough."""
+        if weights is not None and sum(weights) <= 0:
+            weights = None
+        reference = max(self.cfg.batch_size, self.comm.size)
+        before = self.shares(reference)
+        old, self.balance_weights = self.balance_weights, weights
+        if np.abs(self.shares(reference) - before).max() > REBALANCE_SHIFT * reference / self.comm.size:
+            self.balance_changed = True
+        else:
+            self.balance_weights = old  # within the dead band (timing noise): keep the pieces where they are
 
     # ------------------------------------------------------------------ stall detector
     def _announce(self, round_index: int):
