@@ -239,6 +239,8 @@ class Trainer:
         """Re-split steps ``parts[start:]`` over the ranks by the current balance (collective)."""
         self.updates.balance_changed = False
         rest = parts[start:]
+        if not rest:  # the decision came with the window's last step: the next window is split anew
+            return
         current = np.array(self.comm.allgather([len(p[1]) for p in rest]), dtype=np.int64).T.reshape(len(rest), -1)
         target = np.array([self.updates.shares(p[2]) for p in rest], dtype=np.int64).reshape(len(rest), -1)
         if np.array_equal(current, target):

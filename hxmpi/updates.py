@@ -65,7 +65,10 @@ class UpdateConfig:
 
 
 BALANCE_MODES = ("on", "off", "auto")
-REBALANCE_SHIFT = 0.1  # rebalance when a rank's share of a batch moves by this fraction of an even share
+# Rebalance only when the slowest rank's step (smoothed over windows) takes this much longer than
+# the median one. Step times of oversubscribed ranks jitter by tens of percent, and below a step's
+# fixed cost time hardly depends on the share, so re-splitting on noise would random-walk the shares.
+REBALANCE_IMBALANCE = 0.5
 
 
 class UpdateEngine:
@@ -100,6 +103,7 @@ class UpdateEngine:
         self.round_budget = cfg.max_staleness  # async: local steps before this rank waits for the average
         self.balance_weights = None       # sync: per-rank share weights of a batch; None: even
         self.balance_changed = False      # set by a decision that changed the weights; the trainer clears it
+        self._times_ema = None            # step times per rank, smoothed over the windows since the last split
         self.last_lr = 0.0                # the rate of this rank's last optimizer step
         self.decisions: list[dict] = []
 
@@ -217,9 +221,7 @@ class UpdateEngine:
         was_on = self.balance_weights is not None
         balanced = mode == "sync" and (self.cfg.balance == "on" or (self.cfg.balance == "auto"
                                                                      and (decision.ratio > 0 or was_on)))
-        # A rank with no samples keeps the weight of one, so it can win some back.
-        speeds = [float(max(n, 1.0) / t) if t > 0 else 0.0 for t, n in zip(seconds, samples)]
-        self._set_balance(speeds if balanced else None)
+        self._set_balance(balanced, times, samples / np.maximum(steps, 1.0))
         record["balance"] = "on" if self.balance_weights is not None else "off"
         if note:
             record["note"] = note
@@ -232,17 +234,25 @@ class UpdateEngine:
         weights = self.balance_weights if self.balance_weights is not None else [1.0] * self.comm.size
         return proportional_counts(weights, batch)
 
-    def _set_balance(self, weights) -> None:
-        """Adopt new share weights (None: even) if they move some rank's share of a batch enough."""
-        if weights is not None and sum(weights) <= 0:
-            weights = None
+    def _set_balance(self, on: bool, times: list[float], share: np.ndarray) -> None:
+        """Balancing ``on``: when the step times (smoothed over windows) are out of balance, give
+        each rank ``share`` (its samples per step) times the median step time over its own, i.e.
+        its speed; off: back to even. Sets ``balance_changed`` if any rank's share of a batch moves."""
+        weights = None
+        if on:
+            t = np.asarray(times) if self._times_ema is None else 0.5 * self._times_ema + 0.5 * np.asarray(times)
+            self._times_ema = t
+            median = float(np.median(t))
+            if t.min() <= 0 or t.max() <= (1 + REBALANCE_IMBALANCE) * median:
+                return  # balanced enough: keep the pieces where they are
+            # A rank with no samples keeps the weight of one, so it can win some back.
+            weights = [float(max(n, 1.0) * median / s) for n, s in zip(share, t)]
+        self._times_ema = None  # times measured under the old split say nothing about the new one
         reference = max(self.cfg.batch_size, self.comm.size)
         before = self.shares(reference)
-        old, self.balance_weights = self.balance_weights, weights
-        if np.abs(self.shares(reference) - before).max() > REBALANCE_SHIFT * reference / self.comm.size:
+        self.balance_weights = weights
+        if not np.array_equal(self.shares(reference), before):
             self.balance_changed = True
-        else:
-            self.balance_weights = old  # within the dead band (timing noise): keep the pieces where they are
 
     # ------------------------------------------------------------------ stall detector
     def _announce(self, round_index: int):

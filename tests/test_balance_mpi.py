@@ -44,13 +44,16 @@ def test_redistribute_rejects_counts_of_other_batches(comm):
 
 def run(comm, *flags):
     t = Trainer(parse_config(["--quiet", "--ranks-per-node", "2", "--update", "sync", "--dtype", "float64",
-                              "--epochs", "2", "--policy-window", "4", *flags]), comm)
+                              "--epochs", "2", *flags]), comm)
     return t, t.run()
 
 
-def test_balanced_sync_keeps_the_sync_trajectory(comm):
+# Windows of 4 steps re-split inside an epoch; 23 (an epoch of digits at batch 64) decide at an
+# epoch's last step, so the next epoch starts split.
+@pytest.mark.parametrize("window", ["4", "23"])
+def test_balanced_sync_keeps_the_sync_trajectory(comm, window):
     last = comm.size - 1
-    straggle = ["--straggle", f"{last}:x3"]
+    straggle = ["--straggle", f"{last}:x3", "--policy-window", window]
     plain, s_plain = run(comm, *straggle)
     balanced, s_bal = run(comm, *straggle, "--balance", "on")
     # The same global mean gradient every step: only the order of additions differs.

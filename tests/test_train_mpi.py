@@ -87,12 +87,13 @@ def test_resume_is_bit_identical(comm, shared_tmp):
     assert np.array_equal(second.opt.velocity, full.opt.velocity)
 
 
-def test_resume_rejects_other_model(comm, shared_tmp):
+@pytest.mark.parametrize("other,name", [(["--hidden", "32"], "hidden"), (["--dtype", "float64"], "dtype")])
+def test_resume_rejects_other_model(comm, shared_tmp, other, name):
     from hxmpi.checkpoint import CheckpointError
     tmp = str(shared_tmp)
     Trainer(parse_config(["--quiet", "--epochs", "1", "--checkpoint", tmp]), comm).run()
-    t = Trainer(parse_config(["--quiet", "--hidden", "32", "--checkpoint", tmp, "--resume"]), comm)
-    with pytest.raises(CheckpointError, match="hidden"):
+    t = Trainer(parse_config(["--quiet", *other, "--checkpoint", tmp, "--resume"]), comm)
+    with pytest.raises(CheckpointError, match=name):
         t.load_checkpoint()
 
 
