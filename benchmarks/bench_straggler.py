@@ -33,7 +33,8 @@ CONFIGS = (("sync", ["--update", "sync"]), ("auto", ["--update", "auto"]),
 def run_one(args, comm, flags: list[str]) -> dict:
     cfg = parse_config(["--quiet", "--dtype", "float64", "--model", "mlp", "--hidden", str(args.hidden),
                         "--batch-size", str(args.batch_size), "--epochs", str(args.epochs),
-                        "--seed", str(args.seed), "--policy-window", str(args.policy_window), *flags])
+                        "--seed", str(args.seed), "--policy-window", str(args.policy_window),
+                        "--b1", str(args.b1), *flags])
     trainer = Trainer(cfg, comm)
     summary = trainer.run()
     events = trainer.events
@@ -72,6 +73,8 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=20, help="epochs per run")
     p.add_argument("--policy-window", type=int, default=20, help="steps between policy decisions")
     p.add_argument("--factor", type=float, default=3.0, help="the slow rank's compute-time factor")
+    p.add_argument("--b1", type=float, default=0.3,
+                   help="the rule's async threshold (one straggler of 2 ranks is B = 0.5: use 0.5)")
     p.add_argument("--target", type=float, default=0.95, help="test accuracy of 'time to target'")
     p.add_argument("--seed", type=int, default=0, help="seed")
     p.add_argument("--repeats", type=int, default=3, help="runs of every configuration (medians shown)")

@@ -200,8 +200,8 @@ class Trainer:
             parts = list(parts)
             processed_before = stats[2]
             batches = self._local_batches(parts)
-            if self.updates.balance_weights is not None:
-                self._rebalance(parts, 0, epoch)
+            if self.updates.balance_weights is not None:  # the shuffle dealt evenly: apply the split
+                self._rebalance(parts, 0)
             s = 0
             while s < len(parts):
                 X, y, global_batch = parts[s]
@@ -218,7 +218,11 @@ class Trainer:
                 s += 1
                 self.updates.end_of_round(self.rounds, epoch)
                 if self.updates.balance_changed:  # the same on every rank: a collective decision
-                    self._rebalance(parts, s, epoch)
+                    self.updates.balance_changed = False
+                    self._emit({"event": "rebalance", "epoch": epoch, "round": self.rounds,
+                                "counts": [int(c) for c in self.updates.shares(self.cfg.batch_size)],
+                                "weights": self.updates.balance_weights,
+                                "samples_moved": self._rebalance(parts, s)})
                 if self.pretrain_deadline is not None:
                     # Rank 0's clock decides, so every rank leaves after the same step.
                     expired = self.comm.bcast(time.perf_counter() > self.pretrain_deadline if self.rank == 0
@@ -235,21 +239,19 @@ class Trainer:
                 "train_time_s": elapsed, "samples": int(stats[3]), "processed_samples": int(stats[2]),
                 "update": self.updates.mode, **({"pretrain_expired": True} if expired else {})}
 
-    def _rebalance(self, parts: list, start: int, epoch: int) -> None:
-        """Re-split steps ``parts[start:]`` over the ranks by the current balance (collective)."""
-        self.updates.balance_changed = False
+    def _rebalance(self, parts: list, start: int) -> int:
+        """Re-split steps ``parts[start:]`` over the ranks by the current balance (collective);
+        returns the samples that changed rank (0 when no step is left: the next window is split
+        by the new shares from its start)."""
         rest = parts[start:]
         if not rest:  # the decision came with the window's last step: the next window is split anew
-            return
+            return 0
         current = np.array(self.comm.allgather([len(p[1]) for p in rest]), dtype=np.int64).T.reshape(len(rest), -1)
         target = np.array([self.updates.shares(p[2]) for p in rest], dtype=np.int64).reshape(len(rest), -1)
         if np.array_equal(current, target):
-            return
+            return 0
         parts[start:] = redistribute(self.hc, rest, current, target)
-        self._emit({"event": "rebalance", "epoch": epoch, "round": self.rounds,
-                    "counts": [int(c) for c in self.updates.shares(self.cfg.batch_size)],
-                    "weights": self.updates.balance_weights, "steps": len(rest),
-                    "samples_moved": moved_samples(current, target)})
+        return moved_samples(current, target)
 
     def adjust_from_accuracy(self, accuracy: float) -> None:
         """Scale the next epoch's steps from the accuracy gap and the slowest step time (the

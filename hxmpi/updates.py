@@ -69,6 +69,10 @@ BALANCE_MODES = ("on", "off", "auto")
 # the median one. Step times of oversubscribed ranks jitter by tens of percent, and below a step's
 # fixed cost time hardly depends on the share, so re-splitting on noise would random-walk the shares.
 REBALANCE_IMBALANCE = 0.5
+# ... and only when that moves some rank's share of a batch by more than this fraction of an even
+# share (a straggler whose fixed cost alone exceeds the others' steps keeps the imbalance even
+# with no samples; re-splitting the others then only chases their noise).
+REBALANCE_SHIFT = 0.25
 
 
 class UpdateEngine:
@@ -247,12 +251,15 @@ class UpdateEngine:
                 return  # balanced enough: keep the pieces where they are
             # A rank with no samples keeps the weight of one, so it can win some back.
             weights = [float(max(n, 1.0) * median / s) for n, s in zip(share, t)]
-        self._times_ema = None  # times measured under the old split say nothing about the new one
         reference = max(self.cfg.batch_size, self.comm.size)
         before = self.shares(reference)
-        self.balance_weights = weights
-        if not np.array_equal(self.shares(reference), before):
-            self.balance_changed = True
+        old, self.balance_weights = self.balance_weights, weights
+        moved = np.abs(self.shares(reference) - before).max()
+        if weights is not None and moved <= REBALANCE_SHIFT * reference / self.comm.size:
+            self.balance_weights = old
+            return
+        self._times_ema = None  # times measured under the old split say nothing about the new one
+        self.balance_changed = moved > 0
 
     # ------------------------------------------------------------------ stall detector
     def _announce(self, round_index: int):

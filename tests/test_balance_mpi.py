@@ -67,7 +67,9 @@ def test_balanced_sync_keeps_the_sync_trajectory(comm, window):
         return
     assert rebalances, "a rank three times slower must get a smaller share"
     for r in rebalances:
-        assert sum(r["counts"]) == 64 and r["samples_moved"] > 0
+        assert sum(r["counts"]) == 64
+    # Mid-window decisions move samples at once; end-of-window ones from the next window on.
+    assert any(r["samples_moved"] > 0 for r in rebalances) == (window == "4")
     assert rebalances[0]["counts"][last] < min(rebalances[0]["counts"][:last])
     # Every sample of the epoch was still used once.
     assert {e["samples"] for e in balanced.events if e["event"] == "epoch"} == {len(balanced.data.y_train)}
