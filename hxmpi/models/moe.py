@@ -1,4 +1,4 @@
-"""Mixture-of-experts classifier with expert parallelism over a HierComm (source A, claim 7).
+"""Mixture-of-experts classifier with expert parallelism over a HierComm (see docs/method.md).
 
 Layers: dense ReLU (D -> H), then an MoE layer with top-1 gating, a capacity factor and a residual
 connection (H -> H; expert e is a ReLU layer), then a softmax output (H -> C). Experts are sharded
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import SettingError
 from ..exchange import HierComm
 from .base import FlatParams, glorot, softmax_xent
 
@@ -16,13 +17,15 @@ from .base import FlatParams, glorot, softmax_xent
 class MoE:
     """Top-1 MoE classifier; dense parameters are averaged across ranks, expert ones stay local."""
 
+    collective_steps = True  # every step exchanges tokens: all ranks must step together
+
     def __init__(self, n_features: int, n_classes: int, hidden: int, num_experts: int,
-                 capacity_factor: float, hc: HierComm, seed: int):
+                 capacity_factor: float, hc: HierComm, seed: int, dtype=np.float64):
         size, rank = hc.comm.size, hc.comm.rank
         if num_experts < 1 or num_experts % size:
-            raise ValueError(f"--experts {num_experts} must be a positive multiple of the {size} ranks")
+            raise SettingError("experts", f"{num_experts} must be a positive multiple of the {size} ranks")
         if capacity_factor <= 0:
-            raise ValueError(f"capacity factor must be > 0, got {capacity_factor}")
+            raise SettingError("capacity_factor", f"must be > 0, got {capacity_factor}")
         self.hc, self.E, self.H = hc, num_experts, hidden
         self.local = num_experts // size
         self.first = rank * self.local
@@ -30,7 +33,7 @@ class MoE:
         self.flat = FlatParams(
             {"W_in": (n_features, hidden), "b_in": (hidden,), "W_gate": (hidden, num_experts),
              "W_out": (hidden, n_classes), "b_out": (n_classes,)},
-            {"W_exp": (self.local, hidden, hidden), "b_exp": (self.local, hidden)})
+            {"W_exp": (self.local, hidden, hidden), "b_exp": (self.local, hidden)}, dtype=dtype)
         rng = np.random.default_rng(seed)
         p = self.flat.p
         p["W_in"][:] = glorot(rng, n_features, hidden)
@@ -73,7 +76,7 @@ class MoE:
         h = np.maximum(z1, 0.0)
         probs, expert, kept, owner_counts = self._route(h)
         rows = np.concatenate([h[kept], (expert[kept] - (expert[kept] // self.local) * self.local)
-                               [:, None].astype(np.float64)], axis=1)
+                               [:, None].astype(h.dtype)], axis=1)
         recv, recv_counts = self.hc.alltoallv(rows, owner_counts)
         hx, local_id, pre = self._experts_forward(recv)
         back, _ = self.hc.alltoallv(np.maximum(pre, 0.0), recv_counts)
