@@ -1,0 +1,58 @@
+"""Fault matrix, programs (issue 13 item 10): an uncaught exception on one rank of any hxmpi program
+ends the whole MPI job with that rank's message, instead of leaving the others blocked."""
+import ast
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mpilaunch import mpirun_command
+
+MPIRUN = mpirun_command()
+needs_mpirun = pytest.mark.skipif(not MPIRUN, reason="no mpirun on this machine")
+ROOT = Path(__file__).resolve().parent.parent
+
+ONE_RANK_FAILS = """
+from mpi4py import MPI
+def main():
+    comm = MPI.COMM_WORLD
+    if comm.rank == comm.size - 1:
+        raise RuntimeError("disk on fire")
+    comm.Barrier()  # the others wait here for the failed rank
+    return 0
+if __name__ == "__main__":
+    from hxmpi.cli import run_main
+    run_main(main, "demo")
+"""
+
+
+@needs_mpirun
+@pytest.mark.watchdog(120)
+@pytest.mark.parametrize("n", [2, 3])
+def test_uncaught_exception_on_one_rank_aborts_the_job(tmp_path, n):
+    script = tmp_path / "demo.py"
+    script.write_text(ONE_RANK_FAILS)
+    t0 = time.monotonic()
+    proc = subprocess.run(MPIRUN + ["-n", str(n), sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=90)
+    assert proc.returncode != 0
+    assert f"demo: rank {n - 1} failed: RuntimeError: disk on fire" in proc.stderr, proc.stderr
+    assert time.monotonic() - t0 < 60
+
+
+def _main_blocks():
+    """(file, source of its ``if __name__ == "__main__":`` block) for every program hxmpi ships."""
+    files = [ROOT / "hxmpi" / "__main__.py", ROOT / "hxmpi" / "data" / "__main__.py", ROOT / "hxmpi" / "cluster.py",
+             ROOT / "hxmpi" / "train.py", *sorted((ROOT / "benchmarks").glob("*.py"))]
+    for f in files:
+        tree = ast.parse(f.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+                yield f, ast.unparse(node)
+
+
+@pytest.mark.parametrize("path,block", list(_main_blocks()), ids=[f.name for f, _ in _main_blocks()])
+def test_every_program_ends_through_run_main(path, block):
+    assert "run_main(" in block, f"{path}: its __main__ block must call hxmpi.cli.run_main"
