@@ -21,11 +21,11 @@ from mpi4py import MPI
 
 from hxmpi.data import load_dataset
 from hxmpi.optim import learning_rate
-from hxmpi.train import Trainer, build_parser
+from hxmpi.train import Trainer, parse_config
 
 
 def run_hxmpi(args, comm) -> dict:
-    targs = build_parser().parse_args(["--quiet", "--model", "mlp", "--hidden", str(args.hidden),
+    targs = parse_config(["--quiet", "--model", "mlp", "--hidden", str(args.hidden),
                                        "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
                                        "--lr", str(args.lr), "--seed", str(args.seed)])
     trainer = Trainer(targs, comm)

@@ -28,9 +28,23 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 from mpi4py import MPI
 
-from .policy import decide
+from .errors import SettingError
+from .policy import MODES, decide
 
 STALL_TAG = 7071
+
+
+@dataclass(frozen=True)
+class Straggle:
+    """Injected straggling (testing, benchmarks): ``ranks`` sleep ``delay_s`` seconds per step and
+    stretch their compute time by ``factor`` (1: as measured)."""
+    ranks: tuple = ()
+    delay_s: float = 0.0
+    factor: float = 1.0
+
+    def slows(self, rank: int) -> bool:
+        """Whether ``rank`` is slowed at all."""
+        return rank in self.ranks and (self.delay_s > 0 or self.factor != 1.0)
 
 
 @dataclass
@@ -42,44 +56,28 @@ class UpdateConfig:
     threshold: Optional[float] = None     # straggler threshold in seconds; None = auto
     window: int = 10                      # rounds between policy decisions
     max_staleness: int = 4                # local steps per async round before a rank blocks
-    straggle_ranks: tuple = ()            # ranks that sleep straggle_s per step (testing, benchmarks)
-    straggle_s: float = 0.0
+    straggle: Straggle = Straggle()
     stall_timeout: float = 0.0            # 0: off
     stall_abort: bool = False
-
-
-def parse_straggle(text: Optional[str]) -> tuple[tuple, float]:
-    """``"1,3:0.02"`` -> ((1, 3), 0.02)."""
-    if not text:
-        return (), 0.0
-    try:
-        ranks, seconds = text.split(":")
-        parsed = tuple(int(r) for r in ranks.split(",") if r.strip())
-        delay = float(seconds)
-    except ValueError:
-        raise ValueError(f"--straggle expects RANKS:SECONDS (e.g. 3:0.02), got {text!r}") from None
-    if delay < 0 or not parsed:
-        raise ValueError(f"--straggle needs ranks and a non-negative delay, got {text!r}")
-    return parsed, delay
 
 
 class UpdateEngine:
     """Runs the rounds of an epoch in the mode the policy chose; collects timings and events."""
 
-    def __init__(self, cfg: UpdateConfig, comm: MPI.Intracomm, model, opt, dense_only: bool,
-                 emit: Callable[[dict], None]):
-        if cfg.update not in ("auto", "sync", "async"):
-            raise ValueError(f"--update must be auto, sync or async, got {cfg.update!r}")
-        if cfg.max_staleness < 1 or cfg.window < 1:
-            raise ValueError("--max-staleness and --policy-window must be >= 1")
-        if cfg.update == "async" and not dense_only:
-            raise ValueError("--update async needs a dense model: MoE steps are collective")
+    def __init__(self, cfg: UpdateConfig, comm: MPI.Intracomm, model, opt, emit: Callable[[dict], None]):
+        if cfg.update not in MODES:
+            raise SettingError("update", f"must be one of {', '.join(MODES)}, got {cfg.update!r}")
+        for name, value in (("max_staleness", cfg.max_staleness), ("policy_window", cfg.window)):
+            if value < 1:
+                raise SettingError(name, f"must be >= 1, got {value}")
+        if cfg.update == "async" and model.collective_steps:
+            raise SettingError("update", f"async needs a model whose steps are local; "
+                                         f"{type(model).__name__} steps are collective")
         self.cfg, self.comm, self.model, self.opt, self.emit = cfg, comm, model, opt, emit
-        self.dense_only = dense_only
         self.mode = "async" if cfg.update == "async" else "sync"
         self.grad_scale = 1.0
-        self.lr_factor = 1.0              # claim 2's coefficient, set by the trainer after evaluation
-        self.slow = comm.rank in cfg.straggle_ranks
+        self.lr_factor = 1.0              # the gradient coefficient, set by the trainer after evaluation
+        self.slow = cfg.straggle.slows(comm.rank)
         self._window_time = 0.0
         self._window_steps = 0
         self._window_rounds = 0
@@ -95,8 +93,9 @@ class UpdateEngine:
         t0 = time.perf_counter()
         self.opt.flat.grads[:] = 0.0
         loss, correct = self.model.loss_and_grad(X, y, scale)
-        if self.slow and self.cfg.straggle_s:
-            time.sleep(self.cfg.straggle_s)
+        if self.slow:
+            st = self.cfg.straggle
+            time.sleep(st.delay_s + (st.factor - 1.0) * (time.perf_counter() - t0))
         return loss, correct, time.perf_counter() - t0
 
     def _timed_step(self, lr: float) -> float:
@@ -163,8 +162,8 @@ class UpdateEngine:
         forced = self.cfg.update if self.cfg.update != "auto" else "auto"
         decision = decide(times, self.cfg.b1, self.cfg.b2, self.cfg.threshold, forced)
         mode, scale, note = decision.mode, decision.grad_scale, None
-        if mode == "async" and not self.dense_only:
-            mode, note = "sync", "MoE steps are collective: async not possible, staying sync"
+        if mode == "async" and self.model.collective_steps:
+            mode, note = "sync", "the model's steps are collective: async not possible, staying sync"
         self.mode, self.grad_scale = mode, scale
         record = {**decision.as_record(), "mode": mode, "round": round_index, "epoch": epoch,
                   "step_times_s": times}
@@ -193,7 +192,7 @@ class UpdateEngine:
                 if self.cfg.stall_abort:
                     import sys
                     sys.stderr.write(f"hxmpi.train: stall: ranks {missing} missing at step {round_index} "
-                                     f"after {waited:.1f} s; aborting (--stall-abort)\n")
+                                     f"after {waited:.1f} s; aborting (stall_abort is set)\n")
                     sys.stderr.flush()
                     comm.Abort(3)
             time.sleep(0.001)

@@ -7,13 +7,13 @@ from mpi4py import MPI
 
 from hxmpi.exchange import HierComm
 from hxmpi.models import MoE
-from hxmpi.train import Trainer, build_parser
+from hxmpi.train import Trainer, parse_config
 
 pytestmark = pytest.mark.mpi
 
 
 def args_for(*extra):
-    return build_parser().parse_args(["--quiet", "--epochs", "3", "--update", "sync", *extra])
+    return parse_config(["--quiet", "--epochs", "3", "--update", "sync", *extra])
 
 
 @pytest.mark.parametrize("model", ["mlp", "softmax", "moe"])
@@ -43,13 +43,13 @@ def test_resume_is_bit_identical(comm, shared_tmp):
     ckpt = os.path.join(tmp, "ckpt")
     common = ["--epochs", "4", "--model", "moe", "--experts", str(comm.size * 2), "--checkpoint", ckpt,
               "--update", "sync"]
-    full = Trainer(build_parser().parse_args(["--quiet", "--epochs", "4", "--model", "moe", "--update", "sync",
+    full = Trainer(parse_config(["--quiet", "--epochs", "4", "--model", "moe", "--update", "sync",
                                               "--experts", str(comm.size * 2)]), comm)
     full.run()
-    first = Trainer(build_parser().parse_args(["--quiet", *common, "--stop-after", "2"]), comm)
+    first = Trainer(parse_config(["--quiet", *common, "--stop-after", "2"]), comm)
     first.run()
     assert not np.array_equal(first.flat.params, full.flat.params)
-    second = Trainer(build_parser().parse_args(["--quiet", *common, "--resume"]), comm)
+    second = Trainer(parse_config(["--quiet", *common, "--resume"]), comm)
     second.load_checkpoint()
     assert second.start_epoch == 2
     second.run()
@@ -58,11 +58,11 @@ def test_resume_is_bit_identical(comm, shared_tmp):
 
 
 def test_resume_rejects_other_model(comm, shared_tmp):
-    from hxmpi.train import UsageError
+    from hxmpi.checkpoint import CheckpointError
     tmp = str(shared_tmp)
-    Trainer(build_parser().parse_args(["--quiet", "--epochs", "1", "--checkpoint", tmp]), comm).run()
-    t = Trainer(build_parser().parse_args(["--quiet", "--hidden", "32", "--checkpoint", tmp, "--resume"]), comm)
-    with pytest.raises(UsageError, match="hidden"):
+    Trainer(parse_config(["--quiet", "--epochs", "1", "--checkpoint", tmp]), comm).run()
+    t = Trainer(parse_config(["--quiet", "--hidden", "32", "--checkpoint", tmp, "--resume"]), comm)
+    with pytest.raises(CheckpointError, match="hidden"):
         t.load_checkpoint()
 
 

@@ -2,13 +2,13 @@
 import numpy as np
 import pytest
 
-from hxmpi.train import Trainer, build_parser
+from hxmpi.train import Trainer, parse_config
 
 pytestmark = pytest.mark.mpi
 
 
 def run(comm, *flags):
-    t = Trainer(build_parser().parse_args(["--quiet", "--ranks-per-node", "2", *flags]), comm)
+    t = Trainer(parse_config(["--quiet", "--ranks-per-node", "2", *flags]), comm)
     return t, t.run()
 
 

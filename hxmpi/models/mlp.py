@@ -11,6 +11,8 @@ from .base import FlatParams, glorot, softmax_xent
 class MLP:
     """Dense classifier; ``hidden=()`` is softmax regression. Call ``loss_and_grad`` per batch."""
 
+    collective_steps = False  # a step touches this rank's data only: ranks may step independently
+
     def __init__(self, n_features: int, n_classes: int, hidden: Sequence[int], seed: int):
         dims = [n_features, *hidden, n_classes]
         shapes = {}

@@ -1,4 +1,4 @@
-"""Mixture-of-experts classifier with expert parallelism over a HierComm (source A, claim 7).
+"""Mixture-of-experts classifier with expert parallelism over a HierComm (see docs/method.md).
 
 Layers: dense ReLU (D -> H), then an MoE layer with top-1 gating, a capacity factor and a residual
 connection (H -> H; expert e is a ReLU layer), then a softmax output (H -> C). Experts are sharded
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import SettingError
 from ..exchange import HierComm
 from .base import FlatParams, glorot, softmax_xent
 
@@ -16,13 +17,15 @@ from .base import FlatParams, glorot, softmax_xent
 class MoE:
     """Top-1 MoE classifier; dense parameters are averaged across ranks, expert ones stay local."""
 
+    collective_steps = True  # every step exchanges tokens: all ranks must step together
+
     def __init__(self, n_features: int, n_classes: int, hidden: int, num_experts: int,
                  capacity_factor: float, hc: HierComm, seed: int):
         size, rank = hc.comm.size, hc.comm.rank
         if num_experts < 1 or num_experts % size:
-            raise ValueError(f"--experts {num_experts} must be a positive multiple of the {size} ranks")
+            raise SettingError("experts", f"{num_experts} must be a positive multiple of the {size} ranks")
         if capacity_factor <= 0:
-            raise ValueError(f"capacity factor must be > 0, got {capacity_factor}")
+            raise SettingError("capacity_factor", f"must be > 0, got {capacity_factor}")
         self.hc, self.E, self.H = hc, num_experts, hidden
         self.local = num_experts // size
         self.first = rank * self.local
