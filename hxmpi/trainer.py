@@ -7,6 +7,7 @@ fed their tokens through the same hierarchical exchange. Rank 0 logs; every rank
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import numpy as np
@@ -17,13 +18,14 @@ from .config import TrainConfig
 from .data import DATASETS, load_dataset
 from .data.shuffle import GlobalShuffle, ShardStream
 from .data.staging import StagingConfig, stage
-from .errors import HxmpiError, SettingError, agree
+from .errors import HxmpiError, NonFiniteLoss, SettingError, agree
 from .exchange import HierComm
 from .models import build_model
 from .models.base import softmax_xent
 from .optim import SGD, learning_rate
 from .policy import gradient_coefficient
 from .runlog import RunLog
+from .stall import NoWatch, StallWatch
 from .updates import UpdateEngine
 
 
@@ -70,6 +72,9 @@ class Trainer:
         self.pretrain_deadline = None
         self.rounds = 0  # global steps so far: sync steps or async rounds (drives the schedule)
         self.updates = UpdateEngine(cfg.update_config(), comm, self.model, self.opt, emit=self._emit)
+        if cfg.checkpoint:  # found now, not after the first epoch
+            checkpoint.check_writable(cfg.checkpoint, comm)
+        self.watch = NoWatch()  # run() watches its collectives with --stall-timeout (stall.StallWatch)
         self.local_batch = max(1, cfg.batch_size // self.size)
 
     @property
@@ -125,7 +130,7 @@ class Trainer:
         checkpoint.save(self.cfg.checkpoint, self.comm,
                         {"params": self.flat.params, "velocity": self.opt.velocity,
                          "opt_steps": np.int64(self.opt.steps), "rounds": np.int64(self.rounds)},
-                        self._meta(), epoch)
+                        self._meta(), epoch, keep=self.cfg.keep_checkpoints)
 
     def load_checkpoint(self) -> None:
         """Restore parameters, momentum and progress from ``cfg.checkpoint``; a checkpoint of
@@ -136,6 +141,11 @@ class Trainer:
         self.opt.steps = int(shard["opt_steps"])
         self.rounds = int(shard["rounds"])
         self.start_epoch = int(meta["epochs_done"])
+        if self.rank == 0 and not self.cfg.quiet:
+            print(f"resuming from {meta['checkpoint_dir']} ({meta['chosen_because']}), after epoch "
+                  f"{self.start_epoch}", file=sys.stderr, flush=True)
+        self._emit({"event": "resume", "checkpoint": meta["checkpoint_dir"], "epochs_done": self.start_epoch,
+                    "chosen_because": meta["chosen_because"]})
         if self.data.train_stream is not None:
             self.data.train_stream.seek(self.start_epoch)
 
@@ -174,7 +184,8 @@ class Trainer:
         fail_at = self.cfg.fail_at
         # A window's exchange happens when it is drawn, for every rank alike: the whole epoch in
         # memory mode, one window of shards at a time when streaming.
-        for parts in self.shuffle.epoch_windows(epoch):
+        bad_step = None  # the first step whose loss was not finite on this rank
+        for parts in self.watch.iterate(self.shuffle.epoch_windows(epoch), "shuffle exchange", lambda: self.rounds):
             if self.first_batch_s is None:
                 self.first_batch_s = time.perf_counter() - self.t_start
             batches = self._local_batches(parts)
@@ -187,19 +198,28 @@ class Trainer:
                     loss, correct = self.updates.sync_step(X, y, global_batch, lr, self.rounds)
                     stats += (loss, correct, len(y))
                 else:
-                    stats += self.updates.async_round(batches, lr)
+                    loss, *_ = round_stats = self.updates.async_round(batches, lr)
+                    stats += round_stats
+                if bad_step is None and not np.isfinite(loss):
+                    bad_step = self.rounds
                 self.rounds += 1
                 self.updates.end_of_round(self.rounds, epoch)
                 if self.pretrain_deadline is not None:
                     # Rank 0's clock decides, so every rank leaves after the same step.
-                    expired = self.comm.bcast(time.perf_counter() > self.pretrain_deadline if self.rank == 0
-                                              else None, root=0)
+                    with self.watch.waiting("pre-train clock", self.rounds):
+                        expired = self.comm.bcast(time.perf_counter() > self.pretrain_deadline if self.rank == 0
+                                                  else None, root=0)
                     if expired:
                         break
             if expired:
                 break
         elapsed = time.perf_counter() - t0
-        self.comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
+        with self.watch.waiting("end of epoch", self.rounds):
+            self.comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
+            bad_step = self.comm.allreduce(np.inf if bad_step is None else bad_step, op=MPI.MIN)
+        if np.isfinite(bad_step):  # the same on every rank: raised everywhere, the run ends with exit 1
+            raise NonFiniteLoss(f"training loss is not finite in epoch {epoch + 1} at step {int(bad_step)} "
+                                f"(steps counted from the start of the run); lower --lr or check the data")
         return {"train_loss": stats[0] / max(stats[2], 1), "train_accuracy": stats[1] / max(stats[2], 1),
                 "train_time_s": elapsed, "samples": int(stats[2]), "update": self.updates.mode,
                 **({"pretrain_expired": True} if expired else {})}
@@ -216,6 +236,14 @@ class Trainer:
 
     def run(self) -> dict:
         """Train all epochs; returns the summary record (collective)."""
+        self.watch = self.updates.watch = StallWatch.for_run(self.comm, self.cfg.stall_timeout, self.cfg.stall_abort,
+                                                             self._emit)
+        try:
+            return self._run()
+        finally:
+            self.watch.close()
+
+    def _run(self) -> dict:
         c = self.cfg
         if self.staging_info:
             self._emit(self.staging_info)
@@ -232,13 +260,14 @@ class Trainer:
         last = c.epochs if c.stop_after is None else min(c.epochs, self.start_epoch + c.stop_after)
         for epoch in range(self.start_epoch, last):
             m = self.train_epoch(epoch)
-            train_time = train_time + self.comm.allreduce(m["train_time_s"], op=MPI.MAX)
+            with self.watch.waiting("evaluation", self.rounds):
+                train_time = train_time + self.comm.allreduce(m["train_time_s"], op=MPI.MAX)
+                test_loss, test_acc = self.evaluate()
+                first_batch = self.comm.allreduce(self.first_batch_s or 0.0, op=MPI.MAX)  # slowest rank
+                staged = self.staging_progress()
             samples += m["samples"]
-            test_loss, test_acc = self.evaluate()
             if c.target_accuracy is not None:
                 self.adjust_from_accuracy(test_acc)
-            first_batch = self.comm.allreduce(self.first_batch_s or 0.0, op=MPI.MAX)  # slowest rank
-            staged = self.staging_progress()
             data_wait = staged.get("data_wait_s", 0.0)
             record = {"event": "epoch", "epoch": epoch + 1, **m, "test_loss": test_loss,
                       "test_accuracy": test_acc, "lr": self.lr_at(max(self.opt.steps - 1, 0)),
@@ -247,7 +276,8 @@ class Trainer:
                       **({"staging": staged, "data_wait_fraction": data_wait / train_time if train_time else 0.0}
                          if staged else {})}
             if c.checkpoint:
-                self.save_checkpoint(epoch + 1)
+                with self.watch.waiting("checkpoint", self.rounds):
+                    self.save_checkpoint(epoch + 1)
             self.log.epoch(record)
             if m.get("pretrain_expired"):
                 self.pretrain_deadline = None
@@ -260,14 +290,15 @@ class Trainer:
                     break
                 self.switch_to_distributed(decision)
         topo = self.hc.topology
+        with self.watch.waiting("summary", self.rounds):
+            rates = self.comm.allgather(self.updates.local_samples / train_time if train_time else 0.0)
+            max_round_steps = self.comm.allreduce(self.updates.max_round_steps, op=MPI.MAX)
         summary = {"event": "summary", "test_accuracy": test_acc, "test_loss": test_loss,
                    "epochs": last, "samples_per_s": samples / train_time if train_time else 0.0,
                    "world_size": self.size, "num_nodes": topo.num_nodes, "model": c.model,
                    "shuffle": c.shuffle, "batch_size": c.batch_size, "train_time_s": train_time,
                    "update": self.updates.mode, "policy_decisions": len(self.updates.decisions),
-                   "samples_per_s_per_rank": self.comm.allgather(
-                       self.updates.local_samples / train_time if train_time else 0.0),
-                   "max_round_steps": self.comm.allreduce(self.updates.max_round_steps, op=MPI.MAX),
+                   "samples_per_s_per_rank": rates, "max_round_steps": max_round_steps,
                    "time_to_first_batch_s": first_batch,
                    "data_wait_s": data_wait, "data_wait_fraction": data_wait / train_time if train_time else 0.0,
                    **({"stop_reason": stop_reason} if stop_reason else {})}

@@ -15,9 +15,9 @@ Every ``window`` rounds the ranks gather their mean compute time per step (the t
 forward/backward and the optimizer, not in communication) and apply ``policy.decide``; every
 rank gets the same numbers, so every rank takes the same decision, which is logged with its inputs.
 
-The stall detector (``stall_timeout`` > 0): before each synchronous Allreduce every rank tells rank
-0 it has arrived; rank 0 names the ranks still missing after the timeout (and aborts the job if
-asked to), as Horovod's stall inspector does.
+Stall detection (``stall_timeout`` > 0): every blocking collective here runs inside
+``watch.waiting`` of the run's ``stall.StallWatch`` (set by the trainer), which names the ranks
+missing from it after the timeout on every rank, and aborts the job if asked to.
 """
 from __future__ import annotations
 
@@ -30,8 +30,7 @@ from mpi4py import MPI
 
 from .errors import SettingError
 from .policy import MODES, decide
-
-STALL_TAG = 7071
+from .stall import NoWatch
 
 
 @dataclass(frozen=True)
@@ -86,6 +85,8 @@ class UpdateEngine:
         self.local_samples = 0
         self.max_round_steps = 0          # largest number of local steps in one async round
         self.decisions: list[dict] = []
+        self.watch = NoWatch()            # the run's stall watch (stall.StallWatch), set by the trainer
+        self.round = 0                    # rounds completed (for stall messages)
 
     # ------------------------------------------------------------------ steps
     def _compute(self, X, y, scale: float):
@@ -105,11 +106,13 @@ class UpdateEngine:
 
     def sync_step(self, X, y, global_batch: int, lr: float, round_index: int) -> tuple[float, int]:
         """One synchronous step on this rank's share of a global batch."""
-        loss, correct, compute = self._compute(X, y, 1.0 / max(global_batch, 1))
-        pending = self._announce(round_index) if self.cfg.stall_timeout > 0 else None
-        self.comm.Allreduce(MPI.IN_PLACE, self.opt.flat.dense_grads, op=MPI.SUM)
-        if pending is not None:
-            pending.Wait()
+        if self.model.collective_steps:  # the forward/backward exchanges tokens: a collective too
+            with self.watch.waiting("expert exchange", round_index):
+                loss, correct, compute = self._compute(X, y, 1.0 / max(global_batch, 1))
+        else:
+            loss, correct, compute = self._compute(X, y, 1.0 / max(global_batch, 1))
+        with self.watch.waiting("gradient allreduce", round_index):
+            self.comm.Allreduce(MPI.IN_PLACE, self.opt.flat.dense_grads, op=MPI.SUM)
         if self.grad_scale != 1.0:
             self.opt.flat.grads *= self.grad_scale
         compute += self._timed_step(lr * self.lr_factor)
@@ -136,7 +139,8 @@ class UpdateEngine:
             if request.Test():
                 break
             if steps >= self.cfg.max_staleness:
-                request.Wait()
+                with self.watch.waiting("async average", self.round):
+                    request.Wait()
                 break
         dense += total / self.comm.size - snapshot
         self.max_round_steps = max(self.max_round_steps, steps)
@@ -153,10 +157,12 @@ class UpdateEngine:
     # ------------------------------------------------------------------ policy
     def end_of_round(self, round_index: int, epoch: int) -> None:
         """Every ``window`` rounds: gather step times, decide, log (collective at those rounds)."""
+        self.round = round_index
         if self._window_rounds < self.cfg.window:
             return
         mean = self._window_time / max(self._window_steps, 1)
-        times = self.comm.allgather(mean)
+        with self.watch.waiting("policy gather", round_index):
+            times = self.comm.allgather(mean)
         self._window_time, self._window_steps, self._window_rounds = 0.0, 0, 0
         self.last_step_times = times
         forced = self.cfg.update if self.cfg.update != "auto" else "auto"
@@ -171,29 +177,3 @@ class UpdateEngine:
             record["note"] = note
         self.decisions.append(record)
         self.emit(record)
-
-    # ------------------------------------------------------------------ stall detector
-    def _announce(self, round_index: int):
-        """Tell rank 0 this rank reached the collective; rank 0 waits and names the missing."""
-        comm = self.comm
-        if comm.rank != 0:
-            return comm.Isend(np.array([round_index], np.int64), dest=0, tag=STALL_TAG)
-        bufs = [np.empty(1, np.int64) for _ in range(comm.size)]
-        requests = [comm.Irecv(bufs[r], source=r, tag=STALL_TAG) for r in range(1, comm.size)]
-        t0 = time.perf_counter()
-        reported = False
-        while not MPI.Request.Testall(requests):
-            waited = time.perf_counter() - t0
-            if waited > self.cfg.stall_timeout and not reported:
-                missing = [r for r, req in zip(range(1, comm.size), requests) if not req.Test()]
-                self.emit({"event": "stall", "round": round_index, "missing_ranks": missing,
-                           "waited_s": round(waited, 3)})
-                reported = True
-                if self.cfg.stall_abort:
-                    import sys
-                    sys.stderr.write(f"hxmpi.train: stall: ranks {missing} missing at step {round_index} "
-                                     f"after {waited:.1f} s; aborting (stall_abort is set)\n")
-                    sys.stderr.flush()
-                    comm.Abort(3)
-            time.sleep(0.001)
-        return None

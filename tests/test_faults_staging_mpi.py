@@ -8,7 +8,7 @@ from mpi4py import MPI
 from hxmpi.data.lock import CacheDirBusy
 from hxmpi.data.sources import FetchError
 from hxmpi.data.store import StoreError, load_shard
-from hxmpi.train import Trainer, build_parser
+from hxmpi.train import Trainer, parse_config
 from test_faults_data import _rewrite_shard
 from test_staging_mpi import _serve, fresh_dir
 
@@ -45,7 +45,7 @@ def good_store():
 
 
 def args(url, cache, *extra):
-    return build_parser().parse_args(["--quiet", "--dataset", url, "--ranks-per-node", "2", "--cache-dir", cache,
+    return parse_config(["--quiet", "--dataset", url, "--ranks-per-node", "2", "--cache-dir", cache,
                                       "--epochs", "1", "--update", "sync", *extra])
 
 
