@@ -110,7 +110,7 @@ class TrainConfig:
         for name, rule in RANGES.items():
             value = getattr(self, name)
             if value is not None and not _within(value, rule):
-                raise SettingError(name, f"must be {rule}, got {value}")
+                raise SettingError(name, f"must {'lie' if rule.startswith('in ') else 'be'} {rule}, got {value}")
         if self.b1 > self.b2:
             raise SettingError("b1", f"{self.b1} is above b2 ({self.b2}): the async band must lie below the "
                                      f"scaling one")

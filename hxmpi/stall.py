@@ -2,14 +2,17 @@
 
 The trainer wraps each blocking collective it makes (the shuffle exchange, the gradient
 Allreduce, an async round's wait for the average, the policy gather, the end-of-epoch
-evaluation and checkpoint, the summary) in ``watch.waiting(label, step)``. Each rank counts the
-waits it has entered; a heartbeat thread sends that count to every other rank over a
-communicator of its own, promptly when a wait begins and every ``interval`` seconds otherwise.
+evaluation and checkpoint, the summary) in ``watch.waiting(label, step)``, and sets
+``watch.step`` as training moves on. Each rank counts the waits it has entered (every rank
+enters the same ones, in the same order); a heartbeat thread sends that count and the step to
+every other rank over a communicator of its own, promptly when a wait begins and every
+``interval`` seconds otherwise. An async round's wait for the average happens only on ranks that
+ran ahead, so it is not counted (``counted=False``); there ranks are compared by step.
 
 A rank that has been inside one wait for more than ``timeout`` seconds names the missing ranks:
-those whose count is below its own (they have not reached this collective: stragglers, or a
-rank stopped before it) and those not heard from for ``max(timeout, 1 s)`` (stopped, crashed
-without the job noticing, or cut off by the network). Rank 0 logs a ``"stall"`` record; with
+those behind it (count below its own, or for an uncounted wait, step below its own: they have
+not reached this collective, as a straggler or a stopped rank) and those not heard from for
+``max(timeout, 1 s)`` (stopped, crashed without the job noticing, or cut off by the network). Rank 0 logs a ``"stall"`` record; with
 ``abort`` every rank that sees the stall prints it and aborts the job (``MPI_Abort``, and
 ``os._exit`` 5 s later should the abort itself hang, as it can while the network is
 partitioned). So a stall ends the job about ``timeout`` (+ the heartbeat period) after it began.
@@ -40,9 +43,10 @@ class NoWatch:
     """The watch when stall detection is off: waits cost nothing."""
 
     timeout = 0.0
+    step = 0
 
     @contextmanager
-    def waiting(self, label: str, step: int):
+    def waiting(self, label: str, step: int, counted: bool = True):
         """No-op."""
         yield
 
@@ -72,11 +76,13 @@ class StallWatch(NoWatch):
         self.timeout, self.abort, self.emit, self.prog = float(timeout), abort, emit, prog
         self.interval = min(0.5, self.timeout / 4)
         self.stale_s = max(self.timeout, 1.0)
-        self.seq = 0  # waits entered on this rank
-        self._where: Optional[tuple] = None  # (label, step, since, seq) while inside a wait
+        self.seq = 0  # counted waits entered on this rank
+        self.step = 0  # training step this rank is at (set by the trainer)
+        self._where: Optional[tuple] = None  # (label, step, since, seq, counted) while inside a wait
+        self._waits = 0  # waits entered, counted or not (identifies the one being reported)
         self._reported = 0  # the last wait a stall was reported for
         now = time.monotonic()
-        self.heard = [(0, now)] * self.size  # per rank: (its count, when heard), local clock
+        self.heard = [(0, 0, now)] * self.size  # per rank: (its count, its step, when heard), local clock
         self._wake, self._stop = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._run, name="hxmpi-stall-watch", daemon=True)
         self._thread.start()
@@ -87,10 +93,12 @@ class StallWatch(NoWatch):
         return cls(comm, timeout, abort, emit) if timeout > 0 else NoWatch()
 
     @contextmanager
-    def waiting(self, label: str, step: int):
-        """Mark a blocking collective named ``label`` at training step ``step``."""
-        self.seq += 1
-        self._where = (label, step, time.monotonic(), self.seq)
+    def waiting(self, label: str, step: int, counted: bool = True):
+        """Mark a blocking collective named ``label`` at training step ``step``; ``counted=False``
+        for a wait that only some ranks make."""
+        self.seq += counted
+        self._waits += 1
+        self._where = (label, step, time.monotonic(), self.seq if counted else step, counted, self._waits)
         self._wake.set()  # tell the others at once that this rank has arrived
         try:
             yield
@@ -117,40 +125,40 @@ class StallWatch(NoWatch):
     # ------------------------------------------------------------------ the heartbeat thread
     def _run(self) -> None:
         pending = []
-        inbox = np.empty(1, np.int64)
+        inbox = np.empty(2, np.int64)
         status = MPI.Status()
         while not self._stop.is_set():
             self._wake.wait(self.interval)
             self._wake.clear()
             if len(pending) < 64 * self.size:  # a stopped peer must not make this list grow forever
-                out = np.array([self.seq], np.int64)
+                out = np.array([self.seq, self.step], np.int64)
                 pending += [(self.comm.Isend(out, dest=r, tag=HEARTBEAT_TAG), out)
                             for r in range(self.size) if r != self.rank]
             pending = [(req, buf) for req, buf in pending if not req.Test()]
             while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=HEARTBEAT_TAG, status=status):
                 src = status.Get_source()
                 self.comm.Recv(inbox, source=src, tag=HEARTBEAT_TAG)
-                self.heard[src] = (int(inbox[0]), time.monotonic())
+                self.heard[src] = (int(inbox[0]), int(inbox[1]), time.monotonic())
             self._check()
 
-    def missing(self, seq: int, now: float) -> list[int]:
-        """Ranks that have not reached wait ``seq`` or have not been heard from lately."""
-        return [r for r, (count, when) in enumerate(self.heard)
-                if r != self.rank and (count < seq or now - when > self.stale_s)]
+    def missing(self, mark: int, counted: bool, now: float) -> list[int]:
+        """Ranks behind ``mark`` (a count of waits, or a step if not ``counted``) or not heard from lately."""
+        return [r for r, (count, step, when) in enumerate(self.heard)
+                if r != self.rank and ((count if counted else step) < mark or now - when > self.stale_s)]
 
     def _check(self) -> None:
         where = self._where
         if where is None:
             return
-        label, step, since, seq = where
+        label, step, since, mark, counted, wait_id = where
         now = time.monotonic()
         waited = now - since
-        if waited <= self.timeout or self._reported == seq:
+        if waited <= self.timeout or self._reported == wait_id:
             return
-        missing = self.missing(seq, now)
+        missing = self.missing(mark, counted, now)
         if not missing:  # everyone is in this collective: slow, not stalled
             return
-        self._reported = seq
+        self._reported = wait_id
         if self.rank == 0:
             self.emit({"event": "stall", "round": step, "where": label, "missing_ranks": missing,
                        "waited_s": round(waited, 3)})

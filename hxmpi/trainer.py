@@ -203,6 +203,7 @@ class Trainer:
                 if bad_step is None and not np.isfinite(loss):
                     bad_step = self.rounds
                 self.rounds += 1
+                self.watch.step = self.rounds
                 self.updates.end_of_round(self.rounds, epoch)
                 if self.pretrain_deadline is not None:
                     # Rank 0's clock decides, so every rank leaves after the same step.

@@ -139,7 +139,7 @@ class UpdateEngine:
             if request.Test():
                 break
             if steps >= self.cfg.max_staleness:
-                with self.watch.waiting("async average", self.round):
+                with self.watch.waiting("async average", self.round, counted=False):
                     request.Wait()
                 break
         dense += total / self.comm.size - snapshot
