@@ -44,7 +44,7 @@ def run_meta(cfg, world_size: int, model, params: int) -> dict:
     """What a checkpoint must match to be resumed by this run (``cfg`` a TrainConfig)."""
     return {"format": CHECKPOINT_FORMAT, "world_size": world_size, "model": cfg.model,
             "hidden": cfg.hidden, "experts": getattr(model, "E", None), "dataset": cfg.dataset,
-            "batch_size": cfg.batch_size, "seed": cfg.seed, "params": int(params)}
+            "batch_size": cfg.batch_size, "seed": cfg.seed, "params": int(params), "dtype": cfg.dtype}
 
 
 def epoch_dir(directory: str, epoch: int) -> str:

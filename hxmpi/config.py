@@ -25,7 +25,8 @@ RANGES = {
     "prefetch_shards": ">= 0", "pretrain_time": "> 0", "retries": ">= 0", "timeout": "> 0",
     "fetch_workers": ">= 1", "epochs": ">= 1", "batch_size": ">= 1", "lr": "> 0", "momentum": "in [0, 1)",
     "weight_decay": ">= 0", "warmup_epochs": ">= 0", "step_epochs": "> 0", "gamma": "in (0, 1]",
-    "clip_norm": ">= 0", "ranks_per_node": ">= 1", "stop_after": ">= 1", "keep_checkpoints": ">= 1", "b1": "in [0, 1]", "b2": "in [0, 1]",
+    "clip_norm": ">= 0", "ranks_per_node": ">= 1", "stop_after": ">= 1", "keep_checkpoints": ">= 1",
+    "b1": "in [0, 1]", "b2": "in [0, 1]", "threads": ">= 1",
     "straggler_threshold": "> 0", "policy_window": ">= 1", "max_staleness": ">= 1",
     "target_accuracy": "in [0, 1]", "stall_timeout": ">= 0",
 }
@@ -99,6 +100,10 @@ class TrainConfig:
     stall_abort: bool = False
     fail_at: Optional[tuple] = None  # (rank, global step)
     quiet: bool = False
+    # performance
+    threads: Optional[int] = None  # BLAS/OpenMP threads per rank; None: the host's cores / its ranks
+    dtype: str = "float32"  # parameters, gradients and data: float32 or float64
+    balance: str = "off"  # sync: split batches by rank speed: on | off | auto (when the rule finds stragglers)
 
     @classmethod
     def from_namespace(cls, ns) -> "TrainConfig":
@@ -134,4 +139,5 @@ class TrainConfig:
     def update_config(self) -> UpdateConfig:
         """The update-policy settings."""
         return UpdateConfig(self.update, self.b1, self.b2, self.straggler_threshold, self.policy_window,
-                            self.max_staleness, self.straggle, self.stall_timeout, self.stall_abort)
+                            self.max_staleness, self.straggle, self.stall_timeout, self.stall_abort,
+                            self.balance, self.batch_size)

@@ -108,6 +108,17 @@ class RunLog:
             self._file = None
 
 
+def time_to_target(epochs: list[dict], target: float) -> tuple[Optional[float], Optional[int]]:
+    """(training seconds, epoch) at the first ``"epoch"`` record whose test accuracy is at least
+    ``target``, summing ``train_time_s`` (evaluation excluded); (None, None) if none reaches it."""
+    elapsed = 0.0
+    for r in epochs:
+        elapsed += r["train_time_s"]
+        if r["test_accuracy"] >= target:
+            return elapsed, r["epoch"]
+    return None, None
+
+
 def epoch_text(r: dict) -> str:
     """An epoch record's figures, for the line after the epoch count."""
     text = (f"loss {r['train_loss']:.4f}  train_acc {r['train_accuracy']:.4f}  "

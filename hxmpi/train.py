@@ -23,8 +23,8 @@ from .data.staging import STAGING_MODES, parse_bytes
 from .errors import HxmpiError, SettingError
 from .models import MODELS
 from .optim import SCHEDULES
-from .trainer import Trainer
-from .updates import Straggle
+from .trainer import DTYPES, Trainer
+from .updates import BALANCE_MODES, Straggle
 
 __all__ = ["Trainer", "TrainConfig", "UsageError", "build_parser", "parse_config", "main"]
 
@@ -120,6 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stall-abort", action="store_true", help="abort the job when a stall is detected")
     p.add_argument("--fail-at", type=_fail_at, default=None, metavar="RANK:STEP",
                    help="testing aid: raise an error on RANK at global step STEP")
+    p.add_argument("--balance", choices=BALANCE_MODES, default="off",
+                   help="sync mode: split each global batch over the ranks in proportion to their measured "
+                        "speed (the gradient stays the global mean); auto: when the policy finds stragglers "
+                        "and stays sync. Off by default: the split then depends on timings, so runs are not "
+                        "bit-reproducible")
+    p.add_argument("--threads", type=_positive_int, default=None,
+                   help="BLAS/OpenMP threads per rank (default: the host's usable cores divided by its ranks, "
+                        "at least 1)")
+    p.add_argument("--dtype", choices=DTYPES, default="float32",
+                   help="floating-point type of parameters, gradients and data")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--version", action="version", version=f"hxmpi {__version__}")
     return p

@@ -24,9 +24,13 @@ from .models import build_model
 from .models.base import softmax_xent
 from .optim import SGD, learning_rate
 from .policy import gradient_coefficient
-from .runlog import RunLog
+from .balance import moved_samples, redistribute
+from .runlog import RunLog, time_to_target
 from .stall import NoWatch, StallWatch
+from .threads import default_threads, limit_threads
 from .updates import UpdateEngine
+
+DTYPES = ("float32", "float64")
 
 
 class Trainer:
@@ -40,7 +44,14 @@ class Trainer:
         if cfg.batch_size < self.size:
             raise SettingError("batch_size", f"{cfg.batch_size} is smaller than the {self.size} ranks: "
                                              f"every rank needs at least one sample per step")
+        if cfg.dtype not in DTYPES:
+            raise SettingError("dtype", f"must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
+        if cfg.threads is not None and cfg.threads < 1:
+            raise SettingError("threads", f"must be >= 1, got {cfg.threads}")
         self.t_start = time.perf_counter()
+        self.threads = cfg.threads or default_threads(comm)
+        self.thread_pools = limit_threads(self.threads)
+        self.dtype = np.dtype(cfg.dtype)
         self.hc = HierComm(comm, ranks_per_node=cfg.ranks_per_node)
         self.log = RunLog(cfg.log, self.rank, cfg.quiet)
         self.staging_info = None
@@ -59,7 +70,7 @@ class Trainer:
         experts = cfg.experts or self.size * -(-4 // self.size)
         self.model = build_model(cfg.model, self.data.n_features, self.data.n_classes, cfg.hidden,
                                  cfg.seed, hc=self.hc, num_experts=experts,
-                                 capacity_factor=cfg.capacity_factor)
+                                 capacity_factor=cfg.capacity_factor, dtype=self.dtype)
         self.flat = self.model.flat
         self.shuffle = self._make_shuffle()
         self.opt = SGD(self.flat, comm, cfg.lr, cfg.momentum, cfg.weight_decay, cfg.clip_norm)
@@ -72,9 +83,9 @@ class Trainer:
         self.pretrain_deadline = None
         self.rounds = 0  # global steps so far: sync steps or async rounds (drives the schedule)
         self.updates = UpdateEngine(cfg.update_config(), comm, self.model, self.opt, emit=self._emit)
+        self.watch = NoWatch()  # run() watches its collectives with --stall-timeout (stall.StallWatch)
         if cfg.checkpoint:  # found now, not after the first epoch
             checkpoint.check_writable(cfg.checkpoint, comm)
-        self.watch = NoWatch()  # run() watches its collectives with --stall-timeout (stall.StallWatch)
         self.local_batch = max(1, cfg.batch_size // self.size)
 
     @property
@@ -95,8 +106,12 @@ class Trainer:
     def _make_shuffle(self):
         """The per-epoch global shuffle of the training data (in memory, or streamed by windows)."""
         d, c = self.data, self.cfg
+        # Features in the model's dtype (a no-op when they are already): a float64 model on a
+        # float32 stream upcasts exactly in its matrix products.
+        d.X_test = d.X_test.astype(self.dtype, copy=False)
         if d.train_stream is None:
-            return GlobalShuffle(self.hc, d.X_train, d.y_train, c.batch_size, c.seed, c.shuffle)
+            return GlobalShuffle(self.hc, d.X_train.astype(self.dtype, copy=False), d.y_train, c.batch_size,
+                                 c.seed, c.shuffle)
         try:
             return ShardStream(self.hc, d.train_stream, c.batch_size, c.seed, c.shuffle)
         except ValueError:
@@ -177,8 +192,13 @@ class Trainer:
                 yield X[lo:lo + b], y[lo:lo + b]
 
     def train_epoch(self, epoch: int) -> dict:
-        """One epoch over the globally shuffled data; returns its metrics (identical on all ranks)."""
-        stats = np.zeros(3)  # loss sum, correct, samples
+        """One epoch over the globally shuffled data; returns its metrics (identical on all ranks).
+
+        ``samples`` counts each sample of the epoch once (unique); ``processed_samples`` counts
+        every forward pass, which in async mode includes fast ranks re-reading their share.
+        ``train_time_s`` is the slowest rank's.
+        """
+        stats = np.zeros(4)  # loss sum, correct, processed samples, unique samples
         t0 = time.perf_counter()
         expired = False
         fail_at = self.cfg.fail_at
@@ -188,23 +208,38 @@ class Trainer:
         for parts in self.watch.iterate(self.shuffle.epoch_windows(epoch), "shuffle exchange", lambda: self.rounds):
             if self.first_batch_s is None:
                 self.first_batch_s = time.perf_counter() - self.t_start
+            parts = list(parts)
+            processed_before = stats[2]
             batches = self._local_batches(parts)
-            for X, y, global_batch in parts:
+            if self.updates.balance_weights is not None:  # the shuffle dealt evenly: apply the split
+                with self.watch.waiting("rebalance", self.rounds):
+                    self._rebalance(parts, 0)
+            s = 0
+            while s < len(parts):
+                X, y, global_batch = parts[s]
                 if fail_at and tuple(fail_at) == (self.rank, self.rounds):
                     raise RuntimeError(f"injected failure (fail_at) at step {self.rounds}")
                 lr = self.lr_at(self.rounds)
                 if self.updates.mode == "sync":
                     # Local sums scaled by 1/global batch: summed over ranks, the exact global mean.
                     loss, correct = self.updates.sync_step(X, y, global_batch, lr, self.rounds)
-                    stats += (loss, correct, len(y))
+                    stats[:3] += (loss, correct, len(y))
                 else:
                     loss, *_ = round_stats = self.updates.async_round(batches, lr)
-                    stats += round_stats
+                    stats[:3] += round_stats
                 if bad_step is None and not np.isfinite(loss):
                     bad_step = self.rounds
                 self.rounds += 1
                 self.watch.step = self.rounds
+                s += 1
                 self.updates.end_of_round(self.rounds, epoch)
+                if self.updates.balance_changed:  # the same on every rank: a collective decision
+                    self.updates.balance_changed = False
+                    with self.watch.waiting("rebalance", self.rounds):
+                        moved = self._rebalance(parts, s)
+                    self._emit({"event": "rebalance", "epoch": epoch, "round": self.rounds,
+                                "counts": [int(c) for c in self.updates.shares(self.cfg.batch_size)],
+                                "weights": self.updates.balance_weights, "samples_moved": moved})
                 if self.pretrain_deadline is not None:
                     # Rank 0's clock decides, so every rank leaves after the same step.
                     with self.watch.waiting("pre-train clock", self.rounds):
@@ -212,18 +247,34 @@ class Trainer:
                                                   else None, root=0)
                     if expired:
                         break
+            # Unique: at most this rank's share of the window (async re-reads it cyclically).
+            stats[3] += min(stats[2] - processed_before, sum(len(p[1]) for p in parts))
             if expired:
                 break
-        elapsed = time.perf_counter() - t0
         with self.watch.waiting("end of epoch", self.rounds):
+            elapsed = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
             self.comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
             bad_step = self.comm.allreduce(np.inf if bad_step is None else bad_step, op=MPI.MIN)
         if np.isfinite(bad_step):  # the same on every rank: raised everywhere, the run ends with exit 1
             raise NonFiniteLoss(f"training loss is not finite in epoch {epoch + 1} at step {int(bad_step)} "
                                 f"(steps counted from the start of the run); lower --lr or check the data")
         return {"train_loss": stats[0] / max(stats[2], 1), "train_accuracy": stats[1] / max(stats[2], 1),
-                "train_time_s": elapsed, "samples": int(stats[2]), "update": self.updates.mode,
-                **({"pretrain_expired": True} if expired else {})}
+                "train_time_s": elapsed, "samples": int(stats[3]), "processed_samples": int(stats[2]),
+                "update": self.updates.mode, **({"pretrain_expired": True} if expired else {})}
+
+    def _rebalance(self, parts: list, start: int) -> int:
+        """Re-split steps ``parts[start:]`` over the ranks by the current balance (collective);
+        returns the samples that changed rank (0 when no step is left: the next window is split
+        by the new shares from its start)."""
+        rest = parts[start:]
+        if not rest:  # the decision came with the window's last step: the next window is split anew
+            return 0
+        current = np.array(self.comm.allgather([len(p[1]) for p in rest]), dtype=np.int64).T.reshape(len(rest), -1)
+        target = np.array([self.updates.shares(p[2]) for p in rest], dtype=np.int64).reshape(len(rest), -1)
+        if np.array_equal(current, target):
+            return 0
+        parts[start:] = redistribute(self.hc, rest, current, target)
+        return moved_samples(current, target)
 
     def adjust_from_accuracy(self, accuracy: float) -> None:
         """Scale the next epoch's steps from the accuracy gap and the slowest step time (the
@@ -249,7 +300,8 @@ class Trainer:
         if self.staging_info:
             self._emit(self.staging_info)
         self.log.start_epochs(c.epochs, self.start_epoch)
-        train_time = samples = data_wait = first_batch = 0
+        train_time = samples = processed = data_wait = first_batch = 0
+        epochs_run = []
         test_loss = test_acc = float("nan")
         stop_reason = None
         if c.pretrain_time is not None:
@@ -261,17 +313,18 @@ class Trainer:
         last = c.epochs if c.stop_after is None else min(c.epochs, self.start_epoch + c.stop_after)
         for epoch in range(self.start_epoch, last):
             m = self.train_epoch(epoch)
+            train_time += m["train_time_s"]
+            samples += m["samples"]
+            processed += m["processed_samples"]
             with self.watch.waiting("evaluation", self.rounds):
-                train_time = train_time + self.comm.allreduce(m["train_time_s"], op=MPI.MAX)
                 test_loss, test_acc = self.evaluate()
                 first_batch = self.comm.allreduce(self.first_batch_s or 0.0, op=MPI.MAX)  # slowest rank
                 staged = self.staging_progress()
-            samples += m["samples"]
             if c.target_accuracy is not None:
                 self.adjust_from_accuracy(test_acc)
             data_wait = staged.get("data_wait_s", 0.0)
             record = {"event": "epoch", "epoch": epoch + 1, **m, "test_loss": test_loss,
-                      "test_accuracy": test_acc, "lr": self.lr_at(max(self.opt.steps - 1, 0)),
+                      "test_accuracy": test_acc, "lr": self.updates.last_lr,
                       "shuffle_bytes_sent": self.shuffle.bytes_moved,
                       "time_to_first_batch_s": first_batch,
                       **({"staging": staged, "data_wait_fraction": data_wait / train_time if train_time else 0.0}
@@ -280,6 +333,7 @@ class Trainer:
                 with self.watch.waiting("checkpoint", self.rounds):
                     self.save_checkpoint(epoch + 1)
             self.log.epoch(record)
+            epochs_run.append(record)
             if m.get("pretrain_expired"):
                 self.pretrain_deadline = None
                 decision = {"event": "staging_decision", "epoch": epoch + 1, "accuracy": test_acc,
@@ -291,15 +345,24 @@ class Trainer:
                     break
                 self.switch_to_distributed(decision)
         topo = self.hc.topology
+        per_s = (lambda n: n / train_time) if train_time else (lambda n: 0.0)
         with self.watch.waiting("summary", self.rounds):
-            rates = self.comm.allgather(self.updates.local_samples / train_time if train_time else 0.0)
+            rates = self.comm.allgather(per_s(self.updates.local_samples))
             max_round_steps = self.comm.allreduce(self.updates.max_round_steps, op=MPI.MAX)
+            round_steps = self.comm.allgather(self.updates.async_steps / max(self.updates.async_rounds, 1))
         summary = {"event": "summary", "test_accuracy": test_acc, "test_loss": test_loss,
-                   "epochs": last, "samples_per_s": samples / train_time if train_time else 0.0,
-                   "world_size": self.size, "num_nodes": topo.num_nodes, "model": c.model,
+                   "epochs": last, "samples_per_s": per_s(samples), "processed_samples_per_s": per_s(processed),
+                   "world_size": self.size, "num_nodes": topo.num_nodes, "model": c.model, "dtype": c.dtype,
+                   "threads": self.threads, "thread_pools": self.thread_pools,
                    "shuffle": c.shuffle, "batch_size": c.batch_size, "train_time_s": train_time,
+                   **({"target_accuracy": c.target_accuracy,
+                       **dict(zip(("time_to_target_s", "epoch_at_target"),
+                                  time_to_target(epochs_run, c.target_accuracy)))}
+                      if c.target_accuracy is not None else {}),
                    "update": self.updates.mode, "policy_decisions": len(self.updates.decisions),
-                   "samples_per_s_per_rank": rates, "max_round_steps": max_round_steps,
+                   "rebalances": sum(e["event"] == "rebalance" for e in self.events),
+                   "processed_samples_per_s_per_rank": rates, "max_round_steps": max_round_steps,
+                   "steps_per_async_round_per_rank": round_steps,
                    "time_to_first_batch_s": first_batch,
                    "data_wait_s": data_wait, "data_wait_fraction": data_wait / train_time if train_time else 0.0,
                    **({"stop_reason": stop_reason} if stop_reason else {})}

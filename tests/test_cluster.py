@@ -154,5 +154,5 @@ def test_async_policy_across_hosts(hosts, tmp_path):
     summary = records[-1]
     assert summary["num_nodes"] == 3 and summary["update"] == "async"
     assert summary["max_round_steps"] <= 4 and summary["test_accuracy"] >= 0.9
-    rates = summary["samples_per_s_per_rank"]
+    rates = summary["processed_samples_per_s_per_rank"]
     assert rates[4] < min(rates[:4])

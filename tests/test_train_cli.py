@@ -58,6 +58,9 @@ def test_failing_rank_ends_the_job_with_its_message(n):
     (["--straggler-threshold", "-1"], "argument --straggler-threshold: must be > 0 seconds"),
     (["--target-accuracy", "2"], "--target-accuracy must lie in [0, 1], got 2.0"),
     (["--batch-size", "1", "--epochs", "1"], None),
+    (["--dtype", "float16"], "argument --dtype: invalid choice: 'float16'"),
+    (["--threads", "0"], "argument --threads: must be >= 1"),
+    (["--balance", "maybe"], "argument --balance: invalid choice: 'maybe'"),
 ])
 def test_bad_flags_give_one_line_error(n, flags, message):
     proc = launch(n, *flags, timeout=120)
@@ -75,6 +78,14 @@ def test_bad_flags_give_one_line_error(n, flags, message):
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and message in errors[0], proc.stderr
+
+
+@pytest.mark.parametrize("text,ranks,delay,factor", [("2:0.01", (2,), 0.01, 1.0), ("1,3:x2.5", (1, 3), 0.0, 2.5),
+                                                     ("0:X3", (0,), 0.0, 3.0)])
+def test_straggle_takes_a_delay_or_a_factor(text, ranks, delay, factor):
+    from hxmpi.train import parse_config
+    from hxmpi.updates import Straggle
+    assert parse_config(["--straggle", text]).straggle == Straggle(ranks, delay, factor)
 
 
 def test_help_documents_every_flag():

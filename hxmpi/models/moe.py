@@ -20,7 +20,7 @@ class MoE:
     collective_steps = True  # every step exchanges tokens: all ranks must step together
 
     def __init__(self, n_features: int, n_classes: int, hidden: int, num_experts: int,
-                 capacity_factor: float, hc: HierComm, seed: int):
+                 capacity_factor: float, hc: HierComm, seed: int, dtype=np.float64):
         size, rank = hc.comm.size, hc.comm.rank
         if num_experts < 1 or num_experts % size:
             raise SettingError("experts", f"{num_experts} must be a positive multiple of the {size} ranks")
@@ -33,7 +33,7 @@ class MoE:
         self.flat = FlatParams(
             {"W_in": (n_features, hidden), "b_in": (hidden,), "W_gate": (hidden, num_experts),
              "W_out": (hidden, n_classes), "b_out": (n_classes,)},
-            {"W_exp": (self.local, hidden, hidden), "b_exp": (self.local, hidden)})
+            {"W_exp": (self.local, hidden, hidden), "b_exp": (self.local, hidden)}, dtype=dtype)
         rng = np.random.default_rng(seed)
         p = self.flat.p
         p["W_in"][:] = glorot(rng, n_features, hidden)
@@ -76,7 +76,7 @@ class MoE:
         h = np.maximum(z1, 0.0)
         probs, expert, kept, owner_counts = self._route(h)
         rows = np.concatenate([h[kept], (expert[kept] - (expert[kept] // self.local) * self.local)
-                               [:, None].astype(np.float64)], axis=1)
+                               [:, None].astype(h.dtype)], axis=1)
         recv, recv_counts = self.hc.alltoallv(rows, owner_counts)
         hx, local_id, pre = self._experts_forward(recv)
         back, _ = self.hc.alltoallv(np.maximum(pre, 0.0), recv_counts)
