@@ -56,3 +56,42 @@ def _main_blocks():
 @pytest.mark.parametrize("path,block", list(_main_blocks()), ids=[f.name for f, _ in _main_blocks()])
 def test_every_program_ends_through_run_main(path, block):
     assert "run_main(" in block, f"{path}: its __main__ block must call hxmpi.cli.run_main"
+
+
+SETUP_FAILS_ON_ONE_RANK = """
+import sys
+from mpi4py import MPI
+from hxmpi.cli import abort_job, report, settle_failure
+comm = MPI.COMM_WORLD
+errcomm = comm.Dup()
+try:
+    if comm.rank == comm.size - 1 or sys.argv[1] == "all":
+        raise OSError("set-up failed here")
+    comm.Barrier()  # the healthy ranks go on into the next collective
+except OSError as exc:
+    if settle_failure(errcomm, timeout=2.0):
+        if comm.rank == 0:
+            print("agreed:", exc, file=sys.stderr)
+        sys.exit(2)
+    report("demo", exc, with_traceback=False)
+    abort_job(2)
+"""
+
+
+@needs_mpirun
+@pytest.mark.watchdog(120)
+@pytest.mark.parametrize("who", ["one", "all"])
+def test_set_up_error_is_agreed_or_aborts(tmp_path, who):
+    """The rule of hxmpi.cli: an error every rank meets exits cleanly (one line); one that only
+    some rank meets aborts the job after settle_failure's timeout, never leaving the rest blocked."""
+    script = tmp_path / "setup.py"
+    script.write_text(SETUP_FAILS_ON_ONE_RANK)
+    t0 = time.monotonic()
+    proc = subprocess.run(MPIRUN + ["-n", "3", sys.executable, str(script), who], capture_output=True, text=True,
+                          timeout=90)
+    assert proc.returncode == 2, proc.stderr
+    if who == "all":
+        assert proc.stderr.count("agreed: set-up failed here") == 1 and "MPI_ABORT" not in proc.stderr
+    else:
+        assert "demo: rank 2 failed: OSError: set-up failed here" in proc.stderr and "MPI_ABORT" in proc.stderr
+    assert time.monotonic() - t0 < 60
