@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import socket
-import sys
 import time
 
 from mpi4py import MPI

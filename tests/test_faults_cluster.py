@@ -12,7 +12,7 @@ import pytest
 
 from hxmpi import cluster
 from test_faults_train import epochs_logged, kill_session
-from test_cluster import SKIP
+from test_cluster import SKIP, cluster_up
 
 pytestmark = pytest.mark.skipif(SKIP is not None, reason=f"emulated cluster unavailable: {SKIP}")
 NAME, SUBNET = "hxf", "10.213.12.0/24"
@@ -20,14 +20,7 @@ NAME, SUBNET = "hxf", "10.213.12.0/24"
 
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
-    base = tmp_path_factory.mktemp("cluster")
-    old = cluster.STATE_BASE
-    cluster.STATE_BASE = base
-    cluster.down(NAME)
-    state = cluster.up(3, [1, 1, 1], SUBNET, name=NAME)
-    yield state
-    cluster.down(NAME)
-    cluster.STATE_BASE = old
+    yield from cluster_up(tmp_path_factory, NAME, SUBNET, [1, 1, 1])
 
 
 def _ranks_alive(marker, launcher):

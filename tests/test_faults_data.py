@@ -14,28 +14,20 @@ import pytest
 from hxmpi.data.cache import ShardCache
 from hxmpi.data.sources import FetchError, FetchStats, fetch_verified, open_source
 from hxmpi.data.staging import StagingConfig
-from hxmpi.data.store import load_shard, make_synthetic, split_train_test, write_store
-from test_store import FaultServer
+from hxmpi.data.store import load_shard, make_synthetic, write_store
+from test_cache import shop  # noqa: F401 - the module fixture this file's store uses
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    root = tmp_path_factory.mktemp("store")
-    X, y = make_synthetic(1200, 6, 3, seed=4)
-    index = write_store(str(root), split_train_test(X, y, 0.2, 4), 3, shard_mb=0.01)
-    server = FaultServer(root)
-    yield root, index, server
-    server.close()
-
-
-def train_shards(index):
-    return index["splits"]["train"]["shards"]
+def store(shop):
+    """test_cache's store behind a real HTTP server: (root, train shards, server)."""
+    return shop
 
 
 @pytest.mark.watchdog(60)
 def test_dying_chunked_body_is_retried(store, tmp_path):
-    root, index, server = store
-    entry = train_shards(index)[0]["files"]["x"]
+    root, shards, server = store
+    entry = shards[0]["files"]["x"]
     server.faults[entry["name"]] = ["die", "die"]
     stats = FetchStats()
     path = fetch_verified(open_source(server.url), entry, str(tmp_path), retries=3, timeout=5, backoff=0.01,
@@ -47,8 +39,8 @@ def test_dying_chunked_body_is_retried(store, tmp_path):
 
 @pytest.mark.watchdog(60)
 def test_dying_body_every_time_names_file_and_url(store, tmp_path):
-    _, index, server = store
-    entry = train_shards(index)[1]["files"]["y"]
+    _, shards, server = store
+    entry = shards[1]["files"]["y"]
     server.faults[entry["name"]] = ["die"] * 3
     with pytest.raises(FetchError, match=rf"{entry['name']} from {server.url}/{entry['name']}: IncompleteRead"):
         fetch_verified(open_source(server.url), entry, str(tmp_path), retries=2, timeout=5, backoff=0.01)
@@ -74,8 +66,8 @@ def _acquire_in_thread(cache, q, seconds=20):
 
 @pytest.mark.watchdog(60)
 def test_dead_download_thread_fails_the_consumer(store, tmp_path):
-    _, index, server = store
-    shards = [dict(s) for s in train_shards(index)[:2]]
+    _, shards, server = store
+    shards = [dict(s) for s in shards[:2]]
     # An entry the download code cannot handle (no size): the worker thread meets a KeyError.
     shards[1] = {**shards[1], "files": {k: {"name": f["name"], "sha256": f["sha256"]}
                                         for k, f in shards[1]["files"].items()}}
@@ -91,8 +83,7 @@ def test_dead_download_thread_fails_the_consumer(store, tmp_path):
 
 @pytest.mark.watchdog(60)
 def test_stale_part_files_are_removed_and_counted(store, tmp_path):
-    _, index, server = store
-    shards = train_shards(index)
+    _, shards, server = store
     # Partial downloads of a killed run: they hold disk that the limit must see until they go.
     stale = [tmp_path / f".{shards[0]['files']['x']['name']}.4242.part", tmp_path / f".{shards[1]['files']['y']['name']}.7.part"]
     for p in stale:
@@ -104,7 +95,7 @@ def test_stale_part_files_are_removed_and_counted(store, tmp_path):
     assert not any(p.exists() for p in stale) and other.read_text() == "keep"
 
 
-def _rewrite_shard(root, index, shard, X, y):
+def rewrite_shard(root, index, shard, X, y):
     """Replace a shard's files by (X, y), keeping the index's sample count but fixing sizes and
     checksums, so only the content check can notice (a store writer with a bug)."""
     from hxmpi.data.store import sha256_file
@@ -131,7 +122,7 @@ def test_check_shard_names_shard_and_url(tmp_path, fault, message):
     Xs, ys = (np.array(a) for a in load_shard(str(tmp_path), shard))
     Xs, ys = {"rows": (Xs[:5], ys[:5]), "features": (Xs[:, :5], ys), "dtype": (Xs.astype(np.float64), ys),
               "labels": (Xs, np.where(np.arange(len(ys)) == 3, 7, ys)), "label_dtype": (Xs, ys.astype(np.int32))}[fault]
-    _rewrite_shard(tmp_path, index, shard, Xs, ys)
+    rewrite_shard(tmp_path, index, shard, Xs, ys)
     assert check_shard(*load_shard(str(tmp_path), index["splits"]["train"]["shards"][0]), index,
                        index["splits"]["train"]["shards"][0], "URL") is None
     url = f"http://store/{shard['files']['x']['name']}"

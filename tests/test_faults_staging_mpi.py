@@ -3,14 +3,13 @@ server dying mid-body, and a cache directory that a live run holds. Each must en
 clear error on every rank, never in silent zeros, dropped samples or a hang."""
 import numpy as np
 import pytest
-from mpi4py import MPI
 
 from hxmpi.data.lock import CacheDirBusy
 from hxmpi.data.sources import FetchError
 from hxmpi.data.store import StoreError, load_shard
 from hxmpi.train import Trainer, parse_config
-from test_faults_data import _rewrite_shard
-from test_staging_mpi import _serve, fresh_dir
+from test_faults_data import rewrite_shard
+from test_staging_mpi import _serve, fresh_dir, injected
 
 pytestmark = pytest.mark.mpi
 BAD = 1  # the train shard each faulty store damages
@@ -22,7 +21,7 @@ def _damage(kind):
         shard = index["splits"]["train"]["shards"][BAD]
         X, y = (np.array(a) for a in load_shard(str(root), shard))
         X, y = {"rows": (X[:-7], y[:-7]), "features": (X[:, :-1], y)}[kind]
-        _rewrite_shard(root, index, shard, X, y)
+        rewrite_shard(root, index, shard, X, y)
         (root / "index.json").write_text(json.dumps(index))
     return prepare
 
@@ -46,45 +45,35 @@ def good_store():
 
 def args(url, cache, *extra):
     return parse_config(["--quiet", "--dataset", url, "--ranks-per-node", "2", "--cache-dir", cache,
-                                      "--epochs", "1", "--update", "sync", *extra])
+                         "--epochs", "1", "--update", "sync", *extra])
 
 
 def shard_url(url, n=BAD):
     return rf"shard train-{n:05d} \({url}/train-{n:05d}-x.npy\)"
 
 
+DAMAGE = {"short": r"holds \d+ rows, the index says \d+", "narrow": r"features \(11,\), the index says \(12,\)"}
+
+
 @pytest.mark.watchdog(90)
-def test_short_shard_in_memory_mode_fails_naming_it(comm, short_store):
-    _, url, _ = short_store
-    # Before: memory mode trained on 7 rows of zeros labelled 0.
-    with pytest.raises(StoreError, match=rf"{shard_url(url)}: holds \d+ rows, the index says \d+"):
+@pytest.mark.parametrize("store", DAMAGE)
+def test_bad_shard_in_memory_mode_fails_naming_it(comm, request, store):
+    """Before: a short shard left rows of zeros labelled 0 in the node window; a narrow one made the
+    node leader's copy into the window raise alone (after the ranks had agreed on the window), and
+    every other rank waited in the node barrier forever."""
+    _, url, _ = request.getfixturevalue(f"{store}_store")
+    with pytest.raises(StoreError, match=rf"{shard_url(url)}: {DAMAGE[store]}"):
         Trainer(args(url, fresh_dir(comm), "--staging", "memory"), comm)
 
 
 @pytest.mark.watchdog(90)
-def test_short_shard_in_distributed_mode_fails_naming_it(comm, short_store):
-    _, url, _ = short_store
+@pytest.mark.parametrize("store", DAMAGE)
+def test_bad_shard_in_distributed_mode_fails_naming_it(comm, request, store):
+    """Before: a short shard's rows were silently dropped from every epoch; a narrow one gave a
+    "row bytes" mismatch from the shuffle that named no shard."""
+    _, url, _ = request.getfixturevalue(f"{store}_store")
     t = Trainer(args(url, fresh_dir(comm), "--staging", "distributed"), comm)
-    # Before: the missing rows were silently dropped from every epoch.
-    with pytest.raises(FetchError, match=rf"{shard_url(url)}: holds \d+ rows, the index says \d+"):
-        t.run()
-
-
-@pytest.mark.watchdog(90)
-def test_feature_mismatch_while_filling_the_node_window_fails_on_every_rank(comm, narrow_store):
-    _, url, _ = narrow_store
-    # Before: the node leader's copy into the shared window raised alone (after the ranks had
-    # agreed on the window), and every other rank waited in the node barrier forever.
-    with pytest.raises(StoreError, match=rf"{shard_url(url)}: features \(11,\), the index says \(12,\)"):
-        Trainer(args(url, fresh_dir(comm), "--staging", "memory"), comm)
-
-
-@pytest.mark.watchdog(90)
-def test_feature_mismatch_in_distributed_mode_names_the_shard(comm, narrow_store):
-    _, url, _ = narrow_store
-    t = Trainer(args(url, fresh_dir(comm), "--staging", "distributed"), comm)
-    # Before: "row bytes" mismatch from the shuffle, no shard named.
-    with pytest.raises(FetchError, match=rf"{shard_url(url)}: features \(11,\), the index says \(12,\)"):
+    with pytest.raises(FetchError, match=rf"{shard_url(url)}: {DAMAGE[store]}"):
         t.run()
 
 
@@ -92,29 +81,19 @@ def test_feature_mismatch_in_distributed_mode_names_the_shard(comm, narrow_store
 def test_server_dying_mid_body_fails_distributed_staging_on_every_rank(comm, good_store):
     server, url, _ = good_store
     name = "train-00002-x.npy"
-    if server:
-        server.faults[name] = ["die"] * 50
-    comm.Barrier()
-    try:
+    with injected(comm, server, name, ["die"] * 50):
         t = Trainer(args(url, fresh_dir(comm), "--staging", "distributed", "--retries", "1", "--timeout", "5"),
                     comm)
         # Before: IncompleteRead killed the download thread and the job hung.
         with pytest.raises(FetchError, match=rf"{name} from {url}/{name}: IncompleteRead"):
             t.run()
-    finally:
-        comm.Barrier()
-        if server:
-            server.faults[name] = []
 
 
 @pytest.mark.watchdog(90)
 def test_server_dying_mid_body_is_retried_in_memory_mode(comm, good_store):
     server, url, _ = good_store
-    name = "train-00003-y.npy"
-    if server:
-        server.faults[name] = ["die"]
-    comm.Barrier()
-    t = Trainer(args(url, fresh_dir(comm), "--staging", "memory"), comm)
+    with injected(comm, server, "train-00003-y.npy", ["die"]):
+        t = Trainer(args(url, fresh_dir(comm), "--staging", "memory"), comm)
     assert t.staging_info["retries"] >= 1
     assert t.run()["test_accuracy"] > 0.5
 
@@ -132,4 +111,3 @@ def test_cache_dir_of_a_live_run_is_refused_on_every_rank(comm, good_store):
             Trainer(args(url, cache, "--staging", mode), comm)
     first.run()  # releases the directory when its data is closed
     assert Trainer(args(url, cache, "--staging", "memory"), comm).run()["test_accuracy"] > 0.5
-    assert comm.allreduce(1) == comm.size  # every rank is still in step

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
