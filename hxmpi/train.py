@@ -116,8 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="testing aid: ranks (comma-separated) that sleep SECONDS per step, or whose compute "
                         "time is multiplied by F (default: none)")
     p.add_argument("--stall-timeout", type=float, default=0.0,
-                   help="seconds after which rank 0 logs the ranks missing from a step's collective (0: off)")
-    p.add_argument("--stall-abort", action="store_true", help="abort the job when a stall is detected")
+                   help="seconds a rank may wait in any collective of the run before the ranks missing "
+                        "from it are named (a 'stall' record from rank 0; 0: off)")
+    p.add_argument("--stall-abort", action="store_true",
+                   help="abort the job when a stall is detected (every rank that sees it aborts)")
     p.add_argument("--fail-at", type=_fail_at, default=None, metavar="RANK:STEP",
                    help="testing aid: raise an error on RANK at global step STEP")
     p.add_argument("--balance", choices=BALANCE_MODES, default="off",
