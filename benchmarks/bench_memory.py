@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
@@ -62,4 +61,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hxmpi.cli import run_main  # an uncaught error on one rank ends the job
+    run_main(main, 'bench_memory.py')

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import socket
-import sys
 import time
 
 from mpi4py import MPI
@@ -162,4 +161,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hxmpi.cli import run_main  # an uncaught error on one rank ends the job
+    run_main(main, 'bench_train.py')

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -79,4 +78,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hxmpi.cli import run_main  # an uncaught error on one rank ends the job
+    run_main(main, 'msg_accounting.py')

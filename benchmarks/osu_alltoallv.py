@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 
 import numpy as np
@@ -162,4 +161,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from hxmpi.cli import run_main  # an uncaught error on one rank ends the job
+    run_main(main, 'osu_alltoallv.py')

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from mpi4py import MPI
 
@@ -42,4 +41,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli import run_main  # an uncaught error on one rank ends the job
+    run_main(main, 'python -m hxmpi')

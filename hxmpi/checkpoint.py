@@ -1,25 +1,43 @@
-"""Checkpoints of a training run: one ``rank{R}.npz`` shard per rank, then ``meta.json``.
+"""Checkpoints of a training run: a new directory per epoch, committed by one atomic pointer.
 
-Every rank writes its shard to a temporary file and renames it; after a barrier rank 0 commits
-``meta.json`` the same way, so a ``meta.json`` always names a complete set of shards. Loading
-checks the run's description against ``meta.json`` and every shard's epoch; a mismatch or an
-unreadable file is raised on every rank.
+Layout of a checkpoint directory ``D``::
+
+    D/epoch-000003/rank0.npz ... rank{N-1}.npz meta.json    one complete checkpoint
+    D/epoch-000004/...                                        the next one
+    D/LATEST                                                   "epoch-000004": the newest committed
+
+Saving epoch ``e``: every rank writes its shard into ``epoch-e`` (temp file, fsync, rename, fsync
+of the directory); after an agreement that every shard is down, rank 0 writes ``meta.json`` the
+same way and then commits by renaming a new ``LATEST`` over the old one. A kill at any moment
+leaves ``LATEST`` naming a complete checkpoint, the previous one until the rename, the new one
+after it. Then all but the newest ``keep`` complete checkpoints are deleted.
+
+Resuming takes the checkpoint ``LATEST`` names if it is complete, otherwise the newest complete
+one found (and says why). Any error on any rank (a missing, truncated or corrupt shard, a run
+that does not match, a full disk while saving) is agreed on and raised as ``CheckpointError`` on
+every rank, naming the file; a failed save leaves no temp file behind.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+from typing import Optional
 
 import numpy as np
 from mpi4py import MPI
 
 from .errors import HxmpiError, agree
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2
+POINTER = "LATEST"
+META = "meta.json"
+_EPOCH_DIR = re.compile(r"epoch-(\d{6,})$")
 
 
 class CheckpointError(HxmpiError):
-    """A checkpoint that cannot be read or does not belong to this run (raised on every rank)."""
+    """A checkpoint that cannot be written, read or does not belong to this run (raised on every rank)."""
 
 
 def run_meta(cfg, world_size: int, model, params: int) -> dict:
@@ -29,38 +47,150 @@ def run_meta(cfg, world_size: int, model, params: int) -> dict:
             "batch_size": cfg.batch_size, "seed": cfg.seed, "params": int(params), "dtype": cfg.dtype}
 
 
-def save(directory: str, comm: MPI.Intracomm, arrays: dict, meta: dict, epoch: int) -> None:
-    """Write this rank's ``arrays`` (plus ``epoch``) atomically; rank 0 then commits ``meta``
-    with ``epochs_done`` (collective)."""
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"rank{comm.rank}.npz")
-    tmp = path + ".tmp.npz"
-    np.savez(tmp, **arrays, epoch=np.int64(epoch))
-    os.replace(tmp, path)
-    comm.Barrier()  # meta.json names a complete set of shards only
-    if comm.rank == 0:
-        # RNG state: every random draw derives from (seed, epoch), so the next epoch is enough.
-        full = {**meta, "epochs_done": epoch, "rng": {"seed": meta.get("seed"), "next_epoch": epoch}}
-        with open(os.path.join(directory, "meta.json.tmp"), "w") as fh:
-            json.dump(full, fh)
-        os.replace(os.path.join(directory, "meta.json.tmp"), os.path.join(directory, "meta.json"))
+def epoch_dir(directory: str, epoch: int) -> str:
+    """The directory of the checkpoint after ``epoch`` epochs."""
+    return os.path.join(directory, f"epoch-{epoch:06d}")
 
 
-def load(directory: str, comm: MPI.Intracomm, want: dict):
-    """(this rank's shard, meta) of the checkpoint in ``directory``; raises CheckpointError on every
-    rank if any rank cannot read it or ``meta.json`` differs from ``want`` (collective)."""
-    problem = shard = meta = None
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
-        with open(os.path.join(directory, "meta.json")) as fh:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomic(path: str, write) -> None:
+    """``write(fh)`` into a temp file beside ``path``, fsync, rename; the temp file never stays."""
+    tmp = path + ".tmp" + (".npz" if path.endswith(".npz") else "")
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(os.path.dirname(path) or ".")
+
+
+def _failure(what: str, exc: BaseException) -> str:
+    return f"cannot {what}: {type(exc).__name__}: {exc}"
+
+
+def check_writable(directory: str, comm: MPI.Intracomm) -> None:
+    """Before training: every rank can create ``directory`` and write a file in it (collective;
+    CheckpointError naming the directory on every rank otherwise)."""
+    problem = None
+    probe = os.path.join(directory, f".probe-rank{comm.rank}-{os.getpid()}")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(probe, "wb") as fh:
+            fh.write(b"hxmpi")
+        os.unlink(probe)
+    except Exception as exc:  # noqa: BLE001 - agreed below
+        problem = _failure(f"write checkpoints to {directory}", exc)
+    agree(comm, problem, CheckpointError)
+
+
+def save(directory: str, comm: MPI.Intracomm, arrays: dict, meta: dict, epoch: int, keep: int = 2) -> str:
+    """Write and commit the checkpoint after ``epoch`` epochs (collective); returns its directory.
+
+    ``arrays`` are this rank's; ``meta`` (from ``run_meta``) is rank 0's. Keeps the newest ``keep``."""
+    where = epoch_dir(directory, epoch)
+    path = os.path.join(where, f"rank{comm.rank}.npz")
+    problem = None
+    try:
+        os.makedirs(where, exist_ok=True)
+        _write_atomic(path, lambda fh: np.savez(fh, **arrays, epoch=np.int64(epoch)))
+    except Exception as exc:  # noqa: BLE001 - a full disk on one rank is every rank's error
+        problem = _failure(f"write {path}", exc)
+    agree(comm, problem, CheckpointError)  # every shard is down before meta.json names them
+    if comm.rank == 0:
+        try:
+            # RNG state: every random draw derives from (seed, epoch), so the next epoch is enough.
+            full = {**meta, "epochs_done": epoch, "rng": {"seed": meta.get("seed"), "next_epoch": epoch}}
+            _write_atomic(os.path.join(where, META), lambda fh: fh.write(json.dumps(full).encode()))
+            _write_atomic(os.path.join(directory, POINTER), lambda fh: fh.write(os.path.basename(where).encode()))
+        except Exception as exc:  # noqa: BLE001
+            problem = _failure(f"commit {where}", exc)
+    agree(comm, problem, CheckpointError)
+    if comm.rank == 0:
+        _prune(directory, comm.size, keep, epoch)
+    return where
+
+
+def _epochs(directory: str) -> list[tuple[int, str]]:
+    """(epoch, path) of every epoch directory, newest first."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    found = [(int(m.group(1)), os.path.join(directory, n)) for n in names if (m := _EPOCH_DIR.match(n))]
+    return sorted(found, reverse=True)
+
+
+def is_complete(path: str, world_size: int) -> bool:
+    """Whether ``path`` holds meta.json and a shard of every rank."""
+    return os.path.isfile(os.path.join(path, META)) and all(
+        os.path.isfile(os.path.join(path, f"rank{r}.npz")) for r in range(world_size))
+
+
+def _prune(directory: str, world_size: int, keep: int, committed: int) -> None:
+    """Delete every epoch directory but the newest ``keep`` complete ones up to ``committed``
+    (incomplete ones are leftovers of a killed run; later ones, of an older run in this directory)."""
+    kept = [p for e, p in _epochs(directory) if e <= committed and is_complete(p, world_size)][:max(1, keep)]
+    for _, path in _epochs(directory):
+        if path not in kept:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def newest_complete(directory: str, world_size: int) -> tuple[Optional[str], str]:
+    """(the checkpoint to resume from or None, a note on how it was chosen); no MPI."""
+    try:
+        with open(os.path.join(directory, POINTER)) as fh:
+            named = os.path.join(directory, fh.read().strip())
+        if _EPOCH_DIR.match(os.path.basename(named)) and is_complete(named, world_size):
+            return named, f"{POINTER} names it"
+        note = f"{POINTER} names {os.path.basename(named)!r}, which is incomplete"
+    except OSError as exc:
+        note = f"no readable {POINTER} ({exc.strerror or exc})"
+    for _, path in _epochs(directory):
+        if is_complete(path, world_size):
+            return path, f"{note}; the newest complete one"
+    return None, note
+
+
+def load(directory: str, comm: MPI.Intracomm, want: dict) -> tuple[dict, dict]:
+    """(this rank's arrays, meta) of the newest complete checkpoint in ``directory``; meta gains
+    ``checkpoint_dir`` and ``chosen_because``. Raises CheckpointError on every rank if any rank cannot
+    read its shard or the checkpoint is of another run (collective)."""
+    chosen = note = problem = None
+    if comm.rank == 0:
+        chosen, note = newest_complete(directory, comm.size)
+        if chosen is None:
+            problem = f"no complete checkpoint in {directory} ({note})"
+    agree(comm, problem, CheckpointError)
+    chosen, note = comm.bcast((chosen, note), root=0)
+    shard = meta = None
+    path = os.path.join(chosen, f"rank{comm.rank}.npz")
+    try:
+        with open(os.path.join(chosen, META)) as fh:
             meta = json.load(fh)
         diff = [f"{k}={meta.get(k)!r} (now {v!r})" for k, v in want.items() if meta.get(k) != v]
         if diff:
-            problem = "checkpoint does not match this run: " + ", ".join(diff)
+            problem = f"checkpoint {chosen} does not match this run: " + ", ".join(diff)
         else:
-            shard = np.load(os.path.join(directory, f"rank{comm.rank}.npz"))
+            with np.load(path) as npz:  # read every array now: a corrupt member fails here, on this rank
+                shard = {k: np.array(npz[k]) for k in npz.files}
             if int(shard["epoch"]) != meta["epochs_done"]:
-                problem = f"checkpoint shard of rank {comm.rank} is from epoch {int(shard['epoch'])}"
-    except (OSError, ValueError, KeyError) as exc:
-        problem = f"cannot read checkpoint in {directory}: {exc}"
+                problem = f"{path} is from epoch {int(shard['epoch'])}, {META} says {meta['epochs_done']}"
+    except Exception as exc:  # noqa: BLE001 - BadZipFile, EOFError, a truncated file: agreed below
+        problem = _failure(f"read {path}", exc)
     agree(comm, problem, CheckpointError)
+    meta.update(checkpoint_dir=chosen, chosen_because=note)
     return shard, meta

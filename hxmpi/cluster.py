@@ -291,4 +291,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli import run_main  # an uncaught error on one rank ends the job
+    run_main(main, 'python -m hxmpi.cluster')

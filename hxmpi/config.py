@@ -7,6 +7,7 @@ the setting, never a flag. The CLI turns the setting name into its flag (``batch
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Optional
 
@@ -15,6 +16,32 @@ from .errors import SettingError
 from .updates import Straggle, UpdateConfig
 
 __all__ = ["SettingError", "TrainConfig"]
+
+
+# The range of every numeric setting (None is allowed where the field's default is None). NaN and
+# infinities are outside every range.
+RANGES = {
+    "experts": ">= 1", "capacity_factor": "> 0", "capacity_threshold": ">= 0", "cache_limit": ">= 0",
+    "prefetch_shards": ">= 0", "pretrain_time": "> 0", "retries": ">= 0", "timeout": "> 0",
+    "fetch_workers": ">= 1", "epochs": ">= 1", "batch_size": ">= 1", "lr": "> 0", "momentum": "in [0, 1)",
+    "weight_decay": ">= 0", "warmup_epochs": ">= 0", "step_epochs": "> 0", "gamma": "in (0, 1]",
+    "clip_norm": ">= 0", "ranks_per_node": ">= 1", "stop_after": ">= 1", "keep_checkpoints": ">= 1",
+    "b1": "in [0, 1]", "b2": "in [0, 1]", "threads": ">= 1",
+    "straggler_threshold": "> 0", "policy_window": ">= 1", "max_staleness": ">= 1",
+    "target_accuracy": "in [0, 1]", "stall_timeout": ">= 0",
+}
+
+
+def _within(value, rule: str) -> bool:
+    """Whether ``value`` satisfies ``rule`` (">= 0", "> 0", "in [0, 1)", ...); False for NaN/inf."""
+    if not math.isfinite(value):
+        return False
+    if rule.startswith("in "):
+        lo_closed, hi_closed = rule[3] == "[", rule[-1] == "]"
+        lo, hi = (float(v) for v in rule[4:-1].split(","))
+        return (value >= lo if lo_closed else value > lo) and (value <= hi if hi_closed else value < hi)
+    op, bound = rule.split()
+    return value >= float(bound) if op == ">=" else value > float(bound)
 
 
 @dataclass
@@ -59,6 +86,7 @@ class TrainConfig:
     checkpoint: Optional[str] = None
     resume: bool = False
     stop_after: Optional[int] = None
+    keep_checkpoints: int = 2
     # update policy
     update: str = "auto"
     b1: float = 0.3
@@ -84,6 +112,13 @@ class TrainConfig:
 
     def check(self) -> None:
         """Raise SettingError on a bad value or combination that needs no communicator."""
+        for name, rule in RANGES.items():
+            value = getattr(self, name)
+            if value is not None and not _within(value, rule):
+                raise SettingError(name, f"must {'lie' if rule.startswith('in ') else 'be'} {rule}, got {value}")
+        if self.b1 > self.b2:
+            raise SettingError("b1", f"{self.b1} is above b2 ({self.b2}): the async band must lie below the "
+                                     f"scaling one")
         if self.target_accuracy is not None and not 0.0 <= self.target_accuracy <= 1.0:
             raise SettingError("target_accuracy", f"must lie in [0, 1], got {self.target_accuracy}")
         if self.pretrain_time is not None:

@@ -34,6 +34,11 @@ class SettingError(HxmpiError, ValueError):
         self.setting, self.detail = setting, detail
 
 
+class NonFiniteLoss(HxmpiError, ArithmeticError):
+    """The training loss became NaN or infinite (raised on every rank, after an agreement)."""
+    agreed = True
+
+
 def agree(comm: MPI.Comm, problem: Optional[str], error: type = HxmpiError) -> None:
     """Raise ``error`` on every rank of ``comm`` if any rank passes a non-empty ``problem``.
 
@@ -50,4 +55,6 @@ def raise_gathered(comm: MPI.Comm, problem: Optional[str], error: type = HxmpiEr
     problems = comm.allgather(problem)
     lines = [f"rank {r}: {p}" for r, p in enumerate(problems) if p]
     shown = lines[:8] + ([f"... and {len(lines) - 8} more ranks"] if len(lines) > 8 else [])
-    raise error("; ".join(shown))
+    err = error("; ".join(shown))
+    err.agreed = True  # raised on every rank: a program may exit cleanly, no abort needed
+    raise err

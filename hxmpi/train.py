@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import traceback
 from typing import Optional
 
 from mpi4py import MPI
 
 from . import __version__
+from .cli import abort_job, report, settle_failure
 from .config import TrainConfig
 from .data import DATASETS
 from .data.shuffle import SHUFFLES
@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="memory mode: after this much training, evaluate; below --target-accuracy switch "
                         "to distributed staging (re-reading the store's index) and keep training the "
                         "model, else stop")
-    p.add_argument("--retries", type=int, default=3, help="download retries per file (exponential backoff)")
+    p.add_argument("--retries", type=_non_negative_int, default=3, help="download retries per file (exponential backoff)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per download request")
     p.add_argument("--fetch-workers", type=_positive_int, default=8, help="parallel downloads per node")
     p.add_argument("--epochs", type=_positive_int, default=20, help="training epochs")
@@ -89,8 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="virtual nodes of this many consecutive ranks (default: real nodes, or env "
                         "HXMPI_RANKS_PER_NODE)")
     p.add_argument("--log", default=None, help="JSONL file: one record per epoch and a final summary")
-    p.add_argument("--checkpoint", default=None, help="directory for a checkpoint after every epoch")
-    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint")
+    p.add_argument("--checkpoint", default=None,
+                   help="directory for a checkpoint after every epoch (checked writable before training)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the newest complete checkpoint in --checkpoint (logged)")
+    p.add_argument("--keep-checkpoints", type=_positive_int, default=2,
+                   help="checkpoints kept in --checkpoint (one directory per epoch; older ones are deleted)")
     p.add_argument("--stop-after", type=_positive_int, default=None,
                    help="stop after this many epochs of this run (for time-limited jobs; continue "
                         "later with --resume)")
@@ -112,8 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="testing aid: ranks (comma-separated) that sleep SECONDS per step, or whose compute "
                         "time is multiplied by F (default: none)")
     p.add_argument("--stall-timeout", type=float, default=0.0,
-                   help="seconds after which rank 0 logs the ranks missing from a step's collective (0: off)")
-    p.add_argument("--stall-abort", action="store_true", help="abort the job when a stall is detected")
+                   help="seconds a rank may wait in any collective of the run before the ranks missing "
+                        "from it are named (a 'stall' record from rank 0; 0: off)")
+    p.add_argument("--stall-abort", action="store_true",
+                   help="abort the job when a stall is detected (every rank that sees it aborts)")
     p.add_argument("--fail-at", type=_fail_at, default=None, metavar="RANK:STEP",
                    help="testing aid: raise an error on RANK at global step STEP")
     p.add_argument("--balance", choices=BALANCE_MODES, default="off",
@@ -215,12 +221,30 @@ def flag(setting: str) -> str:
 
 def parse_config(argv=None) -> TrainConfig:
     """A TrainConfig from command-line flags (raises UsageError on a bad flag)."""
-    return TrainConfig.from_namespace(build_parser().parse_args(argv))
+    cfg = TrainConfig.from_namespace(build_parser().parse_args(argv))
+    cfg.check()  # every numeric range and combination, before any communication
+    return cfg
+
+
+def _error_line(comm, exc: BaseException) -> None:
+    if comm.rank == 0:
+        text = f"{flag(exc.setting)} {exc.detail}" if isinstance(exc, SettingError) else str(exc)
+        print(f"{PROG}: error: {text}", file=sys.stderr, flush=True)
+
+
+PROG = "python -m hxmpi.train"
 
 
 def main(argv=None) -> int:
-    """Entry point: parse flags, train, print the summary; returns the exit code."""
+    """Entry point: parse flags, train, print the summary; returns the exit code.
+
+    A failure on one rank never leaves the others waiting (rule of ``hxmpi.cli``): a set-up error
+    that every rank meets (a bad flag, or one agreed collectively) prints one line from rank 0 and
+    exits 2; one that some rank does not meet aborts the job after printing it. A failure while
+    training aborts the job, unless every rank raised it (an agreed error): then exit 1.
+    """
     comm = MPI.COMM_WORLD
+    errcomm = comm.Dup()  # kept for settling set-up errors only
     try:
         cfg = parse_config(argv)
         trainer = Trainer(cfg, comm)
@@ -228,24 +252,25 @@ def main(argv=None) -> int:
             trainer.load_checkpoint()
     except SystemExit as exc:  # --help / --version
         return int(exc.code or 0)
-    except (ValueError, HxmpiError, OSError) as exc:
-        # Set-up errors are the same on every rank (or agreed collectively): one line, from rank 0.
-        if comm.rank == 0:
-            text = f"{flag(exc.setting)} {exc.detail}" if isinstance(exc, SettingError) else str(exc)
-            print(f"python -m hxmpi.train: error: {text}", file=sys.stderr, flush=True)
-        return 2
+    except Exception as exc:  # noqa: BLE001 - any set-up failure: agreed, or the job aborts
+        if getattr(exc, "agreed", False) or settle_failure(errcomm):
+            _error_line(comm, exc)
+            return 2
+        report(PROG, exc)
+        abort_job(2)
     try:
         summary = trainer.run()
     except Exception as exc:  # noqa: BLE001 - any failure must end every rank, not hang them
-        sys.stderr.write(f"hxmpi.train: rank {comm.rank} failed: {type(exc).__name__}: {exc}\n"
-                         + traceback.format_exc())
-        sys.stderr.flush()
-        comm.Abort(1)
-        return 1
+        if getattr(exc, "agreed", False):
+            _error_line(comm, exc)
+            return 1
+        report(PROG, exc)
+        abort_job(1)
     if comm.rank == 0 and not cfg.quiet:
         print(json.dumps(summary), flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from .cli import run_main  # an uncaught error on one rank ends the job
+    run_main(main, "python -m hxmpi.train")

@@ -7,6 +7,7 @@ fed their tokens through the same hierarchical exchange. Rank 0 logs; every rank
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import numpy as np
@@ -17,7 +18,7 @@ from .config import TrainConfig
 from .data import DATASETS, load_dataset
 from .data.shuffle import GlobalShuffle, ShardStream
 from .data.staging import StagingConfig, stage
-from .errors import HxmpiError, SettingError, agree
+from .errors import HxmpiError, NonFiniteLoss, SettingError, agree
 from .exchange import HierComm
 from .models import build_model
 from .models.base import softmax_xent
@@ -25,6 +26,7 @@ from .optim import SGD, learning_rate
 from .policy import gradient_coefficient
 from .balance import moved_samples, redistribute
 from .runlog import RunLog, time_to_target
+from .stall import NoWatch, StallWatch
 from .threads import default_threads, limit_threads
 from .updates import UpdateEngine
 
@@ -81,6 +83,9 @@ class Trainer:
         self.pretrain_deadline = None
         self.rounds = 0  # global steps so far: sync steps or async rounds (drives the schedule)
         self.updates = UpdateEngine(cfg.update_config(), comm, self.model, self.opt, emit=self._emit)
+        self.watch = NoWatch()  # run() watches its collectives with --stall-timeout (stall.StallWatch)
+        if cfg.checkpoint:  # found now, not after the first epoch
+            checkpoint.check_writable(cfg.checkpoint, comm)
         self.local_batch = max(1, cfg.batch_size // self.size)
 
     @property
@@ -140,7 +145,7 @@ class Trainer:
         checkpoint.save(self.cfg.checkpoint, self.comm,
                         {"params": self.flat.params, "velocity": self.opt.velocity,
                          "opt_steps": np.int64(self.opt.steps), "rounds": np.int64(self.rounds)},
-                        self._meta(), epoch)
+                        self._meta(), epoch, keep=self.cfg.keep_checkpoints)
 
     def load_checkpoint(self) -> None:
         """Restore parameters, momentum and progress from ``cfg.checkpoint``; a checkpoint of
@@ -151,6 +156,11 @@ class Trainer:
         self.opt.steps = int(shard["opt_steps"])
         self.rounds = int(shard["rounds"])
         self.start_epoch = int(meta["epochs_done"])
+        if self.rank == 0 and not self.cfg.quiet:
+            print(f"resuming from {meta['checkpoint_dir']} ({meta['chosen_because']}), after epoch "
+                  f"{self.start_epoch}", file=sys.stderr, flush=True)
+        self._emit({"event": "resume", "checkpoint": meta["checkpoint_dir"], "epochs_done": self.start_epoch,
+                    "chosen_because": meta["chosen_because"]})
         if self.data.train_stream is not None:
             self.data.train_stream.seek(self.start_epoch)
 
@@ -194,14 +204,16 @@ class Trainer:
         fail_at = self.cfg.fail_at
         # A window's exchange happens when it is drawn, for every rank alike: the whole epoch in
         # memory mode, one window of shards at a time when streaming.
-        for parts in self.shuffle.epoch_windows(epoch):
+        bad_step = None  # the first step whose loss was not finite on this rank
+        for parts in self.watch.iterate(self.shuffle.epoch_windows(epoch), "shuffle exchange", lambda: self.rounds):
             if self.first_batch_s is None:
                 self.first_batch_s = time.perf_counter() - self.t_start
             parts = list(parts)
             processed_before = stats[2]
             batches = self._local_batches(parts)
             if self.updates.balance_weights is not None:  # the shuffle dealt evenly: apply the split
-                self._rebalance(parts, 0)
+                with self.watch.waiting("rebalance", self.rounds):
+                    self._rebalance(parts, 0)
             s = 0
             while s < len(parts):
                 X, y, global_batch = parts[s]
@@ -213,28 +225,39 @@ class Trainer:
                     loss, correct = self.updates.sync_step(X, y, global_batch, lr, self.rounds)
                     stats[:3] += (loss, correct, len(y))
                 else:
-                    stats[:3] += self.updates.async_round(batches, lr)
+                    loss, *_ = round_stats = self.updates.async_round(batches, lr)
+                    stats[:3] += round_stats
+                if bad_step is None and not np.isfinite(loss):
+                    bad_step = self.rounds
                 self.rounds += 1
+                self.watch.step = self.rounds
                 s += 1
                 self.updates.end_of_round(self.rounds, epoch)
                 if self.updates.balance_changed:  # the same on every rank: a collective decision
                     self.updates.balance_changed = False
+                    with self.watch.waiting("rebalance", self.rounds):
+                        moved = self._rebalance(parts, s)
                     self._emit({"event": "rebalance", "epoch": epoch, "round": self.rounds,
                                 "counts": [int(c) for c in self.updates.shares(self.cfg.batch_size)],
-                                "weights": self.updates.balance_weights,
-                                "samples_moved": self._rebalance(parts, s)})
+                                "weights": self.updates.balance_weights, "samples_moved": moved})
                 if self.pretrain_deadline is not None:
                     # Rank 0's clock decides, so every rank leaves after the same step.
-                    expired = self.comm.bcast(time.perf_counter() > self.pretrain_deadline if self.rank == 0
-                                              else None, root=0)
+                    with self.watch.waiting("pre-train clock", self.rounds):
+                        expired = self.comm.bcast(time.perf_counter() > self.pretrain_deadline if self.rank == 0
+                                                  else None, root=0)
                     if expired:
                         break
             # Unique: at most this rank's share of the window (async re-reads it cyclically).
             stats[3] += min(stats[2] - processed_before, sum(len(p[1]) for p in parts))
             if expired:
                 break
-        elapsed = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-        self.comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
+        with self.watch.waiting("end of epoch", self.rounds):
+            elapsed = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+            self.comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
+            bad_step = self.comm.allreduce(np.inf if bad_step is None else bad_step, op=MPI.MIN)
+        if np.isfinite(bad_step):  # the same on every rank: raised everywhere, the run ends with exit 1
+            raise NonFiniteLoss(f"training loss is not finite in epoch {epoch + 1} at step {int(bad_step)} "
+                                f"(steps counted from the start of the run); lower --lr or check the data")
         return {"train_loss": stats[0] / max(stats[2], 1), "train_accuracy": stats[1] / max(stats[2], 1),
                 "train_time_s": elapsed, "samples": int(stats[3]), "processed_samples": int(stats[2]),
                 "update": self.updates.mode, **({"pretrain_expired": True} if expired else {})}
@@ -265,6 +288,14 @@ class Trainer:
 
     def run(self) -> dict:
         """Train all epochs; returns the summary record (collective)."""
+        self.watch = self.updates.watch = StallWatch.for_run(self.comm, self.cfg.stall_timeout, self.cfg.stall_abort,
+                                                             self._emit)
+        try:
+            return self._run()
+        finally:
+            self.watch.close()
+
+    def _run(self) -> dict:
         c = self.cfg
         if self.staging_info:
             self._emit(self.staging_info)
@@ -285,11 +316,12 @@ class Trainer:
             train_time += m["train_time_s"]
             samples += m["samples"]
             processed += m["processed_samples"]
-            test_loss, test_acc = self.evaluate()
+            with self.watch.waiting("evaluation", self.rounds):
+                test_loss, test_acc = self.evaluate()
+                first_batch = self.comm.allreduce(self.first_batch_s or 0.0, op=MPI.MAX)  # slowest rank
+                staged = self.staging_progress()
             if c.target_accuracy is not None:
                 self.adjust_from_accuracy(test_acc)
-            first_batch = self.comm.allreduce(self.first_batch_s or 0.0, op=MPI.MAX)  # slowest rank
-            staged = self.staging_progress()
             data_wait = staged.get("data_wait_s", 0.0)
             record = {"event": "epoch", "epoch": epoch + 1, **m, "test_loss": test_loss,
                       "test_accuracy": test_acc, "lr": self.updates.last_lr,
@@ -298,7 +330,8 @@ class Trainer:
                       **({"staging": staged, "data_wait_fraction": data_wait / train_time if train_time else 0.0}
                          if staged else {})}
             if c.checkpoint:
-                self.save_checkpoint(epoch + 1)
+                with self.watch.waiting("checkpoint", self.rounds):
+                    self.save_checkpoint(epoch + 1)
             self.log.epoch(record)
             epochs_run.append(record)
             if m.get("pretrain_expired"):
@@ -313,6 +346,10 @@ class Trainer:
                 self.switch_to_distributed(decision)
         topo = self.hc.topology
         per_s = (lambda n: n / train_time) if train_time else (lambda n: 0.0)
+        with self.watch.waiting("summary", self.rounds):
+            rates = self.comm.allgather(per_s(self.updates.local_samples))
+            max_round_steps = self.comm.allreduce(self.updates.max_round_steps, op=MPI.MAX)
+            round_steps = self.comm.allgather(self.updates.async_steps / max(self.updates.async_rounds, 1))
         summary = {"event": "summary", "test_accuracy": test_acc, "test_loss": test_loss,
                    "epochs": last, "samples_per_s": per_s(samples), "processed_samples_per_s": per_s(processed),
                    "world_size": self.size, "num_nodes": topo.num_nodes, "model": c.model, "dtype": c.dtype,
@@ -324,10 +361,8 @@ class Trainer:
                       if c.target_accuracy is not None else {}),
                    "update": self.updates.mode, "policy_decisions": len(self.updates.decisions),
                    "rebalances": sum(e["event"] == "rebalance" for e in self.events),
-                   "processed_samples_per_s_per_rank": self.comm.allgather(per_s(self.updates.local_samples)),
-                   "max_round_steps": self.comm.allreduce(self.updates.max_round_steps, op=MPI.MAX),
-                   "steps_per_async_round_per_rank": self.comm.allgather(
-                       self.updates.async_steps / max(self.updates.async_rounds, 1)),
+                   "processed_samples_per_s_per_rank": rates, "max_round_steps": max_round_steps,
+                   "steps_per_async_round_per_rank": round_steps,
                    "time_to_first_batch_s": first_batch,
                    "data_wait_s": data_wait, "data_wait_fraction": data_wait / train_time if train_time else 0.0,
                    **({"stop_reason": stop_reason} if stop_reason else {})}

@@ -15,9 +15,9 @@ Every ``window`` rounds the ranks gather their mean compute time per step (the t
 forward/backward and the optimizer, not in communication) and apply ``policy.decide``; every
 rank gets the same numbers, so every rank takes the same decision, which is logged with its inputs.
 
-The stall detector (``stall_timeout`` > 0): before each synchronous Allreduce every rank tells rank
-0 it has arrived; rank 0 names the ranks still missing after the timeout (and aborts the job if
-asked to), as Horovod's stall inspector does.
+Stall detection (``stall_timeout`` > 0): every blocking collective here runs inside
+``watch.waiting`` of the run's ``stall.StallWatch`` (set by the trainer), which names the ranks
+missing from it after the timeout on every rank, and aborts the job if asked to.
 """
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ from mpi4py import MPI
 from .errors import SettingError
 from .balance import proportional_counts
 from .policy import MODES, decide
+from .stall import NoWatch
 
-STALL_TAG = 7071
 SPIN_S = 200e-6   # a wait polls MPI this long before it starts sleeping between polls
 NAP_S = 50e-6     # sleep between polls after that
 
@@ -127,6 +127,8 @@ class UpdateEngine:
         self._times_ema = None            # step times per rank, smoothed over the windows since the last split
         self.last_lr = 0.0                # the rate of this rank's last optimizer step
         self.decisions: list[dict] = []
+        self.watch = NoWatch()            # the run's stall watch (stall.StallWatch), set by the trainer
+        self.round = 0                    # rounds completed (for stall messages)
 
     # ------------------------------------------------------------------ steps
     def _compute(self, X, y, scale: float):
@@ -154,11 +156,13 @@ class UpdateEngine:
 
     def sync_step(self, X, y, global_batch: int, lr: float, round_index: int) -> tuple[float, int]:
         """One synchronous step on this rank's share of a global batch."""
-        loss, correct, compute = self._compute(X, y, 1.0 / max(global_batch, 1))
-        pending = self._announce(round_index) if self.cfg.stall_timeout > 0 else None
-        wait_politely(self.comm.Iallreduce(MPI.IN_PLACE, self.opt.flat.dense_grads, op=MPI.SUM))
-        if pending is not None:
-            pending.Wait()
+        if self.model.collective_steps:  # the forward/backward exchanges tokens: a collective too
+            with self.watch.waiting("expert exchange", round_index):
+                loss, correct, compute = self._compute(X, y, 1.0 / max(global_batch, 1))
+        else:
+            loss, correct, compute = self._compute(X, y, 1.0 / max(global_batch, 1))
+        with self.watch.waiting("gradient allreduce", round_index):
+            wait_politely(self.comm.Iallreduce(MPI.IN_PLACE, self.opt.flat.dense_grads, op=MPI.SUM))
         if self.grad_scale != 1.0:
             self.opt.flat.grads *= self.grad_scale
         compute += self._timed_step(lr * self.lr_factor)
@@ -187,7 +191,8 @@ class UpdateEngine:
             correct_sum += correct
             samples += len(y)
             if steps >= self.round_budget:
-                wait_politely(request)
+                with self.watch.waiting("async average", self.round, counted=False):
+                    wait_politely(request)
                 break
             if request.Test():
                 break
@@ -216,10 +221,12 @@ class UpdateEngine:
         rather than in one; a rank whose fixed cost alone exceeds the others' steps ends with
         (almost) no samples, which is then the fastest split.
         """
+        self.round = round_index
         if self._window_rounds < self.cfg.window:
             return
         mine = (self._window_time, self._window_steps, self._window_samples)
-        gathered = np.array(self.comm.allgather(mine), dtype=np.float64)
+        with self.watch.waiting("policy gather", round_index):
+            gathered = np.array(self.comm.allgather(mine), dtype=np.float64)
         self._window_time, self._window_steps, self._window_samples, self._window_rounds = 0.0, 0, 0, 0
         seconds, steps, samples = gathered.T
         times = [float(t / max(k, 1.0)) for t, k in zip(seconds, steps)]
@@ -277,29 +284,3 @@ class UpdateEngine:
             return
         self._times_ema = None  # times measured under the old split say nothing about the new one
         self.balance_changed = moved > 0
-
-    # ------------------------------------------------------------------ stall detector
-    def _announce(self, round_index: int):
-        """Tell rank 0 this rank reached the collective; rank 0 waits and names the missing."""
-        comm = self.comm
-        if comm.rank != 0:
-            return comm.Isend(np.array([round_index], np.int64), dest=0, tag=STALL_TAG)
-        bufs = [np.empty(1, np.int64) for _ in range(comm.size)]
-        requests = [comm.Irecv(bufs[r], source=r, tag=STALL_TAG) for r in range(1, comm.size)]
-        t0 = time.perf_counter()
-        reported = False
-        while not MPI.Request.Testall(requests):
-            waited = time.perf_counter() - t0
-            if waited > self.cfg.stall_timeout and not reported:
-                missing = [r for r, req in zip(range(1, comm.size), requests) if not req.Test()]
-                self.emit({"event": "stall", "round": round_index, "missing_ranks": missing,
-                           "waited_s": round(waited, 3)})
-                reported = True
-                if self.cfg.stall_abort:
-                    import sys
-                    sys.stderr.write(f"hxmpi.train: stall: ranks {missing} missing at step {round_index} "
-                                     f"after {waited:.1f} s; aborting (stall_abort is set)\n")
-                    sys.stderr.flush()
-                    comm.Abort(3)
-            time.sleep(0.001)
-        return None

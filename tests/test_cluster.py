@@ -33,16 +33,19 @@ SKIP = _privileged()
 pytestmark = pytest.mark.skipif(SKIP is not None, reason=f"emulated cluster unavailable: {SKIP}")
 
 
+def cluster_up(tmp_path_factory, name, subnet, slots):
+    """Yield the state of emulated hosts ``slots`` (state kept in a temp dir), then take them down."""
+    old = cluster.STATE_BASE
+    cluster.STATE_BASE = tmp_path_factory.mktemp("cluster")
+    cluster.down(name)
+    yield cluster.up(len(slots), slots, subnet, name=name)
+    cluster.down(name)
+    cluster.STATE_BASE = old
+
+
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
-    base = tmp_path_factory.mktemp("cluster")
-    old = cluster.STATE_BASE
-    cluster.STATE_BASE = base
-    cluster.down(NAME)
-    state = cluster.up(3, [2, 2, 1], SUBNET, name=NAME)
-    yield state
-    cluster.down(NAME)
-    cluster.STATE_BASE = old
+    yield from cluster_up(tmp_path_factory, NAME, SUBNET, [2, 2, 1])
 
 
 def _run_suite_on_hosts(files, env_extra, *pytest_args):

@@ -3,6 +3,7 @@ distributed mode (disjoint shards per node, bounded cache) and the pre-train swi
 import json
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -77,15 +78,23 @@ def test_memory_mode_one_download_and_one_copy_per_node(comm, http_store, shared
 def test_corrupt_store_file_fails_on_every_rank(comm, http_store, shared_tmp):
     server, url, root = http_store
     name = "train-00001-x.npy"
+    with injected(comm, server, name, ["corrupt"] * 100):
+        with pytest.raises(FetchError, match=f"{name} from {url}/{name}: sha256 mismatch"):
+            trainer(comm, url, str(shared_tmp), "--retries", "1", "--timeout", "5")
+
+
+@contextmanager
+def injected(comm, server, name, plan):
+    """The store serves ``name`` by ``plan`` (FaultServer faults) inside the block, on every rank."""
     if server:
-        server.faults[name] = ["corrupt"] * 100
+        server.faults[name] = list(plan)
     comm.Barrier()
-    cache = str(shared_tmp)
-    with pytest.raises(FetchError, match=f"{name} from {url}/{name}: sha256 mismatch"):
-        trainer(comm, url, cache, "--retries", "1", "--timeout", "5")
-    comm.Barrier()
-    if server:
-        server.faults[name] = []
+    try:
+        yield
+    finally:
+        comm.Barrier()
+        if server:
+            server.faults[name] = []
 
 
 def run_args(url, cache, *extra):
@@ -166,15 +175,10 @@ def test_cache_limit_below_largest_shard_is_rejected_on_every_rank(comm, http_st
 def test_corrupt_shard_in_distributed_mode_fails_on_every_rank(comm, http_store):
     server, url, _ = http_store
     name = "train-00002-y.npy"
-    if server:
-        server.faults[name] = ["corrupt"] * 100
-    comm.Barrier()
-    t = Trainer(run_args(url, fresh_dir(comm), "--staging", "distributed", "--retries", "1"), comm)
-    with pytest.raises(FetchError, match=f"{name} from {url}/{name}: sha256 mismatch"):
-        t.run()
-    comm.Barrier()
-    if server:
-        server.faults[name] = []
+    with injected(comm, server, name, ["corrupt"] * 100):
+        t = Trainer(run_args(url, fresh_dir(comm), "--staging", "distributed", "--retries", "1"), comm)
+        with pytest.raises(FetchError, match=f"{name} from {url}/{name}: sha256 mismatch"):
+            t.run()
 
 
 def test_shuffle_none_is_refused_for_distributed_staging(comm, http_store):

@@ -26,7 +26,8 @@ def store(tmp_path_factory):
 
 class FaultServer:
     """A real HTTP server for a store directory; ``faults[name]`` lists what the next requests get:
-    "500", "slow", "truncate", "corrupt", or "as:OTHER" (OTHER's bytes)."""
+    "500", "slow", "truncate", "corrupt", "die" (a chunked body cut off mid-chunk: the client sees
+    http.client.IncompleteRead), or "as:OTHER" (OTHER's bytes)."""
 
     def __init__(self, directory: Path):
         self.faults: dict[str, list] = {}
@@ -56,6 +57,14 @@ class FaultServer:
                     return
                 if fault == "slow":
                     time.sleep(1.5)
+                if fault == "die":  # the server dies mid-body: half of a chunk, then the connection goes
+                    self.protocol_version = "HTTP/1.1"
+                    self.send_response(200)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    self.wfile.write(f"{len(body):x}\r\n".encode() + body[: len(body) // 2])
+                    self.close_connection = True
+                    return
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

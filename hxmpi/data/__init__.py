@@ -34,6 +34,7 @@ class Dataset:
     train_samples: int = 0  # 0: len(y_train)
     shared: Optional[object] = field(default=None, repr=False)  # the node window the arrays live in
     scratch: Optional[Path] = None  # a per-job cache directory to remove on close()
+    lock: Optional[object] = field(default=None, repr=False)  # the held cache directory (data.lock)
 
     def __post_init__(self):
         self.n_features = self.n_features or int(np.prod(self.X_test.shape[1:]))
@@ -54,6 +55,9 @@ class Dataset:
             except OSError:
                 pass
             self.scratch = None
+        if self.lock is not None:  # after the directory is gone: no other run can meet it half-removed
+            self.lock.release()
+            self.lock = None
 
 
 def load_digits() -> tuple[np.ndarray, np.ndarray]:

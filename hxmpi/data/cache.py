@@ -10,7 +10,13 @@ in an order known in advance from the seed (the *use sequence*), which lets the 
   use is furthest away (Belady's rule, optimal when the future order is known), and only if that
   use comes after the one being fetched. A shard in use is pinned and never evicted.
 
-Deletes touch only shard files of this store inside the cache's own directory.
+Deletes touch only shard files of this store (and their ``.part`` temp files) inside the cache's
+own directory, which one live run holds at a time (``data.lock``). A download's bytes count
+against ``limit`` from the moment it starts, so its ``.part`` file is inside the bound; ``.part``
+files a killed run left behind are removed when the cache starts.
+
+A download thread never dies silently: any error fails its shard, and an error outside a
+download marks the whole cache failed; ``acquire`` raises ``FetchError`` either way.
 """
 from __future__ import annotations
 
@@ -55,6 +61,7 @@ class ShardCache:
                       "max_used_bytes": 0}
         self.cond = threading.Condition()
         self.closed = False
+        self.crashed: Optional[str] = None  # a download thread failed outside any download
         self.dir.mkdir(parents=True, exist_ok=True)
         self._adopt_existing()
         self.threads = [threading.Thread(target=self._worker, name=f"hxmpi-stage-{i}", daemon=True)
@@ -73,8 +80,12 @@ class ShardCache:
         return pos[i] if i < len(pos) else NEVER
 
     def _adopt_existing(self) -> None:
-        """Shards left by an earlier run: verified ones of this node count as cached, the rest go."""
+        """Shards left by an earlier run: verified ones of this node count as cached, the rest go,
+        and so do partial downloads (``.NAME.PID.part``) of a run that was killed."""
         for s, shard in enumerate(self.shards):
+            for p in self._files(s):
+                for part in self.dir.glob(f".{p.name}.*.part"):
+                    part.unlink(missing_ok=True)
             files = self._files(s)
             if not any(p.exists() for p in files):
                 continue
@@ -128,6 +139,14 @@ class ShardCache:
 
     # ------------------------------------------------------------------ threads
     def _worker(self) -> None:
+        try:
+            self._work()
+        except BaseException as exc:  # noqa: BLE001 - a dead thread must fail the consumer, not hang it
+            with self.cond:
+                self.crashed = f"download thread {threading.current_thread().name} failed: {type(exc).__name__}: {exc}"
+                self.cond.notify_all()
+
+    def _work(self) -> None:
         while True:
             with self.cond:
                 job = None
@@ -141,6 +160,8 @@ class ShardCache:
                     fetch_verified(self.source, f, str(self.dir), self.retries, self.timeout, stats=job_stats)
             except (FetchError, OSError) as exc:  # disk full, permissions: reported like fetch errors
                 problem = str(exc)
+            except Exception as exc:  # noqa: BLE001 - anything else fails this shard, named
+                problem = f"shard {self.shards[job].get('name')}: {type(exc).__name__}: {exc}"
             with self.cond:
                 self.fetch_stats.add(job_stats)
                 if problem:
@@ -161,8 +182,11 @@ class ShardCache:
         with self.cond:
             self.pos = q
             self.loading = True
-            while self.state[s] not in (READY, FAILED):
+            self.cond.notify_all()  # with --prefetch-shards 0 nothing is fetched until this wakes a worker
+            while self.state[s] not in (READY, FAILED) and self.crashed is None:
                 self.cond.wait()
+            if self.state[s] != READY and self.crashed is not None:
+                raise FetchError(f"{self.dir}: {self.crashed}")
             if self.state[s] == FAILED:
                 raise FetchError(self.error[s])
             self.pinned.add(s)

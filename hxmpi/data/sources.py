@@ -2,16 +2,17 @@
 
 ``fetch_verified`` is the one way a shard file reaches node-local storage: it downloads to a temp
 file beside the target, checks size and sha256, and only then renames, so a partial or corrupt
-file is never used. Failures (HTTP errors, timeouts, truncated or wrong bytes) are retried with
-exponential backoff; after the last try it raises ``FetchError`` naming the file and its URL. A
-target already present with the right checksum is reused without any request.
+file is never used. Every failure of the transport (HTTP errors, timeouts, resets, a body cut off
+mid-chunk, whatever a filesystem library raises) and every truncated or wrong file is retried with
+exponential backoff; after the last try it raises ``FetchError`` naming the file and its URL. The
+temp file is removed on every path out. A target already present with the right checksum is
+reused without any request.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
@@ -58,16 +59,19 @@ class Source:
         raise NotImplementedError
 
     def read_index(self, timeout: float = 30.0, retries: int = 3) -> dict:
-        """Fetch and parse ``index.json`` (retried like any file)."""
+        """Fetch and parse ``index.json`` (retried like any file; StoreError if it is malformed)."""
+        _check_retries(retries)
         last = None
         for attempt in range(retries + 1):
             try:
                 with self.open(INDEX, timeout) as fh:
-                    return parse_index(fh.read().decode(), self.url(INDEX))
-            except (OSError, urllib.error.URLError) as exc:
-                last = exc
+                    text = fh.read().decode()
+            except Exception as exc:  # noqa: BLE001 - any transport failure is retried (see module doc)
+                last = f"{type(exc).__name__}: {exc}"
                 time.sleep(min(2.0, 0.05 * 2 ** attempt))
-        raise FetchError(f"cannot read {self.url(INDEX)}: {last}")
+                continue
+            return parse_index(text, self.url(INDEX))
+        raise FetchError(f"cannot read {self.url(INDEX)}: {last} (after {retries + 1} attempts)")
 
 
 class LocalSource(Source):
@@ -113,16 +117,35 @@ def open_source(location: str) -> Source:
     return FsspecSource(location)
 
 
+def _check_retries(retries: int) -> None:
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0, got {retries}")
+
+
+def part_name(name: str) -> str:
+    """The temp file a download of ``name`` writes (``.NAME.PID.part``), beside the target."""
+    return f".{name}.{os.getpid()}.part"
+
+
 def fetch_verified(source: Source, entry: dict, directory: str, retries: int = 3, timeout: float = 30.0,
                    backoff: float = 0.1, stats: Optional[FetchStats] = None) -> Path:
     """Put the file described by ``entry`` ({name, bytes, sha256}) into ``directory``, verified."""
+    _check_retries(retries)
     stats = stats if stats is not None else FetchStats()
     target = Path(directory) / entry["name"]
     if target.exists() and target.stat().st_size == entry["bytes"] and sha256_file(target) == entry["sha256"]:
         stats.cache_hits += 1
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.part")
+    tmp = target.with_name(part_name(target.name))
+    try:
+        return _download(source, entry, target, tmp, retries, timeout, backoff, stats)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _download(source: Source, entry: dict, target: Path, tmp: Path, retries: int, timeout: float,
+              backoff: float, stats: FetchStats) -> Path:
     problem = None
     for attempt in range(retries + 1):
         if attempt:
@@ -146,7 +169,7 @@ def fetch_verified(source: Source, entry: dict, directory: str, retries: int = 3
                 stats.files += 1
                 stats.bytes += size
                 return target
-        except (OSError, urllib.error.URLError, ValueError) as exc:  # HTTP errors, timeouts, resets
+        except Exception as exc:  # noqa: BLE001 - HTTP errors, timeouts, resets, IncompleteRead, fsspec's own
             problem = f"{type(exc).__name__}: {exc}"
         stats.errors.append(problem)
         tmp.unlink(missing_ok=True)

@@ -15,7 +15,11 @@ broadcasts it (never one request per rank).
   (``shuffle.ShardStream``) spreads the window's samples over all ranks. The test split is small
   and evaluated every epoch, so it is held in node shared memory as in memory mode.
 
-Any failure is agreed on collectively and raised on every rank.
+Any failure is agreed on collectively and raised on every rank: an index read, a download (any
+exception of any download thread), a cache directory another live run holds (``data.lock``), and
+every loaded shard whose rows, feature shape, dtypes or labels disagree with the index
+(``store.check_shard``, naming the shard and its URL), also while a node's shared window is
+being filled after the ranks have agreed on its size.
 """
 from __future__ import annotations
 
@@ -36,8 +40,9 @@ from ..errors import agree
 from ..runlog import Progress
 from . import Dataset
 from .cache import ShardCache
+from .lock import CacheDirBusy, hold_cache_dir
 from .sources import FetchError, FetchStats, Source, fetch_verified, open_source
-from .store import capacity, load_shard
+from .store import StoreError, capacity, check_shard, load_shard
 
 STAGING_MODES = ("auto", "memory", "distributed")
 
@@ -54,6 +59,14 @@ class StagingConfig:
     timeout: float = 30.0
     workers: int = 8
     progress: bool = False  # rank 0 reports download progress on stderr
+
+    def __post_init__(self):
+        for name, value, ok, rule in (("retries", self.retries, self.retries >= 0, ">= 0"),
+                                      ("timeout", self.timeout, self.timeout > 0, "> 0 seconds"),
+                                      ("workers", self.workers, self.workers >= 1, ">= 1"),
+                                      ("prefetch", self.prefetch, self.prefetch >= 0, ">= 0 shards")):
+            if not ok:
+                raise ValueError(f"{name} must be {rule}, got {value}")
 
 
 def parse_bytes(text: str) -> int:
@@ -126,8 +139,8 @@ def read_index(location: str, comm: MPI.Intracomm, cfg: StagingConfig) -> tuple[
             for split in ("train", "test"):
                 if split not in index["splits"]:
                     problem = f"{location}: the store has no {split!r} split"
-        except (FetchError, ValueError) as exc:
-            problem = str(exc)
+        except Exception as exc:  # noqa: BLE001 - rank 0 alone must never leave the others waiting
+            problem = str(exc) if isinstance(exc, (FetchError, ValueError)) else f"{type(exc).__name__}: {exc}"
     agree(comm, problem, FetchError)
     return source, comm.bcast(index, root=0)
 
@@ -183,8 +196,8 @@ def _stage_in_memory(source: Source, index: dict, splits: Sequence[str], comm: M
         files = [f for split in splits for s in index["splits"][split]["shards"] for f in s["files"].values()]
         try:
             _fetch_all(source, files, node_dir, cfg, stats, report=cfg.progress and comm.rank == 0)
-        except (FetchError, OSError) as exc:
-            problem = str(exc)
+        except Exception as exc:  # noqa: BLE001 - any thread's failure is this node's, agreed below
+            problem = str(exc) if isinstance(exc, OSError) else f"{type(exc).__name__}: {exc}"
     agree(comm, problem, FetchError)
     feature_shape = tuple(index["feature_shape"])
     shapes, dtypes = {}, {}
@@ -193,16 +206,31 @@ def _stage_in_memory(source: Source, index: dict, splits: Sequence[str], comm: M
         shapes[f"X_{split}"], dtypes[f"X_{split}"] = (n, *feature_shape), np.float32
         shapes[f"y_{split}"], dtypes[f"y_{split}"] = (n,), np.int64
     shared = _SharedArrays(intra, shapes, dtypes)
-    if intra.rank == 0:
+    problem = _fill(shared, source, index, splits, node_dir) if intra.rank == 0 else None
+    try:  # the window is filled (or failed everywhere) before anyone reads it
+        agree(comm, problem, StoreError)
+    except StoreError:
+        shared.free()
+        raise
+    return shared
+
+
+def _fill(shared: _SharedArrays, source: Source, index: dict, splits: Sequence[str], node_dir: Path) -> Optional[str]:
+    """Copy the staged shards into the node window, each checked against the index; the problem or None."""
+    try:
         for split in splits:
             lo = 0
             for shard in index["splits"][split]["shards"]:
                 X, y = load_shard(str(node_dir), shard)
+                problem = check_shard(X, y, index, shard, source.url(shard["files"]["x"]["name"]))
+                if problem:
+                    return problem
                 shared.arrays[f"X_{split}"][lo:lo + len(y)] = X
                 shared.arrays[f"y_{split}"][lo:lo + len(y)] = y
                 lo += len(y)
-    intra.Barrier()  # the window is filled before anyone reads it
-    return shared
+    except Exception as exc:  # noqa: BLE001 - after the agreement on the window: agreed again, never lost
+        return f"filling the node's shared window from {node_dir} failed: {type(exc).__name__}: {exc}"
+    return None
 
 
 class DistributedTrain:
@@ -212,6 +240,7 @@ class DistributedTrain:
                  intra: MPI.Intracomm, node: int, seed: int, epochs: range, node_dir: Path, limit: int,
                  cfg: StagingConfig):
         self.comm, self.intra, self.node, self.num_nodes, self.seed = comm, intra, node, len(assignment), seed
+        self.source, self.index = source, index
         self.shards = index["splits"]["train"]["shards"]
         self.feature_shape = tuple(index["feature_shape"])
         self.assignment = assignment  # shard ids per node, from assign_shards
@@ -225,9 +254,13 @@ class DistributedTrain:
             try:
                 self.cache = ShardCache(source, self.shards, uses, str(node_dir), limit, cfg.prefetch,
                                         cfg.workers, cfg.retries, cfg.timeout)
-            except (OSError, ValueError) as exc:
+            except Exception as exc:  # noqa: BLE001 - agreed below
                 problem = f"node {node}: cannot set up the cache in {node_dir}: {exc}"
-        agree(comm, problem, FetchError)
+        try:
+            agree(comm, problem, FetchError)
+        except FetchError:
+            self.close()  # other nodes' download threads stop too
+            raise
 
     def node_order(self, node: int, epoch: int) -> list[int]:
         """The order in which ``node`` reads its shards in ``epoch`` (seeded)."""
@@ -261,15 +294,18 @@ class DistributedTrain:
         X, y, idx = empty
         t0 = time.perf_counter()
         if s is not None and problem is None:
+            shard = self.shards[s]
             try:
                 Xs, ys = np.load(paths[0], mmap_mode="r"), np.load(paths[1], mmap_mode="r")
-                n, g, r = len(ys), self.intra.size, self.intra.rank
-                lo, hi = r * n // g, (r + 1) * n // g
-                X, y = np.array(Xs[lo:hi]), np.array(ys[lo:hi], dtype=np.int64)
-                offset = sum(self.shards[w]["samples"] for w in window[:self.node] if w is not None)
-                idx = np.arange(offset + lo, offset + hi, dtype=np.int64)
-            except (OSError, ValueError) as exc:
-                problem = f"node {self.node}: cannot read staged shard {self.shards[s]['name']}: {exc}"
+                problem = check_shard(Xs, ys, self.index, shard, self.source.url(shard["files"]["x"]["name"]))
+                if problem is None:
+                    n, g, r = len(ys), self.intra.size, self.intra.rank
+                    lo, hi = r * n // g, (r + 1) * n // g
+                    X, y = np.array(Xs[lo:hi]), np.array(ys[lo:hi], dtype=np.int64)
+                    offset = sum(self.shards[w]["samples"] for w in window[:self.node] if w is not None)
+                    idx = np.arange(offset + lo, offset + hi, dtype=np.int64)
+            except Exception as exc:  # noqa: BLE001 - agreed below
+                problem = f"node {self.node}: cannot read staged shard {shard['name']}: {type(exc).__name__}: {exc}"
         # Data wait: the leader blocked on its download plus this rank's read; waiting for peers
         # in the bcast is step-time skew, not data, and is left out.
         self.wait_s += waited + time.perf_counter() - t0
@@ -324,24 +360,40 @@ def stage(location: str, comm: MPI.Intracomm, intra: MPI.Intracomm, node: int, n
     mode = choose_mode(capacity(index), threshold, cfg.staging)
     stats = FetchStats()
     node_dir = Path(cfg.cache_dir or default_cache_dir()) / f"node{node}"
-    if mode == "distributed":  # a bad limit fails before any download
-        shards = index["splits"]["train"]["shards"]
-        assignment = assign_shards([s["bytes"] for s in shards], num_nodes)
-        limit, problem = cache_limit(cfg.cache_limit, [shards[s]["bytes"] for s in assignment[node]],
-                                     max((s["bytes"] for s in shards), default=0), node_dir)
-        agree(comm, problem, ValueError)
-    splits = ("train", "test") if mode == "memory" else ("test",)
-    shared = _stage_in_memory(source, index, splits, comm, intra, node_dir, cfg, stats)
+    problem, lock = None, None
+    if intra.rank == 0:  # one live run per cache directory (see data.lock)
+        try:
+            lock = hold_cache_dir(node_dir)
+        except OSError as exc:
+            problem = str(exc)
+    agree(comm, problem, CacheDirBusy)
+    shared = None
+    try:
+        if mode == "distributed":  # a bad limit fails before any download
+            shards = index["splits"]["train"]["shards"]
+            assignment = assign_shards([s["bytes"] for s in shards], num_nodes)
+            limit, problem = cache_limit(cfg.cache_limit, [shards[s]["bytes"] for s in assignment[node]],
+                                         max((s["bytes"] for s in shards), default=0), node_dir)
+            agree(comm, problem, ValueError)
+        splits = ("train", "test") if mode == "memory" else ("test",)
+        shared = _stage_in_memory(source, index, splits, comm, intra, node_dir, cfg, stats)
+        stream = None
+        if mode == "distributed":
+            stream = DistributedTrain(source, index, assignment, comm, intra, node, seed, epochs, node_dir, limit,
+                                      cfg)
+    except BaseException:  # every error above is agreed, so every rank frees the window collectively
+        if shared is not None:
+            shared.free()
+        if lock is not None:
+            lock.release()
+        raise
     a = shared.arrays
-    stream = None
-    if mode == "distributed":
-        stream = DistributedTrain(source, index, assignment, comm, intra, node, seed, epochs, node_dir, limit, cfg)
     # The default per-job directory goes when the data does (removed by the node's leader).
     scratch = node_dir if cfg.cache_dir is None and intra.rank == 0 else None
     dataset = Dataset(location, a.get("X_train"), a.get("y_train"), a["X_test"], a["y_test"],
                       int(index["classes"]), n_features=int(np.prod(index["feature_shape"])),
                       train_stream=stream, train_samples=int(index["splits"]["train"]["samples"]),
-                      shared=shared, scratch=scratch)
+                      shared=shared, scratch=scratch, lock=lock)
     leaders = comm.allreduce(1 if intra.rank == 0 else 0)
     info = {"event": "staging", "mode": mode, "capacity_bytes": capacity(index), "threshold_bytes": threshold,
             "bytes_downloaded": comm.allreduce(stats.bytes), "files_downloaded": comm.allreduce(stats.files),

@@ -22,6 +22,8 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Optional
+
 import numpy as np
 
 FORMAT_VERSION = 1
@@ -95,6 +97,9 @@ def parse_index(text: str, where: str = "index.json") -> dict:
         if key not in index:
             raise StoreError(f"{where}: missing {key!r}")
     for split, info in index["splits"].items():
+        listed = sum(int(shard.get("samples", 0)) for shard in info.get("shards", []))
+        if listed != info.get("samples"):
+            raise StoreError(f"{where}: split {split!r} says {info.get('samples')} samples, its shards {listed}")
         for shard in info.get("shards", []):
             for part in ("x", "y"):
                 f = shard.get("files", {}).get(part, {})
@@ -110,15 +115,50 @@ def load_shard(directory: str, shard: dict) -> tuple[np.ndarray, np.ndarray]:
             np.load(d / shard["files"]["y"]["name"], mmap_mode="r"))
 
 
-def make_synthetic(samples: int, features: int, classes: int, seed: int,
-                   separation: float = 3.0) -> tuple[np.ndarray, np.ndarray]:
-    """A learnable set: Gaussian clusters, ``classes`` of them, unit noise, centres ``separation`` apart."""
-    if samples < 1 or features < 1 or classes < 2:
-        raise StoreError(f"need samples >= 1, features >= 1, classes >= 2; got {samples}, {features}, {classes}")
+def check_shard(X: np.ndarray, y: np.ndarray, index: dict, shard: dict, url: str) -> Optional[str]:
+    """What is wrong with a loaded shard (X, y) against its index entry, or None if nothing.
+
+    Checks the row count, feature shape, dtypes and label range (reading the labels; memory-mapped
+    arrays are fine). The message names the shard and ``url``.
+    """
+    where = f"shard {shard.get('name')} ({url})"
+    want_rows, want_shape = int(shard["samples"]), tuple(index["feature_shape"])
+    if X.shape[0] != len(y):
+        return f"{where}: holds {X.shape[0]} rows of features but {len(y)} labels"
+    if len(y) != want_rows:
+        return f"{where}: holds {len(y)} rows, the index says {want_rows}"
+    if tuple(X.shape[1:]) != want_shape:
+        return f"{where}: features {tuple(X.shape[1:])}, the index says {want_shape}"
+    if X.dtype != np.dtype(index["dtype"]):
+        return f"{where}: features are {X.dtype}, the index says {index['dtype']}"
+    label_dtype = index.get("label_dtype", "int64")
+    if y.dtype != np.dtype(label_dtype):
+        return f"{where}: labels are {y.dtype}, the index says {label_dtype}"
+    if len(y):
+        lo, hi = int(y.min()), int(y.max())
+        if lo < 0 or hi >= int(index["classes"]):
+            return f"{where}: label {lo if lo < 0 else hi} outside [0, {index['classes']})"
+    return None
+
+
+def make_synthetic(samples: int, features: int, classes: int, seed: int, separation: float = 3.0,
+                   clusters: int = 1, informative: Optional[int] = None) -> tuple[np.ndarray, np.ndarray]:
+    """A learnable set: ``clusters`` Gaussian clusters per class with unit noise, their centres
+    ``separation`` apart (in noise units) in the first ``informative`` features (default: all);
+    the other features are noise. Several clusters per class in few dimensions make the classes
+    not linearly separable, so a model keeps learning over several epochs."""
+    if samples < 1 or features < 1 or classes < 2 or clusters < 1:
+        raise StoreError(f"need samples >= 1, features >= 1, classes >= 2, clusters >= 1; "
+                         f"got {samples}, {features}, {classes}, {clusters}")
+    informative = features if informative is None else min(informative, features)
+    if informative < 1:
+        raise StoreError(f"need informative features >= 1, got {informative}")
     rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((classes, features)) * separation / np.sqrt(2)
-    y = rng.integers(0, classes, samples)
-    X = (centres[y] + rng.standard_normal((samples, features))).astype(np.float32)
+    centres = np.zeros((classes * clusters, features))
+    centres[:, :informative] = rng.standard_normal((classes * clusters, informative)) * separation / np.sqrt(2)
+    component = rng.integers(0, classes * clusters, samples)
+    y = component % classes
+    X = (centres[component] + rng.standard_normal((samples, features))).astype(np.float32)
     return X, y.astype(np.int64)
 
 

@@ -1,0 +1,95 @@
+"""How hxmpi's programs end when something goes wrong on one rank.
+
+The rule for the whole code base: a failure on one rank, at any phase, either goes through an
+agreement (every rank raises the same error, ``errors.agree``) or aborts the MPI job after
+printing it. A rank must never exit alone while the others block in a collective: Open MPI's
+``MPI_Finalize`` then waits for them too, and the job hangs until a batch system kills it.
+
+- ``run_main`` wraps a program's ``main``: an uncaught exception prints the rank and traceback
+  and aborts the job (``MPI_Abort``). Every ``python -m hxmpi.*`` program and every benchmark
+  ends through it; a user's own script gets the same from ``mpirun python -m mpi4py script.py``.
+- ``settle_failure`` is for a set-up error that may or may not have happened on every rank
+  (a deterministic bad flag does; a corrupt file on one node does not): the failing ranks meet
+  in a nonblocking barrier on a communicator kept for this purpose; if every rank arrives within
+  ``timeout`` seconds the error is the same everywhere and the program can exit cleanly,
+  otherwise it aborts the job.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from typing import Callable, NoReturn, Optional
+
+SETTLE_TIMEOUT_S = 5.0  # how long failing ranks wait for the others before aborting
+
+
+def _mpi():
+    """mpi4py.MPI if this process has initialised MPI (never initialises it), else None."""
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is None or not MPI.Is_initialized() or MPI.Is_finalized():
+        return None
+    return MPI
+
+
+def world_rank() -> Optional[int]:
+    """This process's rank in COMM_WORLD (from MPI or the launcher's environment), or None."""
+    MPI = _mpi()
+    if MPI is not None:
+        return MPI.COMM_WORLD.Get_rank()
+    for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"):
+        if var in os.environ:
+            return int(os.environ[var])
+    return None
+
+
+def abort_job(code: int = 1) -> NoReturn:
+    """End the whole MPI job (every rank) with ``code``; a plain exit when MPI is not running."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    MPI = _mpi()
+    if MPI is not None and MPI.COMM_WORLD.Get_size() > 1:
+        MPI.COMM_WORLD.Abort(code)
+    sys.exit(code)
+
+
+def report(prog: str, exc: BaseException, with_traceback: bool = True) -> None:
+    """Print ``exc`` on stderr as ``prog: rank R failed: Type: message`` (and its traceback)."""
+    rank = world_rank()
+    where = f"rank {rank} " if rank is not None else ""
+    text = f"{prog}: {where}failed: {type(exc).__name__}: {exc}\n"
+    if with_traceback:
+        text += "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+def run_main(main: Callable[..., Optional[int]], prog: str) -> NoReturn:
+    """``sys.exit(main())``, except that an uncaught exception on any rank aborts the MPI job."""
+    try:
+        code = main()
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - Ctrl-C included: the other ranks must not be left waiting
+        report(prog, exc)
+        abort_job(130 if isinstance(exc, KeyboardInterrupt) else 1)
+    sys.exit(code)
+
+
+def settle_failure(errcomm, timeout: float = SETTLE_TIMEOUT_S) -> bool:
+    """Called by a rank whose set-up failed: True if every rank of ``errcomm`` failed too (they all
+    called this within ``timeout`` seconds), so the error is agreed and a clean exit is safe; False
+    if some rank did not come (it is blocked elsewhere or running on): the caller must abort.
+
+    ``errcomm`` is a communicator duplicated before set-up and used for nothing else.
+    """
+    if errcomm.Get_size() == 1:
+        return True
+    request = errcomm.Ibarrier()
+    deadline = time.monotonic() + timeout
+    while not request.Test():
+        if time.monotonic() > deadline:
+            return False  # the request stays pending: the caller aborts the job
+        time.sleep(0.01)
+    return True

@@ -1,0 +1,172 @@
+"""Stall watch: every blocking collective of a training run, on every rank (``--stall-timeout``).
+
+The trainer wraps each blocking collective it makes (the shuffle exchange, the gradient
+Allreduce, an async round's wait for the average, the policy gather, the end-of-epoch
+evaluation and checkpoint, the summary) in ``watch.waiting(label, step)``, and sets
+``watch.step`` as training moves on. Each rank counts the waits it has entered (every rank
+enters the same ones, in the same order); a heartbeat thread sends that count and the step to
+every other rank over a communicator of its own, promptly when a wait begins and every
+``interval`` seconds otherwise. An async round's wait for the average happens only on ranks that
+ran ahead, so it is not counted (``counted=False``); there ranks are compared by step.
+
+A rank that has been inside one wait for more than ``timeout`` seconds names the missing ranks:
+those behind it (count below its own, or for an uncounted wait, step below its own: they have
+not reached this collective, as a straggler or a stopped rank) and those not heard from for
+``max(timeout, 1 s)`` (stopped, crashed without the job noticing, or cut off by the network). Rank 0 logs a ``"stall"`` record; with
+``abort`` every rank that sees the stall prints it and aborts the job (``MPI_Abort``, and
+``os._exit`` 5 s later should the abort itself hang, as it can while the network is
+partitioned). So a stall ends the job about ``timeout`` (+ the heartbeat period) after it began.
+
+Costs (only when ``timeout`` > 0): one 8-byte message to every other rank per wait and per
+interval, i.e. O(ranks^2) small messages, and MPI_THREAD_MULTIPLE.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, Optional
+
+import numpy as np
+from mpi4py import MPI
+
+from .errors import SettingError
+
+HEARTBEAT_TAG = 7072
+ABORT_CODE = 3
+ABORT_GRACE_S = 5.0  # after MPI_Abort, exit anyway (an abort can hang while a host is cut off)
+
+
+class NoWatch:
+    """The watch when stall detection is off: waits cost nothing."""
+
+    timeout = 0.0
+    step = 0
+
+    @contextmanager
+    def waiting(self, label: str, step: int, counted: bool = True):
+        """No-op."""
+        yield
+
+    def iterate(self, items: Iterable, label: str, step: Callable[[], int]) -> Iterator:
+        """``items`` unchanged."""
+        return iter(items)
+
+    def close(self) -> None:
+        """No-op."""
+
+
+class StallWatch(NoWatch):
+    """Watches the waits of one run on this rank (create and close it on every rank: collective).
+
+    ``emit(record)`` logs a stall (rank 0 only); ``prog`` prefixes the abort message.
+    """
+
+    def __init__(self, comm: MPI.Intracomm, timeout: float, abort: bool, emit: Callable[[dict], None],
+                 prog: str = "hxmpi.train"):
+        if timeout <= 0:
+            raise SettingError("stall_timeout", f"must be > 0 seconds for a watch, got {timeout}")
+        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+            raise SettingError("stall_timeout", "needs MPI initialised with MPI_THREAD_MULTIPLE "
+                                                "(mpi4py's default)")
+        self.comm = comm.Dup()  # heartbeats never mix with the run's messages
+        self.rank, self.size = self.comm.rank, self.comm.size
+        self.timeout, self.abort, self.emit, self.prog = float(timeout), abort, emit, prog
+        self.interval = min(0.5, self.timeout / 4)
+        self.stale_s = max(self.timeout, 1.0)
+        self.seq = 0  # counted waits entered on this rank
+        self.step = 0  # training step this rank is at (set by the trainer)
+        self._where: Optional[tuple] = None  # (label, step, since, seq, counted) while inside a wait
+        self._waits = 0  # waits entered, counted or not (identifies the one being reported)
+        self._reported = 0  # the last wait a stall was reported for
+        now = time.monotonic()
+        self.heard = [(0, 0, now)] * self.size  # per rank: (its count, its step, when heard), local clock
+        self._wake, self._stop = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hxmpi-stall-watch", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def for_run(cls, comm: MPI.Intracomm, timeout: float, abort: bool, emit: Callable[[dict], None]) -> NoWatch:
+        """A watch if ``timeout`` > 0, else the free no-op (collective)."""
+        return cls(comm, timeout, abort, emit) if timeout > 0 else NoWatch()
+
+    @contextmanager
+    def waiting(self, label: str, step: int, counted: bool = True):
+        """Mark a blocking collective named ``label`` at training step ``step``; ``counted=False``
+        for a wait that only some ranks make."""
+        self.seq += counted
+        self._waits += 1
+        self._where = (label, step, time.monotonic(), self.seq if counted else step, counted, self._waits)
+        self._wake.set()  # tell the others at once that this rank has arrived
+        try:
+            yield
+        finally:
+            self._where = None
+
+    def iterate(self, items: Iterable, label: str, step: Callable[[], int]) -> Iterator:
+        """``items``, each ``next()`` inside a wait (for generators that communicate to produce)."""
+        it = iter(items)
+        while True:
+            with self.waiting(label, step()):
+                try:
+                    item = next(it)
+                except StopIteration:
+                    return
+            yield item
+
+    def close(self) -> None:
+        """Stop the heartbeat thread (messages still in flight are left to MPI_Finalize)."""
+        self._stop.set()
+        self._wake.set()
+        self._thread.join()
+
+    # ------------------------------------------------------------------ the heartbeat thread
+    def _run(self) -> None:
+        pending = []
+        inbox = np.empty(2, np.int64)
+        status = MPI.Status()
+        while not self._stop.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if len(pending) < 64 * self.size:  # a stopped peer must not make this list grow forever
+                out = np.array([self.seq, self.step], np.int64)
+                pending += [(self.comm.Isend(out, dest=r, tag=HEARTBEAT_TAG), out)
+                            for r in range(self.size) if r != self.rank]
+            pending = [(req, buf) for req, buf in pending if not req.Test()]
+            while self.comm.Iprobe(source=MPI.ANY_SOURCE, tag=HEARTBEAT_TAG, status=status):
+                src = status.Get_source()
+                self.comm.Recv(inbox, source=src, tag=HEARTBEAT_TAG)
+                self.heard[src] = (int(inbox[0]), int(inbox[1]), time.monotonic())
+            self._check()
+
+    def missing(self, mark: int, counted: bool, now: float) -> list[int]:
+        """Ranks behind ``mark`` (a count of waits, or a step if not ``counted``) or not heard from lately."""
+        return [r for r, (count, step, when) in enumerate(self.heard)
+                if r != self.rank and ((count if counted else step) < mark or now - when > self.stale_s)]
+
+    def _check(self) -> None:
+        where = self._where
+        if where is None:
+            return
+        label, step, since, mark, counted, wait_id = where
+        now = time.monotonic()
+        waited = now - since
+        if waited <= self.timeout or self._reported == wait_id:
+            return
+        missing = self.missing(mark, counted, now)
+        if not missing:  # everyone is in this collective: slow, not stalled
+            return
+        self._reported = wait_id
+        if self.rank == 0:
+            self.emit({"event": "stall", "round": step, "where": label, "missing_ranks": missing,
+                       "waited_s": round(waited, 3)})
+        if self.abort:
+            sys.stderr.write(f"{self.prog}: stall: ranks {missing} missing at step {step} ({label}) after "
+                             f"{waited:.1f} s, seen by rank {self.rank}; aborting (stall_abort is set)\n")
+            sys.stderr.flush()
+            timer = threading.Timer(ABORT_GRACE_S, os._exit, (ABORT_CODE,))
+            timer.daemon = True
+            timer.start()
+            MPI.COMM_WORLD.Abort(ABORT_CODE)
