@@ -34,6 +34,16 @@ class SettingError(HxmpiError, ValueError):
         self.setting, self.detail = setting, detail
 
 
+class ExchangeTypeError(ExchangeError, TypeError):
+    """A spec item of the wrong kind (not a buffer, non-integer counts): mpi4py raises TypeError here."""
+
+
+class ExchangeKeyError(ExchangeError, KeyError):
+    """A typecode string that names no MPI datatype: mpi4py raises KeyError here."""
+
+    __str__ = Exception.__str__  # the message as written, not KeyError's repr of it
+
+
 def agree(comm: MPI.Comm, problem: Optional[str], error: type = HxmpiError) -> None:
     """Raise ``error`` on every rank of ``comm`` if any rank passes a non-empty ``problem``.
 
@@ -46,8 +56,13 @@ def agree(comm: MPI.Comm, problem: Optional[str], error: type = HxmpiError) -> N
 
 
 def raise_gathered(comm: MPI.Comm, problem: Optional[str], error: type = HxmpiError) -> None:
-    """Gather every rank's ``problem`` and raise ``error`` naming them (collective; call on all ranks)."""
+    """Gather every rank's ``problem`` and raise ``error`` naming them (collective; call on all ranks).
+
+    A problem may carry a subclass of ``error`` in its ``error`` attribute (``msgspec.Problem``); the
+    first failing rank's choice is raised, so every rank raises the same type.
+    """
     problems = comm.allgather(problem)
     lines = [f"rank {r}: {p}" for r, p in enumerate(problems) if p]
     shown = lines[:8] + ([f"... and {len(lines) - 8} more ranks"] if len(lines) > 8 else [])
-    raise error("; ".join(shown))
+    kind = next((getattr(p, "error", error) for p in problems if p), error)
+    raise (kind if isinstance(kind, type) and issubclass(kind, error) else error)("; ".join(shown))
