@@ -300,8 +300,11 @@ def test_bad_algorithm_name(hcs):
 
 
 def _stamps(big: int) -> list[tuple[int, bytes]]:
-    """(offset, 8 bytes) marks every MiB of a big block and at its end, each naming its position."""
-    offsets = list(range(0, big - 8, 1 << 20)) + [big - 8]
+    """(offset, 8 bytes) marks naming their position: every 64 MiB, on both sides of every 1 GiB
+    (the big-message chunk) and at the end of a big block. Sparse, because numpy backs large
+    arrays with 2 MiB huge pages, so each mark costs the sender a huge page."""
+    offsets = sorted(set(range(0, big - 8, 1 << 26)) | {k * (1 << 30) + d for k in range(1, (big >> 30) + 1)
+                                                       for d in (-8, 0)} | {big - 8})
     return [(o, (o // 8 + 0x0101010101010101).to_bytes(8, "little")) for o in offsets]
 
 
