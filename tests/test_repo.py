@@ -61,3 +61,13 @@ def test_python_m_hxmpi_under_mpirun(n):
     assert [r["rank"] for r in rows] == list(range(n))
     assert [(r["node"], r["local_rank"]) for r in rows] == [(r // 2, r % 2) for r in range(n)]
     assert all(r["node_sizes"] == [2] * (n // 2) + [1] * (n % 2) for r in rows)
+
+
+def test_plot_without_matplotlib_prints_one_line_hint(tmp_path):
+    fake = tmp_path / "matplotlib"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plot.py"), "x.json"],
+                          capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 2
+    assert proc.stderr == "plot.py: needs matplotlib: pip install -e '.[bench]'\n"
