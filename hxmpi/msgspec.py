@@ -324,6 +324,16 @@ def _named(problem: Optional[Problem], name: str) -> Optional[Problem]:
     return Problem(f"{name}: {problem}", problem.error) if problem else None
 
 
+def _read(spec, vector: bool, writable: bool, name: str):
+    """(buf, counts, displs, uint8 view, element bytes, keep-alive, problem) of a spec."""
+    buf, counts, displs, datatype, problem = _unpack(spec, vector)
+    if problem is None:
+        view, elem, keep, problem = _buffer(buf, datatype, writable)
+        if problem is None:
+            return buf, counts, displs, view, elem, keep, None
+    return None, None, None, None, 1, None, _named(problem, name)
+
+
 def parse_vector(spec, size: int, writable: bool, name: str) -> tuple[Side, Optional[Problem]]:
     """Parse an mpi4py vector buffer spec (as ``Alltoallv`` takes it) into bytes.
 
@@ -331,12 +341,9 @@ def parse_vector(spec, size: int, writable: bool, name: str) -> tuple[Side, Opti
     given). Counts default to the buffer split as evenly as possible (the first ``n % size`` peers
     get one more); displacements default to the packed prefix sums, and a single integer is a stride.
     """
-    buf, counts, displs, datatype, problem = _unpack(spec, vector=True)
+    buf, counts, displs, view, elem, keep, problem = _read(spec, True, writable, name)
     if problem:
-        return _NO_SIDE, _named(problem, name)
-    view, elem, keep, problem = _buffer(buf, datatype, writable)
-    if problem:
-        return _NO_SIDE, _named(problem, name)
+        return _NO_SIDE, problem
     nbytes = view.shape[0]
     if counts is None:
         if nbytes % elem:
@@ -367,12 +374,9 @@ def parse_uniform(spec, size: int, writable: bool, name: str) -> tuple[Side, Opt
     The count per peer defaults to the buffer (after the optional displacement, in elements) split
     in ``size`` equal parts; it must split exactly.
     """
-    buf, count, displ, datatype, problem = _unpack(spec, vector=False)
+    buf, count, displ, view, elem, keep, problem = _read(spec, False, writable, name)
     if problem:
-        return _NO_SIDE, _named(problem, name)
-    view, elem, keep, problem = _buffer(buf, datatype, writable)
-    if problem:
-        return _NO_SIDE, _named(problem, name)
+        return _NO_SIDE, problem
     start = 0
     if displ is not None:
         start, problem = _index(displ, "displacement")
