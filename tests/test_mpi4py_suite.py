@@ -141,7 +141,7 @@ class ProxyComm:
 
     def Free(self):
         if self._hc is not None:
-            self._hc.topology.free()
+            self._hc.free()
         self._real.Free()
 
 
@@ -278,5 +278,5 @@ def test_cai_buffers_refused(mpi4py_tests):
     hc = HierComm(MPI.COMM_WORLD, ranks_per_node=2)
     with pytest.raises(ExchangeTypeError, match="__cuda_array_interface__.*host memory only"):
         hc.Alltoall(fake, np.zeros(MPI.COMM_WORLD.size, np.int32))
-    hc.topology.free()
+    hc.free()
     assert hxmpi.ExchangeError in ExchangeTypeError.__mro__

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hxmpi import ExchangeKeyError, ExchangeTypeError, HierComm
+from hxmpi import ExchangeError, ExchangeKeyError, ExchangeTypeError, HierComm
 from test_specs import DLPackOnly
 
 pytestmark = pytest.mark.mpi
@@ -18,7 +18,7 @@ def hcs():
             "round_robin": HierComm(world, node_of=[r % 2 for r in range(world.size)])}
     yield made
     for hc in made.values():
-        hc.topology.free()
+        hc.free()
 
 
 def _counts(comm):
@@ -75,3 +75,10 @@ def test_bad_specs_raise_mpi4pys_types_on_every_rank(comm, hcs):
     with pytest.raises(ExchangeTypeError, match=f"rank {culprit}: send counts must hold integers"):
         hcs["rpn2"].Alltoallv(bad_counts, [np.zeros(comm.size), 1])
     assert comm.allreduce(1) == comm.size  # nothing left half-done
+
+
+def test_in_place_is_refused_in_persistent_requests(comm, hcs):
+    """A persistent request would send a copy taken at init, not what the buffer holds at Start."""
+    with pytest.raises(ExchangeError, match="nor in a persistent request"):
+        hcs["rpn2"].Alltoallv_init(MPI.IN_PLACE, [np.zeros(comm.size), 1, "d"])
+    assert comm.allreduce(1) == comm.size
