@@ -84,7 +84,11 @@ def main(argv=None) -> int:
     p.add_argument("files", nargs="+", help="benchmark JSON files")
     p.add_argument("--out-dir", default=None, help="where to write PNGs (default: beside each JSON)")
     args = p.parse_args(argv)
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print("plot.py: needs matplotlib: pip install -e '.[bench]'", file=sys.stderr)
+        return 2
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     for name in args.files:

@@ -16,10 +16,12 @@ class HxmpiError(Exception):
 
 class TopologyError(HxmpiError, ValueError):
     """Bad node layout (node_of, ranks_per_node): raised on every rank."""
+    agreed = True
 
 
 class ExchangeError(HxmpiError, ValueError):
     """Bad all-to-all input (counts, displacements, buffers): raised on every rank, before data moves."""
+    agreed = True  # always raised on every rank alike: a program may exit cleanly
 
 
 class SettingError(HxmpiError, ValueError):
@@ -39,6 +41,16 @@ class NonFiniteLoss(HxmpiError, ArithmeticError):
     agreed = True
 
 
+class ExchangeTypeError(ExchangeError, TypeError):
+    """A spec item of the wrong kind (not a buffer, non-integer counts): mpi4py raises TypeError here."""
+
+
+class ExchangeKeyError(ExchangeError, KeyError):
+    """A typecode string that names no MPI datatype: mpi4py raises KeyError here."""
+
+    __str__ = Exception.__str__  # the message as written, not KeyError's repr of it
+
+
 def agree(comm: MPI.Comm, problem: Optional[str], error: type = HxmpiError) -> None:
     """Raise ``error`` on every rank of ``comm`` if any rank passes a non-empty ``problem``.
 
@@ -51,10 +63,15 @@ def agree(comm: MPI.Comm, problem: Optional[str], error: type = HxmpiError) -> N
 
 
 def raise_gathered(comm: MPI.Comm, problem: Optional[str], error: type = HxmpiError) -> None:
-    """Gather every rank's ``problem`` and raise ``error`` naming them (collective; call on all ranks)."""
+    """Gather every rank's ``problem`` and raise ``error`` naming them (collective; call on all ranks).
+
+    A problem may carry a subclass of ``error`` in its ``error`` attribute (``msgspec.Problem``); the
+    first failing rank's choice is raised, so every rank raises the same type.
+    """
     problems = comm.allgather(problem)
     lines = [f"rank {r}: {p}" for r, p in enumerate(problems) if p]
     shown = lines[:8] + ([f"... and {len(lines) - 8} more ranks"] if len(lines) > 8 else [])
-    err = error("; ".join(shown))
+    kind = next((getattr(p, "error", error) for p in problems if p), error)
+    err = (kind if isinstance(kind, type) and issubclass(kind, error) else error)("; ".join(shown))
     err.agreed = True  # raised on every rank: a program may exit cleanly, no abort needed
     raise err

@@ -29,7 +29,8 @@ from ._packing import check_table
 from .costmodel import CostModel
 from .errors import ExchangeError, HxmpiError, raise_gathered
 from .execute import FlatRun, HierRun, NodeWindow
-from .msgspec import Side, exclusive_cumsum, int_vector, parse_uniform, parse_vector
+from .msgspec import (Side, exclusive_cumsum, int_vector, parse_alltoall, parse_alltoallv,
+                      parse_uniform, parse_vector)
 from .plan import NODE_PHASES, Layout
 from .topology import Topology
 
@@ -110,16 +111,14 @@ class HierComm:
     def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather Vector, with mpi4py buffer specs (counts and displs in elements)."""
         size = self.comm.size
-        s, ps = parse_vector(sendbuf, size, False, "send")
-        r, pr = parse_vector(recvbuf, size, True, "recv")
-        self._execute(self._bind(s, r, algorithm, validate, ps or pr, persistent=False))
+        s, r, problem = parse_alltoallv(sendbuf, recvbuf, size)
+        self._execute(self._bind(s, r, algorithm, validate, problem, persistent=False))
 
     def Alltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather: equal blocks of ``len(buf) / size`` elements (or a given count)."""
         size = self.comm.size
-        s, ps = parse_uniform(sendbuf, size, False, "send")
-        r, pr = parse_uniform(recvbuf, size, True, "recv")
-        self._execute(self._bind(s, r, algorithm, validate, ps or pr, persistent=False))
+        s, r, problem = parse_alltoall(sendbuf, recvbuf, size)
+        self._execute(self._bind(s, r, algorithm, validate, problem, persistent=False))
 
     def Alltoallv_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
         """Persistent All to All Scatter/Gather Vector (MPI-4 style): validate, agree and plan once.

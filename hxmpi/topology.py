@@ -3,8 +3,8 @@
 A rank is (node n, local rank l). ``intra`` holds the ranks of one node in world order. A lane is
 the set of ranks that share a local rank, one per node; ``inter`` is this rank's own lane.
 
-Irregular layouts: a node with fewer ranks than lane l has no native member of that lane. Following
-source A (claim 6), lane l on such a node m is served by its local rank ``l % G_m``, so every lane
+Irregular layouts: a node with fewer ranks than lane l has no native member of that lane. By the
+modular rule of docs/method.md (section 1), lane l on such a node m is served by its local rank ``l % G_m``, so every lane
 communicator has exactly one member per node, in node order (``inter.rank == node``). A rank may
 therefore serve several lanes: ``served_lanes`` lists them with their communicators.
 """

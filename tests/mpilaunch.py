@@ -5,6 +5,7 @@ launches mpirun must not be an MPI process itself.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -21,5 +22,8 @@ def mpirun_command() -> list[str]:
         return []
     version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
     if "Open MPI" in version or "OpenRTE" in version:
-        return [exe, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none"]
+        # Ranks under `python -m mpi4py` initialise MPI before hxmpi can keep Open MPI's UCX
+        # one-sided component out (see hxmpi/__init__.py), so the launcher does it.
+        osc = [] if "OMPI_MCA_osc" in os.environ else ["--mca", "osc", "^ucx"]
+        return [exe, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", *osc]
     return [exe]

@@ -4,9 +4,11 @@
     python tests/run.py                  # serial + MPI at the default rank counts
     python tests/run.py --sizes 2 3      # MPI at -n 2 and -n 3 only
     python tests/run.py -k exchange      # pass a pytest filter to every run
+    python tests/run.py -v               # stream every run's output instead of one line per run
 
-The last line is a pytest-style summary over all runs; the exit code is non-zero if any run failed,
-timed out or ran no test.
+Each run prints one line (its exit status, seconds and counts); a run that fails also prints its
+whole output, every rank's, with the tracebacks. The last line is a pytest-style summary over all
+runs; the exit code is non-zero if any run failed, timed out or ran no test.
 """
 from __future__ import annotations
 
@@ -48,19 +50,26 @@ def summarize(xml_path: Path) -> dict:
     return counts
 
 
-def run(label: str, cmd: list[str], timeout: float, xml: Path) -> tuple[dict, bool]:
-    print(f"\n### {label}: {' '.join(cmd)}", flush=True)
+def run(label: str, cmd: list[str], timeout: float, xml: Path, log: Path, verbose: bool) -> tuple[dict, bool]:
+    """One pytest run; prints one summary line (and the run's output only if it failed)."""
+    if verbose:
+        print(f"\n### {label}: {' '.join(cmd)}", flush=True)
     t0 = time.time()
-    try:
-        proc = subprocess.run(cmd, timeout=timeout)
-        ok = proc.returncode in (0, 5)  # 5: pytest collected nothing for this selection
-        status = f"exit {proc.returncode}"
-    except subprocess.TimeoutExpired:
-        ok, status = False, f"TIMEOUT after {timeout:.0f} s"
+    with open(log, "wb") as out:
+        try:
+            proc = subprocess.run(cmd, timeout=timeout, stdout=None if verbose else out,
+                                  stderr=None if verbose else subprocess.STDOUT)
+            ok = proc.returncode in (0, 5)  # 5: pytest collected nothing for this selection
+            status = f"exit {proc.returncode}"
+        except subprocess.TimeoutExpired:
+            ok, status = False, f"TIMEOUT after {timeout:.0f} s"
     counts = summarize(xml)
     if not ok and counts["failed"] + counts["errors"] == 0:
         counts["errors"] += 1  # a crash or hang with no report still counts as a failure
-    print(f"### {label}: {status} in {time.time() - t0:.1f} s, {counts}", flush=True)
+    if not ok and not verbose:  # every rank's output, which holds the failing rank's traceback
+        print(f"\n### {label}: {' '.join(cmd)}\n{log.read_text(errors='replace')}", flush=True)
+    shown = ", ".join(f"{v} {k}" for k, v in counts.items() if v or k == "passed")
+    print(f"{label:>10}: {status} in {time.time() - t0:6.1f} s, {shown}", flush=True)
     return counts, ok
 
 
@@ -71,6 +80,8 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=1500, help="seconds per pytest run (default 1500)")
     parser.add_argument("--no-serial", action="store_true", help="skip the serial suite")
     parser.add_argument("-k", default=None, help="pytest -k expression for every run")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="stream every run's output (every rank's) instead of one line per run")
     args = parser.parse_args()
 
     mpirun = find_mpirun()
@@ -80,12 +91,13 @@ def main() -> int:
     if not args.no_serial:
         xml = tmp / "serial.xml"
         runs.append(run("serial", [sys.executable, "-m", "pytest", str(HERE), "-m", "not mpi",
-                                   f"--junitxml={xml}", *common], args.timeout, xml))
+                                   f"--junitxml={xml}", *common], args.timeout, xml, tmp / "serial.log",
+                        args.verbose))
     for n in args.sizes:
         xml = tmp / f"mpi{n}.xml"
         cmd = mpirun + ["-n", str(n), sys.executable, "-m", "mpi4py", "-m", "pytest", str(HERE),
                         "--with-mpi", "-m", "mpi", f"--junitxml={xml}", *common]
-        runs.append(run(f"mpi -n {n}", cmd, args.timeout, xml))
+        runs.append(run(f"mpi -n {n}", cmd, args.timeout, xml, tmp / f"mpi{n}.log", args.verbose))
 
     shutil.rmtree(tmp, ignore_errors=True)  # the reports are parsed; nothing of the run is left behind
     total = {k: sum(c[k] for c, _ in runs) for k in ("passed", "failed", "errors", "skipped")}

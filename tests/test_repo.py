@@ -1,4 +1,5 @@
 """Repository contracts: CI runs the README's test command verbatim; the README API example runs."""
+import ast
 import re
 import subprocess
 import sys
@@ -36,7 +37,15 @@ def test_readme_api_example_runs(tmp_path):
     proc = subprocess.run(mpirun_command() + ["-n", "5", sys.executable, str(tmp_path / "demo.py")],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("'algorithm'") == 5
+    assert proc.stderr == ""  # a normal run prints no error lines
+    # Both paths are shown (rank 0 only), and why auto went flat.
+    stats = {line.split(" ", 1)[0]: ast.literal_eval(line.split(" ", 1)[1])
+             for line in proc.stdout.splitlines() if line.startswith(("auto {", "hier {"))}
+    assert stats["auto"]["algorithm"] == "flat", proc.stdout
+    # 3 nodes: one lane message to each other node, against 3 inter-node messages flat on rank 0.
+    assert stats["hier"]["algorithm"] == "hier" and stats["hier"]["inter"]["messages"] == 2, proc.stdout
+    assert stats["auto"]["inter_node"]["messages"] == 3
+    assert "predicted flat" in proc.stdout and "hier predicted faster below" in proc.stdout
 
 
 def test_python_m_hxmpi_describes_topology():
@@ -57,3 +66,13 @@ def test_python_m_hxmpi_under_mpirun(n):
     assert [r["rank"] for r in rows] == list(range(n))
     assert [(r["node"], r["local_rank"]) for r in rows] == [(r // 2, r % 2) for r in range(n)]
     assert all(r["node_sizes"] == [2] * (n // 2) + [1] * (n % 2) for r in rows)
+
+
+def test_plot_without_matplotlib_prints_one_line_hint(tmp_path):
+    fake = tmp_path / "matplotlib"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('No module named matplotlib')\n")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plot.py"), "x.json"],
+                          capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(tmp_path)})
+    assert proc.returncode == 2
+    assert proc.stderr == "plot.py: needs matplotlib: pip install -e '.[bench]'\n"

@@ -42,9 +42,7 @@ def test_failing_rank_ends_the_job_with_its_message(n):
     assert f"rank {n - 1} failed: RuntimeError: injected failure (fail_at) at step 3" in proc.stderr
 
 
-@needs_mpirun
-@pytest.mark.parametrize("n", [1, 2])
-@pytest.mark.parametrize("flags,message", [
+BAD_FLAGS = [
     (["--epochs", "0"], "argument --epochs: must be >= 1"),
     (["--model", "cnn"], "argument --model: invalid choice"),
     (["--dataset", "nope"], "unknown dataset 'nope': not a bundled dataset (digits) nor a store"),
@@ -61,9 +59,24 @@ def test_failing_rank_ends_the_job_with_its_message(n):
     (["--dtype", "float16"], "argument --dtype: invalid choice: 'float16'"),
     (["--threads", "0"], "argument --threads: must be >= 1"),
     (["--balance", "maybe"], "argument --balance: invalid choice: 'maybe'"),
-])
-def test_bad_flags_give_one_line_error(n, flags, message):
-    proc = launch(n, *flags, timeout=120)
+]
+
+
+@pytest.fixture(scope="module")
+def bad_flag_runs():
+    """Every bad-flag job, run a few at a time: they are independent and mostly start-up latency."""
+    from concurrent.futures import ThreadPoolExecutor
+    cases = [(n, tuple(flags)) for n in (1, 2) for flags, _ in BAD_FLAGS]
+    with ThreadPoolExecutor(4) as pool:
+        done = list(pool.map(lambda case: launch(case[0], *case[1], timeout=120), cases))
+    return dict(zip(cases, done))
+
+
+@needs_mpirun
+@pytest.mark.parametrize("n", [1, 2])
+@pytest.mark.parametrize("flags,message", BAD_FLAGS)
+def test_bad_flags_give_one_line_error(bad_flag_runs, n, flags, message):
+    proc = bad_flag_runs[n, tuple(flags)]
     if message is None:  # errors only at some rank counts
         if "--batch-size" in flags:  # a global batch must give every rank a sample
             if n == 1:

@@ -1,4 +1,4 @@
-"""Per-epoch global shuffle over HierComm (source A's exchange, used for training data).
+"""Per-epoch global shuffle over HierComm (the two-stage exchange of docs/method.md, for training data).
 
 Every epoch (or, when streaming, every window of an epoch) has a global order that depends only on
 (seed, epoch[, window]): position i goes to global step i // B, and within that step's batch to

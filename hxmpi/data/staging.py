@@ -1,4 +1,4 @@
-"""Dataset staging policy (source B, first part): memory mode or distributed mode, chosen by capacity.
+"""Dataset staging policy (docs/method.md, section 2): memory mode or distributed mode, chosen by capacity.
 
 Capacity is the train split's bytes from the store's index; rank 0 reads the index once and
 broadcasts it (never one request per rank).

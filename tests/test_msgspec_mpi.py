@@ -1,0 +1,84 @@
+"""The mpi4py spec forms through the whole exchange: results equal MPI's, errors carry mpi4py's types."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from hxmpi import ExchangeError, ExchangeKeyError, ExchangeTypeError, HierComm
+from test_specs import DLPackOnly
+
+pytestmark = pytest.mark.mpi
+
+
+@pytest.fixture(scope="module")
+def hcs():
+    world = MPI.COMM_WORLD
+    made = {"rpn2": HierComm(world, ranks_per_node=2),
+            "round_robin": HierComm(world, node_of=[r % 2 for r in range(world.size)])}
+    yield made
+    for hc in made.values():
+        hc.free()
+
+
+def _counts(comm):
+    """Irregular counts: rank s sends (s + 2 d) % 3 + 1 doubles to rank d."""
+    size, me = comm.size, comm.rank
+    sc = np.array([(me + 2 * d) % 3 + 1 for d in range(size)])
+    rc = np.array([(s + 2 * me) % 3 + 1 for s in range(size)])
+    return sc, rc
+
+
+@pytest.mark.parametrize("algorithm", ["flat", "hier"])
+@pytest.mark.parametrize("layout", ["rpn2", "round_robin"])
+def test_in_place_alltoallv_equals_mpi(comm, hcs, layout, algorithm):
+    size, me = comm.size, comm.rank
+    # In place, send and receive counts are the same array, so the pattern must be symmetric.
+    counts = np.array([(me + d) % 3 + 1 for d in range(size)])
+    displs = np.arange(size) * 4 + 1  # gaps and an offset: only the blocks may move
+    init = np.arange(4 * size + 1, dtype=np.float64) + 100 * me
+    ref, out = init.copy(), init.copy()
+    comm.Alltoallv(MPI.IN_PLACE, [ref, (counts, displs), MPI.DOUBLE])
+    hcs[layout].Alltoallv(MPI.IN_PLACE, [out, (counts, displs), "d"], algorithm=algorithm)
+    assert np.array_equal(out, ref)
+
+
+@pytest.mark.parametrize("algorithm", ["flat", "hier"])
+def test_dlpack_and_fortran_buffers_equal_mpi(comm, hcs, algorithm):
+    sc, rc = _counts(comm)
+    send = np.asfortranarray(np.arange(sc.sum(), dtype=np.float64).reshape(-1, 1) + 1000 * comm.rank)
+    ref = np.zeros(rc.sum())
+    comm.Alltoallv([send, sc, MPI.DOUBLE], [ref, rc, MPI.DOUBLE])
+    out = np.zeros(rc.sum())
+    hcs["rpn2"].Alltoallv([DLPackOnly(send), sc], [DLPackOnly(out), (rc, None), "d"], algorithm=algorithm)
+    assert np.array_equal(out, ref)
+
+
+def test_typecodes_and_integer_counts(comm, hcs):
+    size = comm.size
+    sbuf = np.arange(3 * size, dtype=np.int32) + 10 * comm.rank
+    ref, out = np.zeros_like(sbuf), np.zeros_like(sbuf)
+    comm.Alltoallv([sbuf, 3, "i"], [ref, (3, 3), "i"])
+    hcs["round_robin"].Alltoallv([sbuf, 3, "i"], [out, (3, 3), "i"], algorithm="hier")
+    assert np.array_equal(out, ref)
+    hcs["rpn2"].Alltoall([None, 0, "i"], [None, 0, "i"])  # empty messages are fine
+    assert hcs["rpn2"].last_stats["copy_bytes"] == 0
+
+
+def test_bad_specs_raise_mpi4pys_types_on_every_rank(comm, hcs):
+    culprit = comm.size - 1
+    buf = np.zeros(comm.size)
+    bad_type = [buf, "\0"] if comm.rank == culprit else [buf, "d"]
+    with pytest.raises(ExchangeKeyError, match=f"rank {culprit}: send: cannot map typecode"):
+        hcs["rpn2"].Alltoallv(bad_type, [np.zeros(comm.size), "d"])
+    bad_counts = [buf, np.full(comm.size, 1.5)] if comm.rank == culprit else [buf, 1]
+    with pytest.raises(ExchangeTypeError, match=f"rank {culprit}: send counts must hold integers"):
+        hcs["rpn2"].Alltoallv(bad_counts, [np.zeros(comm.size), 1])
+    assert comm.allreduce(1) == comm.size  # nothing left half-done
+
+
+def test_in_place_is_refused_in_persistent_requests(comm, hcs):
+    """A persistent request would send a copy taken at init, not what the buffer holds at Start."""
+    with pytest.raises(ExchangeError, match="nor in a persistent request"):
+        hcs["rpn2"].Alltoallv_init(MPI.IN_PLACE, [np.zeros(comm.size), 1, "d"])
+    assert comm.allreduce(1) == comm.size
