@@ -29,8 +29,7 @@ from ._packing import check_table
 from .costmodel import CostModel
 from .errors import ExchangeError, HxmpiError, raise_gathered
 from .execute import FlatRun, HierRun, NodeWindow
-from .msgspec import (Side, exclusive_cumsum, int_vector, parse_alltoall, parse_alltoallv,
-                      parse_uniform, parse_vector)
+from .msgspec import Side, exclusive_cumsum, int_vector, parse_alltoall, parse_alltoallv
 from .plan import NODE_PHASES, Layout
 from .topology import Topology
 
@@ -123,19 +122,20 @@ class HierComm:
     def Alltoallv_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
         """Persistent All to All Scatter/Gather Vector (MPI-4 style): validate, agree and plan once.
 
-        Each ``Start()``/``Wait()`` of the returned request moves what the same buffers hold then.
+        Each ``Start()``/``Wait()`` of the returned request moves what the same buffers hold then
+        (with ``MPI.IN_PLACE``, what the receive buffer holds at ``Start``).
         """
-        size = self.comm.size
-        s, ps = parse_vector(sendbuf, size, False, "send")
-        r, pr = parse_vector(recvbuf, size, True, "recv")
-        return ExchangeRequest(self, self._bind(s, r, algorithm, True, ps or pr, persistent=True))
+        return self._init(parse_alltoallv, sendbuf, recvbuf, algorithm)
 
     def Alltoall_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
         """Persistent All to All Scatter/Gather (equal blocks); see ``Alltoallv_init``."""
-        size = self.comm.size
-        s, ps = parse_uniform(sendbuf, size, False, "send")
-        r, pr = parse_uniform(recvbuf, size, True, "recv")
-        return ExchangeRequest(self, self._bind(s, r, algorithm, True, ps or pr, persistent=True))
+        return self._init(parse_alltoall, sendbuf, recvbuf, algorithm)
+
+    def _init(self, parse, sendbuf, recvbuf, algorithm) -> "ExchangeRequest":
+        s, r, problem = parse(sendbuf, recvbuf, self.comm.size)
+        run = self._bind(s, r, algorithm, True, problem, persistent=True)
+        # In place, the send side is a copy of the receive blocks: refreshed at every Start.
+        return ExchangeRequest(self, run, (r.view, s.view) if sendbuf is MPI.IN_PLACE else None)
 
     def alltoallv(self, array, counts, algorithm: Optional[str] = None,
                   validate: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -377,8 +377,9 @@ class ExchangeRequest:
     same order. Usable as a context manager (frees on exit).
     """
 
-    def __init__(self, hc: HierComm, run):
+    def __init__(self, hc: HierComm, run, in_place: Optional[tuple] = None):
         self._hc, self._run, self._active = hc, run, False
+        self._in_place = in_place  # (receive view, send copy) for MPI.IN_PLACE
 
     @property
     def algorithm(self) -> str:
@@ -391,6 +392,9 @@ class ExchangeRequest:
             raise PlanStateError("this persistent exchange was freed; create a new one with Alltoallv_init")
         if self._active:
             raise PlanStateError("Start() called twice without Wait(); call Wait() first")
+        if self._in_place is not None:
+            recv, send = self._in_place
+            send[:] = recv[:send.shape[0]]
         self._run.start()
         self._active = True
 

@@ -308,7 +308,7 @@ def _buffer(buf, datatype, writable: bool):
     """(uint8 view, element bytes, keep-alive, problem) for a spec's buffer and datatype."""
     if buf is MPI.IN_PLACE:
         return None, 1, None, Problem("MPI.IN_PLACE is valid only as the send buffer of Alltoall/Alltoallv "
-                                      "(not as a receive buffer, nor in a persistent request)")
+                                      "(not as a receive buffer)")
     if buf is None or buf is MPI.BOTTOM:
         if datatype is None:
             return None, 1, None, Problem("a None/MPI.BOTTOM buffer needs an explicit datatype",
