@@ -342,6 +342,42 @@ def parse_vector(spec, size: int, writable: bool, name: str) -> tuple[Side, Opti
     given). Counts default to the buffer split as evenly as possible (the first ``n % size`` peers
     get one more); displacements default to the packed prefix sums, and a single integer is a stride.
     """
+    side = _common_vector(spec, size, writable)
+    return (side, None) if side is not None else _parse_vector(spec, size, writable, name)
+
+
+def _common_vector(spec, size: int, writable: bool) -> Optional[Side]:
+    """The form hot loops pass, ``[ndarray, int64 counts or (counts, displs), predefined datatype]``,
+    read without the general reader (it is on every call's path). None: not that form, or not valid
+    (the general reader then says why); same result as the general reader otherwise."""
+    if type(spec) is not list or len(spec) != 3:
+        return None
+    buf, counts, datatype = spec
+    if type(buf) is not np.ndarray or not buf.flags.c_contiguous or not buf.nbytes \
+            or (writable and not buf.flags.writeable) or type(datatype) is not MPI.Datatype:
+        return None
+    elem = _PREDEFINED.get(datatype.handle)
+    displs = None
+    if type(counts) is tuple and len(counts) == 2:
+        counts, displs = counts
+        if displs is not None and not _int64_vector(displs, size):
+            return None
+    if elem is None or not _int64_vector(counts, size):
+        return None
+    cb, db, kind, _ = side_bytes(counts, displs, elem, buf.nbytes, writable)
+    return Side(np.frombuffer(buf, np.uint8), cb, db, elem) if kind == 0 else None
+
+
+_INT64 = np.dtype(np.int64)
+
+
+def _int64_vector(values, size: int) -> bool:
+    return type(values) is np.ndarray and values.dtype is _INT64 and values.ndim == 1 \
+        and values.shape[0] == size and values.flags.c_contiguous
+
+
+def _parse_vector(spec, size: int, writable: bool, name: str) -> tuple[Side, Optional[Problem]]:
+    """The general reader behind ``parse_vector``: every form mpi4py accepts."""
     buf, counts, displs, view, elem, keep, problem = _read(spec, True, writable, name)
     if problem:
         return _NO_SIDE, problem

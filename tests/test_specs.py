@@ -150,3 +150,27 @@ def test_error_types_are_mpi4pys():
     assert issubclass(ExchangeTypeError, TypeError) and issubclass(ExchangeKeyError, KeyError)
     assert issubclass(ExchangeError, ValueError)
     assert str(ExchangeKeyError("rank 0: x")) == "rank 0: x"  # not KeyError's quoted repr
+
+
+def test_common_form_shortcut_equals_the_general_reader():
+    """``[ndarray, int64 counts (, displs), datatype]`` skips the general reader: same sides, same problems."""
+    from hxmpi import msgspec
+    rng = np.random.default_rng(0)
+    shortcut_taken = 0
+    for trial in range(600):
+        size = int(rng.integers(1, 6))
+        datatype = [MPI.BYTE, MPI.DOUBLE, MPI.INT][trial % 3]
+        counts = rng.integers(-1 if trial % 17 == 0 else 0, 5, size).astype(np.int64)
+        n = int(max(counts.sum(), 0) + rng.integers(0, 3))
+        buf = np.zeros(n * datatype.size + (trial % 13 == 0), np.uint8)
+        displs = (np.cumsum(counts) - counts)[::-1].copy()
+        spec = [[buf, (counts, None), datatype], [buf, (counts, displs), datatype], [buf, counts, datatype]][trial % 3]
+        for writable in (False, True):
+            fast, fast_problem = msgspec.parse_vector(spec, size, writable, "x")
+            slow, slow_problem = msgspec._parse_vector(spec, size, writable, "x")
+            shortcut_taken += msgspec._common_vector(spec, size, writable) is not None
+            assert str(fast_problem) == str(slow_problem)
+            if fast_problem is None:
+                assert fast.view.tobytes() == slow.view.tobytes() and fast.elem == slow.elem
+                assert fast.counts.tolist() == slow.counts.tolist() and fast.displs.tolist() == slow.displs.tolist()
+    assert shortcut_taken > 600  # the shortcut did serve most of them
