@@ -109,5 +109,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    from hxmpi.cli import run_main  # an uncaught error on one rank ends the job
-    run_main(main, 'plot.py')
+    sys.exit(main())  # not an MPI program: importing hxmpi here would initialise MPI for nothing
