@@ -21,6 +21,7 @@ import json
 import sys
 
 import numpy as np
+import hxmpi  # noqa: F401 - before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
 from mpi4py import MPI
 
 from hxmpi.runlog import time_to_target

@@ -19,6 +19,7 @@ import os
 import socket
 import time
 
+import hxmpi  # noqa: F401 - before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
 from mpi4py import MPI
 
 from hxmpi.data import load_dataset

@@ -19,9 +19,9 @@ import sys
 import time
 
 import numpy as np
+import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
 from mpi4py import MPI
 
-import hxmpi
 from hxmpi._packing import copy_blocks
 from hxmpi.costmodel import fit
 

@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 
 import numpy as np
+import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
 from mpi4py import MPI
 
-import hxmpi
 
 
 def tx_bytes(interface: str) -> int:

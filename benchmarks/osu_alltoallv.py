@@ -20,9 +20,9 @@ import json
 import time
 
 import numpy as np
+import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
 from mpi4py import MPI
 
-import hxmpi
 
 COLUMNS = ("bare", "flat", "hier", "auto", "flat-plan", "hier-plan", "naive")
 POISON = 0xA5
