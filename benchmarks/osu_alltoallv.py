@@ -78,7 +78,7 @@ def run_size(hc: hxmpi.HierComm, nbytes: int, args, rng) -> dict:
                 hc.Alltoallv([sbuf, sc, MPI.BYTE], [rbuf, rc, MPI.BYTE], algorithm=col,
                              validate=args.validate_input)
             return rbuf
-        for _ in range(args.warmup):
+        for _ in range(args.warmup if nbytes <= args.large_threshold else args.warmup_large):
             once()
         comm.Barrier()
         t0 = time.perf_counter()
@@ -111,7 +111,9 @@ def main(argv=None) -> int:
     p.add_argument("-i", "--iterations", type=int, default=200, help="timed iterations per size")
     p.add_argument("--iterations-large", type=int, default=30, help="timed iterations above --large-threshold")
     p.add_argument("--large-threshold", type=int, default=65536, help="bytes per block counted as large")
-    p.add_argument("-x", "--warmup", type=int, default=10, help="warm-up iterations per size")
+    p.add_argument("-x", "--warmup", type=int, default=200,
+                   help="warm-up iterations per size up to --large-threshold (OSU's small-message skip)")
+    p.add_argument("--warmup-large", type=int, default=10, help="warm-up iterations above --large-threshold")
     p.add_argument("-c", "--check", action="store_true", help="validate every result against MPI_Alltoallv")
     p.add_argument("-f", "--full", action="store_true", help="also print min and max over ranks")
     p.add_argument("--uneven", action="store_true", help="skewed counts, like MoE token routing")
@@ -147,7 +149,7 @@ def main(argv=None) -> int:
         ratios = {f"{a}/{b} @ {r['size']} B": r[a]["avg_us"] / r[b]["avg_us"] for r in rows
                   for a, b in (("flat", "bare"), ("flat-plan", "bare"), ("hier-plan", "bare"), ("hier", "flat"),
                                ("hier-plan", "flat-plan"))}
-        for r in (rows[0], rows[-1]):
+        for r in ({rows[0]['size']: rows[0], rows[-1]['size']: rows[-1]}.values()):
             print(f"# ratios @ {r['size']} B: " + ", ".join(f"{k.split(' @')[0]} {v:.2f}x" for k, v in ratios.items()
                                                            if k.endswith(f"@ {r['size']} B")))
         if args.json:
