@@ -249,6 +249,7 @@ def replay(layout: Layout, counts: np.ndarray, algorithm: str, node_phase: str, 
            # Plain latency and bandwidth: no piecewise correction factors, no TCP ack cross-traffic.
            "--cfg=smpi/bw-factor:0:1", "--cfg=smpi/lat-factor:0:1", "--cfg=network/crosstraffic:0",
            f"--cfg=smpi/ois:0:{o:.6g}:0", f"--cfg=smpi/os:0:{o:.6g}:0", f"--cfg=smpi/or:0:{o:.6g}:0",
+           "--cfg=network/optim:Full",  # same results, 1.5x faster than Lazy on large linear phases
            "--log=root.fmt:[%.9r]%e%m%n", "--log=xbt_cfg.thres:warning"]
     try:
         proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout)
