@@ -329,6 +329,18 @@ def crossover(records: list[dict], key_flat: str = "flat_sim_s", key_hier: str =
     return None
 
 
+def compare_measured(report: dict, model: CostModel, network: Network, node_phase: str) -> list[dict]:
+    """Simulate the layout and block sizes of a ``calibrate.py --json`` report; rows with both times."""
+    sizes = report["layout"]["node_sizes"]
+    rows = []
+    for r in report["rows"]:
+        rec = simulate_point(sizes, r["block"], model, network, node_phase)
+        sim = rec[f"{r['algorithm']}_sim_s"]
+        rows.append({"algorithm": r["algorithm"], "block_bytes": r["block"], "measured_s": r["measured_us"] * 1e-6,
+                     "sim_s": sim, "rel_error": abs(sim - r["measured_us"] * 1e-6) / (r["measured_us"] * 1e-6)})
+    return rows
+
+
 # ------------------------------------------------------------------------------------------- CLI
 def _int_list(text: str, what: str) -> list[int]:
     try:
@@ -451,6 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--oversubscription", type=float, default=1.0,
                    help="divide the backbone's (or spine's) bandwidth by this (default 1: non-blocking)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per replay (default 1800)")
+    p.add_argument("--compare", help="a calibrate.py --json report: simulate its layout and sizes with its "
+                   "model and print simulated vs measured (the layout flags are then not needed)")
     p.add_argument("--json", help="write the records (and the summary) here")
     p.add_argument("--plot", help="write a PNG of hier/flat per layout here (needs matplotlib)")
     return p
@@ -458,6 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.compare:
+        return _main_compare(args)
     try:
         layouts = _layouts(args)
         sizes = block_sizes(args.message_size, args.factor)
@@ -493,6 +509,35 @@ def main(argv=None) -> int:
                        "records": records}, fh, indent=1)
     if args.plot:
         plot(records, args.plot, f"SimGrid replay, {source}, node phase {args.node_phase}")
+    return 0
+
+
+def _main_compare(args) -> int:
+    try:
+        with open(args.compare) as fh:
+            report = json.load(fh)
+        model = CostModel(**report["model"])
+        network = Network(args.network, args.oversubscription)
+        node_phase = report.get("node_phase", args.node_phase)
+        smpirun_path()
+        rows = compare_measured(report, model, network, node_phase)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: --compare {args.compare}: {exc}", file=sys.stderr)
+        return 2
+    except SimulateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"# simulated vs measured: nodes {report['layout']['node_sizes']}, model of {args.compare}, "
+          f"node phase {node_phase}")
+    print(f"{'# Block [B]':<12}{'algorithm':>10}{'measured':>12}{'simulated':>12}{'error':>8}  [us]")
+    for r in rows:
+        print(f"{r['block_bytes']:<12d}{r['algorithm']:>10}{_us(r['measured_s'])}{_us(r['sim_s'])}{r['rel_error']:8.1%}")
+    summary = {a: float(np.mean([r["rel_error"] for r in rows if r["algorithm"] == a])) for a in ("flat", "hier")}
+    print("# mean |simulated - measured| / measured: " + ", ".join(f"{a} {e:.1%}" for a, e in summary.items()))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"benchmark": "simulate-compare", "source": args.compare, "node_phase": node_phase,
+                       "layout": report["layout"], "summary": summary, "rows": rows}, fh, indent=1)
     return 0
 
 
