@@ -5,8 +5,9 @@ import pytest
 
 from hxmpi.costmodel import CostModel, alltoallv_algorithm, fit
 
-# Linear and pairwise flat worlds, node sizes 2 to 8: every parameter shows in some feature.
-LAYOUTS = ((2, 2), (4, 2), (2, 4), (8, 4), (16, 4), (8, 8))
+# Linear and pairwise flat worlds, node sizes 2 to 8, one single-node world (intra-node latency
+# apart from the fixed costs): every parameter shows in some feature.
+LAYOUTS = ((2, 2), (4, 2), (2, 4), (8, 4), (16, 4), (8, 8), (1, 3))
 
 
 def synthetic(model, layouts=LAYOUTS, node_phase="shm"):
