@@ -75,6 +75,8 @@ class CostModel:
         """Coefficients of the parameters (``fields`` order) for one call."""
         if node_phase not in NODE_PHASES:
             raise ValueError(f"node_phase must be one of {NODE_PHASES}, got {node_phase!r}")
+        if nodes <= 1 or per_node <= 1:
+            algorithm = "flat"  # degenerate layouts always run flat
         n, g, b = nodes, per_node, float(block)
         p = n * g
         f = dict.fromkeys((fl.name for fl in fields(CostModel)), 0.0)
@@ -112,8 +114,6 @@ class CostModel:
     def predict(self, algorithm: str, nodes: int, per_node: int, block: float,
                 node_phase: str = "shm") -> float:
         """Predicted seconds per call for ``block`` bytes per destination."""
-        if nodes <= 1 or per_node <= 1:
-            algorithm = "flat"  # degenerate layouts always run flat
         return float(self.features(algorithm, nodes, per_node, block, node_phase) @ self.vector())
 
     def choose(self, nodes: int, per_node: int, block: float, node_phase: str = "shm") -> str:
