@@ -141,7 +141,8 @@ def main(argv=None) -> int:
             iters = args.iterations if b <= 16384 else max(10, args.iterations // 10)
             samples.append((algo, n, g, b, alltoall_time(hc, algo, b, iters)))
     measured = {"alpha_intra": alpha_intra, "beta_intra": beta_intra, "alpha_inter": alpha_inter,
-                "beta_inter": beta_inter, "beta_copy": beta_copy, "msg_overhead": msg_overhead}
+                "beta_inter": beta_inter, "beta_copy": beta_copy, "msg_overhead": msg_overhead,
+                "beta_backbone": 0.0}  # two or three hosts on one switch: nothing oversubscribed
     model = fit(samples, fixed=measured, node_phase=args.node_phase)
     rows = [{"algorithm": al, "block": b, "measured_us": s * 1e6,
              "model_us": model.predict(al, nn, gg, b, args.node_phase) * 1e6} for al, nn, gg, b, s in samples]

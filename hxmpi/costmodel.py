@@ -10,13 +10,16 @@ message, and a the latency of the slowest peer:
   pairwise: m (a + 2 o)          every round waits for its slowest message
   linear:   a + 2 m o            all messages in flight at once; the CPU posts them one by one
 
-  flat = phase(P-1 peers, a_inter) + G (P-G) b B_inter + (G-1) b B_intra + b B_copy + o_flat
-  hier = phase1(N-1 peers, linear, a_inter) + G (P-G) b B_inter + node + c P b B_copy + o_hier
+  flat = phase(P-1 peers, a_inter) + G (P-G) b (B_inter + B_backbone) + (G-1) b B_intra + b B_copy + o_flat
+  hier = phase1(N-1 peers, linear, a_inter) + G (P-G) b (B_inter + B_backbone) + node + c P b B_copy + o_hier
     node, shared-memory phase ("shm"): 2 ceil(log2 G) (a_intra + 2 o)   (two node barriers)
     node, message-passing phase ("mpi"): phase(G-1 peers, a_intra) + (G-1) N b B_intra
 
 B: seconds per byte (1 / bandwidth); inter-node bytes are multiplied by G because the G ranks of
-a node share its link; c P b local copy bytes, as ``hxmpi.plan`` schedules them (shm: pack and
+a node share its link; B_inter + B_backbone where the network between nodes is oversubscribed
+(B_backbone = (R - 1) B_inter for a backbone or spine R times slower than all node links together,
+0 for a non-blocking network: the node's traffic then runs at the slower of link and backbone
+share, and only the sum of the two can be fitted); c P b local copy bytes, as ``hxmpi.plan`` schedules them (shm: pack and
 copy out of the node window, c P = 2P; mpi: pack, repack, unpack, c P = 3P - 2G); o_flat, o_hier: fixed cost of a call (collectives and Python, s). Both
 algorithms move the same inter-node bytes, so hier wins where the saved messages and latencies
 outweigh its copies and node phase: below a crossover block size. ``hxmpi.simulate`` replays
@@ -67,6 +70,7 @@ class CostModel:
     overhead_flat: float = 20e-6
     overhead_hier: float = 45e-6
     msg_overhead: float = 0.2e-6
+    beta_backbone: float = 0.0
 
     # -- the model is linear in its parameters: time = features . params
     @staticmethod
@@ -85,6 +89,7 @@ class CostModel:
             f["alpha_inter" if n > 1 else "alpha_intra"] += lat
             f["msg_overhead"] += ovh
             f["beta_inter"] += g * (p - g) * b
+            f["beta_backbone"] += g * (p - g) * b
             f["beta_intra"] += (g - 1) * b
             f["beta_copy"] += b  # its own block
             f["overhead_flat"] = 1.0
@@ -93,6 +98,7 @@ class CostModel:
             f["alpha_inter"] += lat
             f["msg_overhead"] += ovh
             f["beta_inter"] += g * (p - g) * b
+            f["beta_backbone"] += g * (p - g) * b
             if node_phase == "shm":
                 rounds = 2 * math.ceil(math.log2(g)) if g > 1 else 0  # a barrier before and after the copy-out
                 f["alpha_intra"] += rounds

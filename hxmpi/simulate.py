@@ -67,10 +67,19 @@ class SimulateError(Exception):
 @dataclass(frozen=True)
 class Network:
     """How hosts connect: "backbone" (one shared switch) or "fat-tree" (two levels, ``leaf`` hosts per
-    leaf switch); ``oversubscription`` >= 1 divides the backbone's or the spine's bandwidth."""
+    leaf switch). The model's ``beta_backbone`` sets the oversubscription (see ``oversubscribe``)."""
     kind: str = "backbone"
-    oversubscription: float = 1.0
     leaf: int = 16
+
+
+def oversubscription(model: CostModel) -> float:
+    """R: how many times slower the backbone (or spine) is than all node links together."""
+    return 1.0 + model.beta_backbone / model.beta_inter
+
+
+def oversubscribe(model: CostModel, ratio: float) -> CostModel:
+    """The model on a network whose backbone carries 1/ratio of all node links' bandwidth."""
+    return replace(model, beta_backbone=(ratio - 1.0) * model.beta_inter)
 
 
 # ---------------------------------------------------------------------------------------- counts
@@ -200,12 +209,12 @@ def platform_xml(layout: Layout, model: CostModel, network: Network) -> str:
     if network.kind == "backbone":
         # Host -> backbone -> host crosses two private links: each carries half the latency.
         attrs.update(lat=f"{model.alpha_inter / 2:.6g}s", bb_lat="0s",
-                     bb_bw=f"{n * bw_inter / network.oversubscription:.6g}Bps")
+                     bb_bw=f"{n * bw_inter / oversubscription(model):.6g}Bps")
     else:
         leaf = min(network.leaf, n)
         if n % leaf:
             raise SimulateError(f"fat-tree: {n} nodes do not fill leaf switches of {leaf} hosts")
-        up = max(1, round(leaf / network.oversubscription))
+        up = max(1, round(leaf / oversubscription(model)))
         # Host -> leaf -> spine -> leaf -> host crosses four links: each carries a quarter.
         attrs.update(lat=f"{model.alpha_inter / 4:.6g}s", topology="FAT_TREE",
                      topo_parameters=f"2;{leaf},{n // leaf};1,{up};1,1")
@@ -460,8 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node-phase", choices=("shm", "mpi"), default="shm",
                    help="hier's node phase: shared-memory window (default) or message passing")
     p.add_argument("--network", choices=NETWORKS, default="backbone", help="backbone (default) or fat-tree")
-    p.add_argument("--oversubscription", type=float, default=1.0,
-                   help="divide the backbone's (or spine's) bandwidth by this (default 1: non-blocking)")
+    p.add_argument("--oversubscription", type=float, default=None,
+                   help="the backbone (or spine) carries 1/R of all node links' bandwidth (default: the "
+                   "model's beta_backbone; 1 = non-blocking); the model gets the matching beta_backbone")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per replay (default 1800)")
     p.add_argument("--compare", help="a calibrate.py --json report: simulate its layout and sizes with its "
                    "model and print simulated vs measured (the layout flags are then not needed)")
@@ -478,9 +488,11 @@ def main(argv=None) -> int:
         layouts = _layouts(args)
         sizes = block_sizes(args.message_size, args.factor)
         model, source = _model(args)
-        if args.oversubscription < 1:
-            raise SimulateError(f"--oversubscription must be >= 1, got {args.oversubscription:g}")
-        network = Network(args.network, args.oversubscription)
+        if args.oversubscription is not None:
+            if args.oversubscription < 1:
+                raise SimulateError(f"--oversubscription must be >= 1, got {args.oversubscription:g}")
+            model = oversubscribe(model, args.oversubscription)
+        network = Network(args.network)
         smpirun_path()
         records = []
         print(f"# hxmpi.simulate: SimGrid SMPI replay, {source}, {args.network} network, "
@@ -504,7 +516,7 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"benchmark": "simulate", "source": source, "network": args.network,
-                       "oversubscription": args.oversubscription, "node_phase": args.node_phase,
+                       "oversubscription": oversubscription(model), "node_phase": args.node_phase,
                        "uneven": args.uneven, "model": model.__dict__, "summary": summary,
                        "records": records}, fh, indent=1)
     if args.plot:
@@ -517,7 +529,7 @@ def _main_compare(args) -> int:
         with open(args.compare) as fh:
             report = json.load(fh)
         model = CostModel(**report["model"])
-        network = Network(args.network, args.oversubscription)
+        network = Network(args.network)
         node_phase = report.get("node_phase", args.node_phase)
         smpirun_path()
         rows = compare_measured(report, model, network, node_phase)

@@ -10,7 +10,7 @@ import pytest
 from hxmpi.costmodel import CostModel
 from hxmpi.plan import Layout
 from hxmpi.simulate import (PRESETS, Network, SimulateError, crossover, make_counts, node_of_sizes,
-                            rank_trace, simulate_point, smpirun_path, trace_stats)
+                            oversubscribe, rank_trace, simulate_point, smpirun_path, trace_stats)
 
 try:
     smpirun_path()
@@ -92,6 +92,17 @@ def test_hier_wins_where_messages_are_many_and_small():
     small = simulate_point([4] * 16, 8, model, Network())
     assert small["hier_sim_s"] < 0.5 * small["flat_sim_s"]
     assert small["model_pick"] == small["sim_pick"] == "hier"
+
+
+@needs_simgrid
+def test_oversubscribed_backbone_costs_what_the_model_says():
+    """8 nodes x 2 ranks, 64 KiB blocks, backbone at 1/4 of the links: bandwidth-bound, both slower."""
+    model = plain_model(alpha_inter=1e-6, beta_inter=1 / 10e9)
+    fast = simulate_point([2] * 8, 65536, model, Network())
+    slow = simulate_point([2] * 8, 65536, oversubscribe(model, 4.0), Network())
+    for algo in ("flat", "hier"):
+        assert slow[f"{algo}_sim_s"] > 2.5 * fast[f"{algo}_sim_s"]
+        assert slow[f"model_{algo}_s"] == pytest.approx(slow[f"{algo}_sim_s"], rel=0.25)
 
 
 def test_crossover_interpolates():
