@@ -39,7 +39,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .costmodel import CostModel, alltoallv_algorithm
-from .plan import Layout, rank_schedule
+from .plan import Copy, Exchange, Layout, rank_schedule
 
 REPLAY_MAIN = "/usr/lib/x86_64-linux-gnu/simgrid/smpireplaymain"
 INSTALL_HINT = "install SimGrid's SMPI: apt-get install libsimgrid-dev (it ships smpirun and smpireplaymain)"
@@ -161,7 +161,7 @@ def rank_trace(layout: Layout, counts: np.ndarray, rank: int, algorithm: str, no
                model: CostModel) -> list[str]:
     """Time-independent trace of ``rank`` for one call: fixed cost, copies, messages, barriers."""
     steps = rank_schedule(layout, counts, rank, algorithm, node_phase)
-    hier = any(getattr(s, "phase", "flat") != "flat" for s in steps)
+    hier = any(isinstance(s, Exchange) and s.phase != "flat" for s in steps)
     lines = [f"{rank} init"]
     fixed = model.overhead_hier if hier else model.overhead_flat
     copy_bytes = 0
@@ -173,13 +173,12 @@ def rank_trace(layout: Layout, counts: np.ndarray, rank: int, algorithm: str, no
     if fixed > 0:
         lines.append(f"{rank} sleep {fixed:.12g}")
     for step in steps:
-        kind = type(step).__name__
-        if kind == "Copy":
+        if isinstance(step, Copy):
             copy_bytes += step.nbytes  # consecutive copies are one sleep
             continue
         flush(copy_bytes)
         copy_bytes = 0
-        lines += exchange_actions(rank, step, layout) if kind == "Exchange" else barrier_actions(rank, layout)
+        lines += exchange_actions(rank, step, layout) if isinstance(step, Exchange) else barrier_actions(rank, layout)
     flush(copy_bytes)
     lines.append(f"{rank} finalize")
     return lines
