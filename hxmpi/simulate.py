@@ -493,6 +493,11 @@ def main(argv=None) -> int:
             model = oversubscribe(model, args.oversubscription)
         network = Network(args.network)
         smpirun_path()
+        if args.plot:
+            try:
+                import matplotlib  # noqa: F401  (checked before hours of replay, not after)
+            except ImportError:
+                raise SimulateError("--plot needs matplotlib: pip install -e '.[bench]'") from None
         records = []
         print(f"# hxmpi.simulate: SimGrid SMPI replay, {source}, {args.network} network, "
               f"node phase {args.node_phase}{', uneven counts' if args.uneven else ''}", flush=True)
