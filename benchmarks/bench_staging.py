@@ -73,7 +73,7 @@ def make_store(args) -> None:
 
 def run_mode(args, comm, url: str, mode: str) -> dict:
     from mpi4py import MPI
-    from hxmpi.train import Trainer, build_parser
+    from hxmpi.train import Trainer, parse_config
     cache = comm.bcast(tempfile.mkdtemp(prefix="hxmpi-bench-cache-") if comm.rank == 0 else None)
     flags = ["--quiet", "--dataset", url, "--staging", mode, "--cache-dir", cache, "--epochs", str(args.epochs),
              "--hidden", args.hidden, "--batch-size", str(args.batch_size), "--update", "sync",
@@ -85,7 +85,7 @@ def run_mode(args, comm, url: str, mode: str) -> dict:
         flags += ["--ranks-per-node", str(args.ranks_per_node)]
     comm.Barrier()
     t0 = time.perf_counter()
-    trainer = Trainer(build_parser().parse_args(flags), comm)
+    trainer = Trainer(parse_config(flags), comm)
     summary = trainer.run()
     wall = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
     staging = [e for e in trainer.events if e["event"] == "staging"][0]

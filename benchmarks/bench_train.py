@@ -5,8 +5,11 @@
 Both train the same MLP (64 -> hidden -> 10, ReLU) on the same digits split with the same global
 batch, epochs, momentum SGD, weight decay and warm-up + cosine schedule. hxmpi runs first, then DDP
 in the same processes (torch.distributed over gloo, rank and world size taken from MPI).
-samples/s counts training samples over training time (evaluation excluded), slowest rank.
-torch is optional and needed only here: ``pip install torch==2.13.0``.
+samples/s counts training samples (each once per epoch) over training time (evaluation excluded),
+slowest rank. Both evaluate test accuracy after every epoch; time to target is the training time
+until the first epoch at or above ``--target``. Threads: hxmpi uses its default (the host's cores
+divided by its ranks; no thread variables are needed), DDP gets the same via
+``torch.set_num_threads``. torch is optional and needed only here: ``pip install torch==2.13.0``.
 """
 from __future__ import annotations
 
@@ -21,23 +24,27 @@ from mpi4py import MPI
 
 from hxmpi.data import load_dataset
 from hxmpi.optim import learning_rate
-from hxmpi.train import Trainer, build_parser
+from hxmpi.runlog import time_to_target
+from hxmpi.threads import default_threads
+from hxmpi.train import Trainer, parse_config
 
 
 def run_hxmpi(args, comm) -> dict:
-    targs = build_parser().parse_args(["--quiet", "--model", "mlp", "--hidden", str(args.hidden),
-                                       "--epochs", str(args.epochs), "--batch-size", str(args.batch_size),
-                                       "--lr", str(args.lr), "--seed", str(args.seed)])
-    trainer = Trainer(targs, comm)
-    losses, train_time, samples = [], 0.0, 0
+    cfg = parse_config(["--quiet", "--model", "mlp", "--hidden", str(args.hidden), "--epochs", str(args.epochs),
+                        "--batch-size", str(args.batch_size), "--lr", str(args.lr), "--seed", str(args.seed),
+                        "--dtype", args.dtype])
+    trainer = Trainer(cfg, comm)
+    losses, epochs, train_time, samples = [], [], 0.0, 0
     for epoch in range(args.epochs):
-        m = trainer.train_epoch(epoch)
-        train_time += comm.allreduce(m["train_time_s"], op=MPI.MAX)
+        m = trainer.train_epoch(epoch)  # train_time_s: the slowest rank's
+        train_time += m["train_time_s"]
         samples += m["samples"]
         losses.append(m["train_loss"])
-    _, acc = trainer.evaluate()
-    return {"samples_per_s": samples / train_time, "test_accuracy": acc, "train_loss": losses,
-            "train_time_s": train_time}
+        epochs.append({"epoch": epoch + 1, "train_time_s": m["train_time_s"], "test_accuracy": trainer.evaluate()[1]})
+    ttt, at = time_to_target(epochs, args.target)
+    return {"samples_per_s": samples / train_time, "test_accuracy": epochs[-1]["test_accuracy"], "train_loss": losses,
+            "train_time_s": train_time, "time_to_target_s": ttt, "epoch_at_target": at,
+            "threads": trainer.threads, "dtype": args.dtype}
 
 
 def run_ddp(args, comm) -> dict:
@@ -45,7 +52,8 @@ def run_ddp(args, comm) -> dict:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    torch.set_num_threads(1)  # one core per rank, as hxmpi uses
+    threads = default_threads(comm)  # the same share of the cores as hxmpi's default
+    torch.set_num_threads(threads)
     port = None
     if comm.rank == 0:  # a free loopback port for gloo's rendezvous
         with socket.socket() as s:
@@ -66,8 +74,9 @@ def run_ddp(args, comm) -> dict:
         opt, lambda s: learning_rate(s, 1.0, "cosine", total, warmup_steps=steps))
     X = torch.tensor(data.X_train, dtype=torch.float32)
     y = torch.tensor(data.y_train)
+    X_test = torch.tensor(data.X_test, dtype=torch.float32)
     loss_fn = torch.nn.CrossEntropyLoss()
-    losses, train_time, samples = [], 0.0, 0
+    losses, epochs, train_time, samples = [], [], 0.0, 0
     for epoch in range(args.epochs):
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(args.seed * 1000 + epoch))
         comm.Barrier()
@@ -82,14 +91,19 @@ def run_ddp(args, comm) -> dict:
             opt.step()
             sched.step()
             loss_sum += loss.detach() * len(mine)
-        train_time += comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+        elapsed = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+        train_time += elapsed
         samples += n
         losses.append(comm.allreduce(float(loss_sum), op=MPI.SUM) / n)
-    with torch.no_grad():
-        pred = model.module(torch.tensor(data.X_test, dtype=torch.float32)).argmax(1).numpy()
+        with torch.no_grad():  # every rank holds the same model: evaluate locally
+            pred = model.module(X_test).argmax(1).numpy()
+        epochs.append({"epoch": epoch + 1, "train_time_s": elapsed,
+                       "test_accuracy": float((pred == data.y_test).mean())})
     dist.destroy_process_group()
-    return {"samples_per_s": samples / train_time, "test_accuracy": float((pred == data.y_test).mean()),
-            "train_loss": losses, "train_time_s": train_time, "torch": torch.__version__}
+    ttt, at = time_to_target(epochs, args.target)
+    return {"samples_per_s": samples / train_time, "test_accuracy": epochs[-1]["test_accuracy"],
+            "train_loss": losses, "train_time_s": train_time, "time_to_target_s": ttt, "epoch_at_target": at,
+            "threads": threads, "dtype": "float32", "torch": torch.__version__}
 
 
 def main(argv=None) -> int:
@@ -99,6 +113,8 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", type=int, default=64, help="hidden units")
     p.add_argument("--lr", type=float, default=0.1, help="base learning rate")
     p.add_argument("--seed", type=int, default=0, help="seed")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="hxmpi's dtype")
+    p.add_argument("--target", type=float, default=0.95, help="test accuracy for 'time to target'")
     p.add_argument("--json", default=None, help="write results here (rank 0)")
     p.add_argument("--plot", default=None, help="PNG of the loss curves (rank 0; needs matplotlib)")
     args = p.parse_args(argv)
@@ -112,9 +128,18 @@ def main(argv=None) -> int:
     if comm.rank == 0:
         print(f"# MLP 64-{args.hidden}-10 on digits, {comm.size} ranks, global batch {args.batch_size}, "
               f"{args.epochs} epochs")
-        print(f"{'# framework':<12}{'samples/s':>12}{'test acc':>10}{'final loss':>12}")
+        print(f"{'# framework':<12}{'samples/s':>12}{'to target s':>13}{'epoch':>6}{'test acc':>10}"
+              f"{'final loss':>12}{'threads':>8}")
         for name, r in results.items():
-            print(f"{name:<12}{r['samples_per_s']:12.0f}{r['test_accuracy']:10.4f}{r['train_loss'][-1]:12.4f}")
+            ttt = f"{r['time_to_target_s']:.3f}" if r["time_to_target_s"] is not None else "never"
+            print(f"{name:<12}{r['samples_per_s']:12.0f}{ttt:>13}{str(r['epoch_at_target']):>6}"
+                  f"{r['test_accuracy']:10.4f}{r['train_loss'][-1]:12.4f}{r['threads']:8d}")
+        if "ddp" in results:
+            h, d = results["hxmpi"], results["ddp"]
+            print(f"# hxmpi / DDP: samples/s {h['samples_per_s'] / d['samples_per_s']:.2f}x", end="")
+            if h["time_to_target_s"] and d["time_to_target_s"]:
+                print(f", time to target {h['time_to_target_s'] / d['time_to_target_s']:.2f}x", end="")
+            print()
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump({"benchmark": "train", "world_size": comm.size, "args": vars(args),

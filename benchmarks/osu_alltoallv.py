@@ -1,11 +1,16 @@
-"""OSU-style all-to-all latency: flat, hier and auto HierComm, plus a naive mpi4py user.
+"""OSU-style all-to-all latency: bare MPI, flat/hier/auto HierComm, persistent plans, a naive mpi4py user.
 
     mpirun -np 4 python benchmarks/osu_alltoallv.py -m 8:1048576 --ranks-per-node 2 --json out.json
 
 Sizes are bytes per block (per destination rank), as in osu_alltoallv. Latency is the mean time
 per call in microseconds over ``-i`` iterations after ``-x`` warm-up calls, averaged over ranks
-(``-f`` adds min and max over ranks). The "naive" column is what a user without hxmpi writes:
+(``-f`` adds min and max over ranks). Columns: "bare" is ``comm.Alltoallv`` on prebuilt specs (C int
+counts, MPI.BYTE), the floor for any wrapper; "flat", "hier", "auto" are ``HierComm.Alltoallv`` calls
+(validated unless ``--no-validate``); "flat-plan", "hier-plan" are persistent requests
+(``HierComm.Alltoallv_init`` once, then Start/Wait); "naive" is what a user without hxmpi writes:
 per-destination numpy arrays, ``np.concatenate``, ``comm.Alltoallv``, ``np.split``.
+``-c`` checks one extra, untimed call of every column per size against ``MPI_Alltoallv``, with the
+receive buffer poisoned first; the verdict is agreed by all ranks.
 ``--uneven`` draws skewed counts (Zipf-like, as MoE routing produces) with the same mean.
 """
 from __future__ import annotations
@@ -20,7 +25,8 @@ from mpi4py import MPI
 
 import hxmpi
 
-COLUMNS = ("flat", "hier", "auto", "naive")
+COLUMNS = ("bare", "flat", "hier", "auto", "flat-plan", "hier-plan", "naive")
+POISON = 0xA5
 
 
 def parse_range(text: str) -> tuple[int, int]:
@@ -50,7 +56,13 @@ def run_size(hc: hxmpi.HierComm, nbytes: int, args, rng) -> dict:
     comm.Alltoallv([sbuf, sc, MPI.BYTE], [ref, rc, MPI.BYTE])
     pieces = np.split(sbuf, np.cumsum(sc)[:-1])  # the naive user's per-destination arrays
     iters = args.iterations if nbytes <= args.large_threshold else args.iterations_large
-    result = {"size": nbytes}
+    result = {"size": nbytes, "check": {}}
+    bare_specs = ([sbuf, (sc.astype(np.intc), np.concatenate([[0], np.cumsum(sc)[:-1]]).astype(np.intc)),
+                   MPI.BYTE],
+                  [rbuf, (rc.astype(np.intc), np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.intc)),
+                   MPI.BYTE])
+    plans = {col: hc.Alltoallv_init([sbuf, sc, MPI.BYTE], [rbuf, rc, MPI.BYTE], algorithm=col[:-5])
+             for col in COLUMNS if col.endswith("-plan")}
     for col in COLUMNS:
         def once():
             if col == "naive":
@@ -58,18 +70,25 @@ def run_size(hc: hxmpi.HierComm, nbytes: int, args, rng) -> dict:
                 comm.Alltoallv([np.concatenate(pieces), sc, MPI.BYTE], [out, rc, MPI.BYTE])
                 np.split(out, np.cumsum(rc)[:-1])
                 return out
-            hc.Alltoallv([sbuf, sc, MPI.BYTE], [rbuf, rc, MPI.BYTE], algorithm=col,
-                         validate=args.validate_input)
+            if col == "bare":
+                comm.Alltoallv(*bare_specs)
+            elif col in plans:
+                plans[col].Start()
+                plans[col].Wait()
+            else:
+                hc.Alltoallv([sbuf, sc, MPI.BYTE], [rbuf, rc, MPI.BYTE], algorithm=col,
+                             validate=args.validate_input)
             return rbuf
         for _ in range(args.warmup):
             once()
         comm.Barrier()
         t0 = time.perf_counter()
         for _ in range(iters):
-            out = once()
+            once()
         local = (time.perf_counter() - t0) / iters * 1e6
-        if args.check and not np.array_equal(out, ref):
-            raise SystemExit(f"rank {comm.rank}: {col} result differs from MPI_Alltoallv at {nbytes} B")
+        if args.check:  # one more call into a poisoned buffer: an exchange that moves nothing fails
+            rbuf.fill(POISON)
+            result["check"][col] = bool(np.array_equal(once(), ref))
         times = comm.allgather(local)
         result[col] = {"avg_us": float(np.mean(times)), "min_us": float(np.min(times)),
                        "max_us": float(np.max(times))}
@@ -77,6 +96,13 @@ def run_size(hc: hxmpi.HierComm, nbytes: int, args, rng) -> dict:
             result["auto_choice"] = hc.last_stats["algorithm"]
         if col in ("flat", "hier"):
             result[f"{col}_stats"] = hc.last_stats
+    for plan in plans.values():
+        plan.Free()
+    if args.check:  # every rank learns every rank's verdict, so all stop together on a mismatch
+        verdicts = comm.allgather(result["check"])
+        bad = [(r, col) for r, v in enumerate(verdicts) for col, ok in v.items() if not ok]
+        if bad:
+            raise SystemExit(f"check failed at {nbytes} B: " + ", ".join(f"{c} on rank {r}" for r, c in bad[:8]))
     return result
 
 
@@ -91,34 +117,45 @@ def main(argv=None) -> int:
     p.add_argument("-f", "--full", action="store_true", help="also print min and max over ranks")
     p.add_argument("--uneven", action="store_true", help="skewed counts, like MoE token routing")
     p.add_argument("--ranks-per-node", type=int, default=None, help="virtual nodes (default: real nodes)")
+    p.add_argument("--node-phase", choices=("auto", "shm", "mpi"), default=None,
+                   help="hier node phase (default: env HXMPI_NODE_PHASE, else auto)")
     p.add_argument("--no-validate", dest="validate_input", action="store_false",
                    help="call HierComm with validate=False (skip input checks)")
     p.add_argument("--json", default=None, help="write results here (rank 0)")
     args = p.parse_args(argv)
     lo, hi = parse_range(args.message_size)
     comm = MPI.COMM_WORLD
-    hc = hxmpi.HierComm(comm, ranks_per_node=args.ranks_per_node)
+    hc = hxmpi.HierComm(comm, ranks_per_node=args.ranks_per_node, node_phase=args.node_phase)
     topo = hc.topology
     rng = np.random.default_rng(comm.rank)
     sizes = [s for s in (2 ** k for k in range(0, 31)) if lo <= s <= hi]
     rows = [run_size(hc, s, args, rng) for s in sizes]
     if comm.rank == 0:
-        print(f"# hxmpi OSU-style Alltoallv latency; {comm.size} ranks, nodes {list(topo.node_sizes)}"
-              f"{', uneven counts' if args.uneven else ''}")
-        head = f"{'# Size [B]':<10}" + "".join(f"{c + ' [us]':>16}" for c in COLUMNS) + f"{'auto picks':>12}"
+        print(f"# hxmpi OSU-style Alltoallv latency; {comm.size} ranks, nodes {list(topo.node_sizes)}, "
+              f"node phase {hc.node_phase}{', uneven counts' if args.uneven else ''}")
+        head = f"{'# Size [B]':<10}" + "".join(f"{c + ' [us]':>15}" for c in COLUMNS) + f"{'auto picks':>12}"
         if args.full:
             head += "".join(f"{c + ' min/max':>22}" for c in ("flat", "hier"))
         print(head)
         for r in rows:
-            line = f"{r['size']:<10d}" + "".join(f"{r[c]['avg_us']:16.2f}" for c in COLUMNS)
+            line = f"{r['size']:<10d}" + "".join(f"{r[c]['avg_us']:15.2f}" for c in COLUMNS)
             line += f"{r['auto_choice']:>12}"
             if args.full:
                 line += "".join(f"{r[c]['min_us']:11.2f}{r[c]['max_us']:11.2f}" for c in ("flat", "hier"))
             print(line, flush=True)
+        if args.check:
+            print(f"# check passed: {len(COLUMNS)} columns x {len(rows)} sizes equal MPI_Alltoallv on every rank")
+        ratios = {f"{a}/{b} @ {r['size']} B": r[a]["avg_us"] / r[b]["avg_us"] for r in rows
+                  for a, b in (("flat", "bare"), ("flat-plan", "bare"), ("hier-plan", "bare"), ("hier", "flat"),
+                               ("hier-plan", "flat-plan"))}
+        for r in (rows[0], rows[-1]):
+            print(f"# ratios @ {r['size']} B: " + ", ".join(f"{k.split(' @')[0]} {v:.2f}x" for k, v in ratios.items()
+                                                           if k.endswith(f"@ {r['size']} B")))
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump({"benchmark": "osu_alltoallv", "world_size": comm.size,
                            "node_sizes": list(topo.node_sizes), "uneven": args.uneven,
+                           "node_phase": hc.node_phase, "validate": args.validate_input, "ratios": ratios,
                            "mpi": MPI.Get_library_version().splitlines()[0].strip(),
                            "results": rows}, fh, indent=1)
     return 0

@@ -91,3 +91,48 @@ def side_bytes(const int64_t[::1] counts not None, displs, int64_t elem, int64_t
                     else:
                         prev_end = od[i] + oc[i]
     return out_c, out_d, kind, where
+
+
+def check_table(const int64_t[:, ::1] table, Py_ssize_t head, Py_ssize_t nsettings, bint pairs,
+                Py_ssize_t unit_col):
+    """Verdict on an agreement table (one row per rank: ``head`` numbers, send counts, receive counts).
+
+    Columns 0 and 2 of the head are (problem flag, buffer extent in bytes); columns 3..3+nsettings-1
+    are settings that must be equal on every rank; column ``unit_col`` holds the bytes per count
+    unit. With ``pairs``, send counts [a, b] must equal receive counts [b, a]. Returns (status, max
+    send bytes of a rank, max extent, a, b): status 0 fine, 1 some rank has a problem, 2 settings
+    differ (a = first differing rank, b = column), 3 a pair disagrees (a sends to b).
+    """
+    cdef Py_ssize_t size = table.shape[0], a, b, col, where_a = 0, where_b = 0
+    cdef int64_t max_total = 0, max_extent = 0, total
+    cdef int status = 0
+    if table.shape[1] < head + (2 * size if pairs else size):
+        raise ValueError("check_table: table too narrow for its world")
+    with nogil:
+        for a in range(size):
+            if table[a, 0]:
+                status, where_a = 1, a
+                break
+            for col in range(3, 3 + nsettings):
+                if table[a, col] != table[0, col]:
+                    status, where_a, where_b = 2, a, col
+                    break
+            if status:
+                break
+            total = 0
+            for b in range(size):
+                total += table[a, head + b]
+            total *= table[a, unit_col]
+            if total > max_total:
+                max_total = total
+            if table[a, 2] > max_extent:
+                max_extent = table[a, 2]
+        if pairs and status == 0:
+            for a in range(size):
+                for b in range(size):
+                    if table[a, head + b] != table[b, head + size + a]:
+                        status, where_a, where_b = 3, a, b
+                        break
+                if status:
+                    break
+    return status, max_total, max_extent, where_a, where_b

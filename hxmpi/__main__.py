@@ -1,4 +1,4 @@
-"""``python -m hxmpi``: print every rank's topology, the MPI library and the hxmpi version."""
+"""``python -m hxmpi``: print every rank's topology, BLAS threads, the MPI library and the hxmpi version."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +8,7 @@ import sys
 from mpi4py import MPI
 
 from . import __version__
+from .threads import default_threads, thread_pools
 from .topology import Topology
 
 
@@ -20,18 +21,22 @@ def main(argv=None) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object per rank instead of text")
     args = parser.parse_args(argv)
     topo = Topology(MPI.COMM_WORLD, ranks_per_node=args.ranks_per_node)
-    rows = topo.comm.gather(topo.describe(), root=0)
+    # The threads the trainer would use by default, next to what the BLAS pools use now.
+    threads = {"threads": default_threads(topo.comm), "thread_pools": thread_pools()}
+    rows = topo.comm.gather({**topo.describe(), **threads}, root=0)
     if topo.rank == 0:
         if not args.json:
             print(f"hxmpi {__version__}, mpi4py on {MPI.Get_library_version().splitlines()[0].strip()}")
             print(f"MPI standard {'.'.join(map(str, MPI.Get_version()))}; {topo.size} ranks on "
                   f"{topo.num_nodes} nodes, node sizes {list(topo.node_sizes)}")
         for row in rows:
+            pools = ", ".join(f"{p['library']} {p['threads']}" for p in row["thread_pools"])
             if args.json:
                 print(json.dumps(row))
             else:
                 print(f"rank {row['rank']:>4} host {row['host']:<16} node {row['node']:>3} "
-                      f"local {row['local_rank']:>2} lane {row['lane']:>2} serves lanes {row['served_lanes']}")
+                      f"local {row['local_rank']:>2} lane {row['lane']:>2} serves lanes {row['served_lanes']} "
+                      f"threads {row['threads']} (BLAS now: {pools or 'none'})")
     topo.free()
     return 0
 

@@ -22,6 +22,18 @@ class ExchangeError(HxmpiError, ValueError):
     """Bad all-to-all input (counts, displacements, buffers): raised on every rank, before data moves."""
 
 
+class SettingError(HxmpiError, ValueError):
+    """A run setting with a bad value (or a bad combination), raised on every rank.
+
+    ``setting`` names the setting (a ``config.TrainConfig`` field), never a command-line flag: the
+    CLI maps it to its flag when it prints the error.
+    """
+
+    def __init__(self, setting: str, detail: str):
+        super().__init__(f"{setting} {detail}")
+        self.setting, self.detail = setting, detail
+
+
 def agree(comm: MPI.Comm, problem: Optional[str], error: type = HxmpiError) -> None:
     """Raise ``error`` on every rank of ``comm`` if any rank passes a non-empty ``problem``.
 

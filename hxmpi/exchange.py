@@ -1,94 +1,110 @@
 """HierComm: Alltoall/Alltoallv, flat or hierarchical (lanes, then nodes), byte-exact with MPI_Alltoallv.
 
-The hierarchical algorithm (source A):
-  pack     gather this rank's blocks by destination node                 (Cython copy_blocks)
+The hierarchical algorithm (``docs/method.md``; planner in ``hxmpi/plan.py``, execution in
+``hxmpi/execute.py``):
+  pack     gather this rank's blocks for other nodes, by destination node        (Cython copy_blocks)
   phase 1  Alltoallv on every lane this rank serves: one segment per node (inter-node)
-  repack   regroup the received segments by destination local rank      (Cython copy_blocks)
-  phase 2  Alltoallv on the node communicator                            (intra-node)
-  unpack   scatter the blocks to the caller's receive displacements      (Cython copy_blocks)
-Phase 2 needs to know what every rank of the node receives from every source; one Allgather of the
-receive counts on the node communicator provides it, before any data moves.
+  node     shared memory: phase 1 lands in a node window; each rank copies its blocks out of it.
+           message passing (fallback, env HXMPI_NODE_PHASE=mpi): repack, Alltoallv on the node, unpack.
 
-All counts and displacements are handled as int64 bytes. MPI calls whose counts or displacements
-exceed a C int use Alltoallw with one struct datatype per peer (64-bit displacements), because
-Open MPI 5 has no MPI-4 large-count routines.
+Before any data moves, one collective agrees on everything every rank must share: whether any rank's
+input is bad, the per-call settings (algorithm, validate), whether counts need the large-count path,
+and, up to ``FUSED_AGREEMENT_MAX_RANKS`` ranks, the whole count matrix (which validates every pair and
+gives the node phase its counts). A persistent request (``Alltoallv_init``) agrees and plans once;
+each ``Start`` then only copies and communicates.
+
+All counts and displacements are int64 bytes. Bad input raises ``ExchangeError`` on every rank.
 """
 from __future__ import annotations
 
+import os
+import zlib
 from typing import Optional
 
 import numpy as np
 from mpi4py import MPI
 
 from . import transfer
-from ._packing import copy_blocks
+from ._packing import check_table
 from .costmodel import CostModel
-from .errors import ExchangeError, raise_gathered
+from .errors import ExchangeError, HxmpiError, raise_gathered
+from .execute import FlatRun, HierRun, NodeWindow
 from .msgspec import Side, exclusive_cumsum, int_vector, parse_uniform, parse_vector
+from .plan import NODE_PHASES, Layout
 from .topology import Topology
-from .transfer import Transfer
 
 ALGORITHMS = ("flat", "hier", "auto")
-
-# Up to this many ranks, validation is one Allgather of all counts (2 * size int64 per rank)
+ENV_NODE_PHASE = "HXMPI_NODE_PHASE"
+# Up to this many ranks, the agreement is one Allgather of all counts (2 * size int64 per rank)
 # instead of an Alltoall plus an Allreduce: one collective less, and it feeds the hier path.
 FUSED_AGREEMENT_MAX_RANKS = 256
+# Agreement row: problem flag, (unused), buffer extent, then the settings every rank must share:
+# algorithm code, validate flag, row dtype code, bytes per count unit (row bytes for alltoallv, else
+# 1); then the send counts and the receive counts.
+_HEAD = 7
+_ALGO_CODE = {name: i for i, name in enumerate(ALGORITHMS)}
+
+
+class PlanStateError(HxmpiError, RuntimeError):
+    """A persistent request used out of order: Start twice, Wait without Start, or after Free."""
 
 
 class HierComm:
     """All-to-all over a Topology: flat (one MPI_Alltoallv) or hierarchical (lanes, then nodes).
 
     ``algorithm`` is "flat", "hier" or "auto" (per call overridable); "auto" asks the cost model,
-    read from ``tuning`` (a calibration file) or env HXMPI_TUNING, else built-in defaults. Results
-    equal ``comm.Alltoallv`` byte for byte. Bad input raises ``ExchangeError`` on every rank.
-    Collective.
+    read from ``tuning`` (a calibration file) or env HXMPI_TUNING, else built-in defaults.
+    ``node_phase`` is "auto" (shared memory where every node's ranks share memory), "shm" or "mpi";
+    env HXMPI_NODE_PHASE sets it when not given. Results equal ``comm.Alltoallv`` byte for byte.
+    Bad input raises ``ExchangeError`` on every rank. Collective.
     """
 
     def __init__(self, comm: MPI.Intracomm = MPI.COMM_WORLD, ranks_per_node: Optional[int] = None,
                  node_of=None, algorithm: str = "auto", topology: Optional[Topology] = None,
-                 tuning: Optional[str] = None):
+                 tuning: Optional[str] = None, node_phase: Optional[str] = None):
         self.algorithm = self._check_algorithm(algorithm)
         self.topology = topology if topology is not None else Topology(comm, ranks_per_node, node_of)
         self.comm = self.topology.comm
+        t = self.topology
         #: the cost model behind "auto" (same file on every rank, or the same defaults).
         self.cost_model = CostModel.from_env_or_default(tuning)
+        self.layout = Layout(t.node_of)
+        self._hier_possible = self.layout.hier_possible
+        self._planner = self.layout.planner(t.rank) if self._hier_possible else None
+        #: "shm" or "mpi": how the hierarchical path's node phase moves data.
+        self.node_phase = self._agree_node_phase(node_phase)
+        self._mode = NODE_PHASES[self.node_phase]
+        self._window = NodeWindow(t.intra) if self.node_phase == "shm" else None
         self._choices: dict[int, str] = {}
         self._stats = None  # what last_stats is computed from, kept cheap on the hot path
         self._buffers: dict[str, np.ndarray] = {}
-        self._plan()
-
-    # ------------------------------------------------------------------ static plan
-    def _plan(self) -> None:
-        t = self.topology
-        self._hier_possible = t.num_nodes > 1 and t.max_node_size > 1
-        sizes = np.asarray(t.node_sizes, dtype=np.int64)
-        members = [np.asarray(m, dtype=np.int64) for m in t.node_members]
         self._node_of = np.asarray(t.node_of, dtype=np.int64)
-        self._node_members = members[t.node]
-        self._dest_order = np.concatenate(members)
-        self._node_start = exclusive_cumsum(sizes)
-        # Sources carried by lane l: the native member (n, l) of every node with more than l ranks.
-        lane_sources = [np.asarray([m[lane] for m in members if m.size > lane], dtype=np.int64)
-                        for lane in range(t.max_node_size)]
-        self._lane_src_nodes = [np.asarray([n for n, m in enumerate(members) if m.size > lane],
-                                           dtype=np.int64) for lane in range(t.max_node_size)]
-        self._lanes = [lane for lane, _ in t.served_lanes]
-        self._lane_comms = [c for _, c in t.served_lanes]
-        self._my_sources = np.concatenate([lane_sources[lane] for lane in self._lanes])
-        g = t.node_sizes[t.node]
-        # Phase 2 receives from local rank j the sources of every lane l with l % g == j.
-        per_local = [np.concatenate([lane_sources[lane] for lane in range(j, t.max_node_size, g)])
-                     for j in range(g)]
-        self._recv_order = np.concatenate(per_local)
-        self._recv_split = np.asarray([p.size for p in per_local], dtype=np.int64)
-        # Where this rank itself appears: among the sources it serves (its native lane always),
-        # among the phase-2 senders (its own slice of recv_order), and among the destinations.
-        self._me_src = int(np.flatnonzero(self._my_sources == t.rank)[0])
-        self._remote_src = np.ones(self._my_sources.size, dtype=bool)
-        self._remote_src[self._me_src] = False
-        starts = np.concatenate([[0], np.cumsum(self._recv_split)])
-        self._recv_from_me = np.arange(starts[t.local_rank], starts[t.local_rank + 1])
-        self._own_node_slots = np.arange(self._node_start[t.node], self._node_start[t.node] + g)
+        self._members = self.layout.members[t.node]
+        size = self.comm.size
+        if size <= FUSED_AGREEMENT_MAX_RANKS:  # reused by every call: no allocation on the hot path
+            self._row = np.zeros(_HEAD + 2 * size, dtype=np.int64)
+            self._table = np.empty((size, self._row.size), dtype=np.int64)
+
+    def _agree_node_phase(self, requested: Optional[str]) -> str:
+        """The node phase every rank uses: requested alike everywhere, "shm" only where memory is shared."""
+        requested = requested if requested is not None else os.environ.get(ENV_NODE_PHASE, "auto")
+        problem = None
+        if requested not in ("auto", *NODE_PHASES):
+            problem = f"node_phase must be 'auto', 'shm' or 'mpi', got {requested!r}"
+        shared = True
+        if self._hier_possible:  # can the node's ranks map one window? (not if a node spans hosts)
+            probe = self.topology.intra.Split_type(MPI.COMM_TYPE_SHARED)
+            shared = probe.size == self.topology.intra.size
+            probe.Free()
+        views = self.comm.allgather((requested, shared, problem))
+        if any(p for _, _, p in views) or len({r for r, _, _ in views}) > 1:
+            raise_gathered(self.comm, problem or (None if len({r for r, _, _ in views}) == 1 else
+                                                  f"node_phase {requested!r} differs between ranks"),
+                           ExchangeError)
+        everywhere = all(s for _, s, _ in views)
+        if requested == "shm" and not everywhere:
+            raise ExchangeError("node_phase='shm', but the ranks of a node do not all share memory")
+        return "shm" if requested != "mpi" and everywhere else "mpi"
 
     # ------------------------------------------------------------------ public API
     def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
@@ -96,20 +112,38 @@ class HierComm:
         size = self.comm.size
         s, ps = parse_vector(sendbuf, size, False, "send")
         r, pr = parse_vector(recvbuf, size, True, "recv")
-        self._exchange(s, r, algorithm, validate, ps or pr)
+        self._execute(self._bind(s, r, algorithm, validate, ps or pr, persistent=False))
 
     def Alltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather: equal blocks of ``len(buf) / size`` elements (or a given count)."""
         size = self.comm.size
         s, ps = parse_uniform(sendbuf, size, False, "send")
         r, pr = parse_uniform(recvbuf, size, True, "recv")
-        self._exchange(s, r, algorithm, validate, ps or pr)
+        self._execute(self._bind(s, r, algorithm, validate, ps or pr, persistent=False))
+
+    def Alltoallv_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
+        """Persistent All to All Scatter/Gather Vector (MPI-4 style): validate, agree and plan once.
+
+        Each ``Start()``/``Wait()`` of the returned request moves what the same buffers hold then.
+        """
+        size = self.comm.size
+        s, ps = parse_vector(sendbuf, size, False, "send")
+        r, pr = parse_vector(recvbuf, size, True, "recv")
+        return ExchangeRequest(self, self._bind(s, r, algorithm, True, ps or pr, persistent=True))
+
+    def Alltoall_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
+        """Persistent All to All Scatter/Gather (equal blocks); see ``Alltoallv_init``."""
+        size = self.comm.size
+        s, ps = parse_uniform(sendbuf, size, False, "send")
+        r, pr = parse_uniform(recvbuf, size, True, "recv")
+        return ExchangeRequest(self, self._bind(s, r, algorithm, True, ps or pr, persistent=True))
 
     def alltoallv(self, array, counts, algorithm: Optional[str] = None,
                   validate: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Send ``counts[d]`` consecutive rows of ``array`` (axis 0) to rank d; return (rows, recv counts).
 
-        Rows arrive ordered by source rank. Counts are exchanged for you (one Alltoall of int64).
+        Rows arrive ordered by source rank. Counts, dtype and row shape are agreed for you (one
+        collective); every rank must pass the same dtype and row shape.
         """
         size = self.comm.size
         array = np.ascontiguousarray(array)
@@ -120,28 +154,23 @@ class HierComm:
             problem = "array must have at least one dimension (rows along axis 0)"
         if problem is None and int(c.sum()) != array.shape[0]:
             problem = f"counts sum to {int(c.sum())} rows but the array has {array.shape[0]}"
-        header = np.full((size, 2), -1, dtype=np.int64)
-        if problem is None:
-            header[:, 0], header[:, 1] = c, row_bytes
-        got = np.empty_like(header)
-        self.comm.Alltoall(header, got)
-        if problem is None:
-            bad = np.flatnonzero((got[:, 0] > 0) & (got[:, 1] != row_bytes))
-            if bad.size:
-                p = int(bad[0])
-                problem = (f"rank {p} sends rows of {got[p, 1]} B but this rank's rows are {row_bytes} B "
-                           f"(dtype and row shape must match on every rank)")
-        if self.comm.allreduce(1 if problem else 0, op=MPI.MAX):
-            raise_gathered(self.comm, problem, ExchangeError)
-        rcounts = got[:, 0].copy()
-        out = np.empty((int(rcounts.sum()),) + row_shape, dtype=array.dtype)
+        kind = f"{array.dtype.str if array.dtype.names is None else array.dtype.descr} rows of shape {row_shape}"
         s = Side(np.frombuffer(array, np.uint8) if array.nbytes else np.empty(0, np.uint8),
-                  c * row_bytes, exclusive_cumsum(c) * row_bytes)
+                 c * row_bytes if problem is None else None,
+                 exclusive_cumsum(c) * row_bytes if problem is None else None)
+        rows = (zlib.crc32(kind.encode()), row_bytes, kind, c)
+        algo, big, rc_node, rcounts = self._agree(s, None, problem, algorithm, validate, rows=rows)
+        out = np.empty((int(rcounts.sum()),) + row_shape, dtype=array.dtype)
         r = Side(out.reshape(-1).view(np.uint8) if out.nbytes else np.empty(0, np.uint8),
-                  rcounts * row_bytes, exclusive_cumsum(rcounts) * row_bytes)
-        # The header exchange already proved that both sides agree on every count.
-        self._exchange(s, r, algorithm, validate=False, problem=None)
+                 rcounts * row_bytes, exclusive_cumsum(rcounts) * row_bytes)
+        self._execute(self._run_for(algo, s, r, big, rc_node, persistent=False))
         return out, rcounts
+
+    @property
+    def scratch_bytes(self) -> int:
+        """Scratch memory of one-shot calls on this rank: private buffers plus its share of the window (bytes)."""
+        window = self._window.view.shape[0] // self.topology.intra.size if self._window else 0
+        return sum(b.nbytes for b in self._buffers.values()) + window
 
     # ------------------------------------------------------------------ core
     @staticmethod
@@ -159,31 +188,135 @@ class HierComm:
             self._buffers[name] = buf
         return buf
 
-    def _exchange(self, s: Side, r: Side, algorithm, validate: bool, problem: Optional[str]) -> None:
-        algo = self._check_algorithm(algorithm if algorithm is not None else self.algorithm)
-        comm = self.comm
-        extent = 0 if problem else max(s.view.shape[0], r.view.shape[0])
-        rc_table = None
-        if validate and comm.size <= FUSED_AGREEMENT_MAX_RANKS:
-            max_total, max_extent, rc_table = self._agree_fused(s, r, problem, extent)
+    def _execute(self, run) -> None:
+        run.run()
+        self._stats = run.stats
+
+    def _bind(self, s: Side, r: Side, algorithm, validate, problem: Optional[str], persistent: bool):
+        """Agree on everything, then bind the chosen algorithm's run to the buffers."""
+        algo, big, rc_node, _ = self._agree(s, r, problem, algorithm, validate)
+        return self._run_for(algo, s, r, big, rc_node, persistent)
+
+    def _run_for(self, algo: str, s: Side, r: Side, big: bool, rc_node, persistent: bool):
+        if algo == "hier" and self._hier_possible:
+            if rc_node is None:  # large worlds: the node's receive counts, from the node
+                rc_node = np.empty((len(self._members), self.comm.size), dtype=np.int64)
+                self.topology.intra.Allgather(r.counts, rc_node)
+            if persistent:
+                own: dict[str, np.ndarray] = {}
+                scratch = lambda name, n: own.setdefault(name, np.empty(max(n, 1), np.uint8))  # noqa: E731
+                window = NodeWindow(self.topology.intra) if self._window else None
+                return HierRun(self, s, r, big, rc_node, True, scratch, window)
+            return HierRun(self, s, r, big, rc_node, False, self._buffer, self._window)
+        return FlatRun(self.comm, s, r, big, persistent)
+
+    def _agree(self, s: Side, r: Optional[Side], problem: Optional[str], algorithm, validate, rows=None):
+        """One agreement for the call; returns (algorithm, big, node receive counts or None, my receive counts).
+
+        ``r`` is None for ``alltoallv`` (``rows`` = (dtype code, row bytes, description, row counts)):
+        the receive counts (in rows) are learned here instead of checked.
+        """
+        comm, size = self.comm, self.comm.size
+        code = _ALGO_CODE.get(algorithm if algorithm is not None else self.algorithm, -1)
+        if problem is None and code < 0:
+            problem = f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
+        unit = rows[1] if rows is not None else 1
+        if size <= FUSED_AGREEMENT_MAX_RANKS:
+            table = self._allgather_counts(s, r, problem, code, validate, rows, unit)
+            status, max_total, max_extent, a, b = check_table(table, _HEAD, 4, r is not None and validate, 6)
+            sent = table[:, _HEAD:_HEAD + size]
+            if status == 1:
+                raise_gathered(comm, problem, ExchangeError)
+            if status == 2:
+                self._settings_differ(table[:, 3], table[:, 4], rows)
+            if status == 3:
+                raise ExchangeError(_pair_mismatch(sent, table[:, _HEAD + size:]))  # same text everywhere
+            if r is None:
+                mine = np.ascontiguousarray(sent[:, comm.rank])
+                rc_node = np.ascontiguousarray(sent[:, self._members].T) * unit if code != 0 else None
+            else:
+                mine = None
+                rc_node = np.ascontiguousarray(table[self._members, _HEAD + size:]) if code != 0 else None
         else:
-            if validate:
-                problem = self._check_pairs(s, r, problem)
-            # One small Allreduce settles, identically on every rank: whether any rank failed,
-            # the algorithm for "auto", and whether any count or displacement of any phase can
-            # pass a C int (every internal one is bounded by the sum of all send bytes).
-            agreed = np.array([1 if problem else 0, 0 if problem else s.total, extent], dtype=np.int64)
+            mine, problem = self._exchange_counts(s, r, problem, validate, rows)
+            # One small Allreduce settles, identically on every rank: any failure, the settings
+            # (max and negated min), and the sizes that decide the large-count path.
+            extent = 0 if problem else max(s.view.shape[0], r.view.shape[0] if r is not None else 0)
+            total = 0 if problem else int(s.counts.sum())
+            v = 1 if validate else 0
+            agreed = np.array([1 if problem else 0, total, extent, code, -code, v, -v], dtype=np.int64)
             comm.Allreduce(MPI.IN_PLACE, agreed, op=MPI.MAX)
             if agreed[0]:
                 raise_gathered(comm, problem, ExchangeError)
+            if agreed[3] != -agreed[4] or agreed[5] != -agreed[6]:
+                self._settings_differ(agreed[3:5] * [1, -1], agreed[5:7] * [1, -1], None)
             max_total, max_extent = int(agreed[1]), int(agreed[2])
-        big = transfer.needs_big(max_extent, max_total, comm.size)
+            rc_node = None
+        algo = ALGORITHMS[code]
+        big = transfer.needs_big(max_extent, max_total, size)
         if algo == "auto":  # from agreed numbers only, so every rank decides alike
-            algo = self._choose(max_total // comm.size)
-        if algo == "hier" and self._hier_possible:
-            self._hier(s, r, big, rc_table)
+            algo = self._choose(max_total // size)
+        return algo, big, rc_node, mine
+
+    def _allgather_counts(self, s: Side, r: Optional[Side], problem, code: int, validate, rows,
+                          unit: int) -> np.ndarray:
+        """Every rank's agreement row (head, send counts, receive counts), in reused buffers."""
+        size = self.comm.size
+        row, table = self._row, self._table
+        if problem:
+            row.fill(-1)
+            row[0] = 1
         else:
-            self._flat(s, r, big)
+            row[0] = 0
+            row[2] = max(s.view.shape[0], r.view.shape[0] if r is not None else 0)
+            row[_HEAD:_HEAD + size] = s.counts if r is not None else rows[3]
+            row[_HEAD + size:] = r.counts if r is not None else -1
+        row[3], row[4] = code, 1 if validate else 0
+        row[5], row[6] = (rows[0], unit) if rows is not None else (0, unit)
+        self.comm.Allgather(row, table)
+        return table
+
+    def _exchange_counts(self, s: Side, r: Optional[Side], problem, validate, rows):
+        """Large worlds: every receiver learns what each sender announces (one Alltoall) and checks it."""
+        size, me = self.comm.size, self.comm.rank
+        width = 3 if rows else 1
+        announced = np.full((size, width), -1, dtype=np.int64)
+        if not problem:
+            announced[:, 0] = s.counts if not rows else rows[3]
+            if rows:
+                announced[:, 1], announced[:, 2] = rows[0], rows[1]
+        got = np.empty_like(announced)
+        self.comm.Alltoall(announced, got)
+        if problem:
+            return None, problem
+        if rows:
+            bad = np.flatnonzero((got[:, 1] != rows[0]) | (got[:, 2] != rows[1]))
+            if bad.size:
+                return None, (f"rank {int(bad[0])} sends other rows than this rank's {rows[2]} "
+                              f"(dtype and row shape must match on every rank)")
+            return got[:, 0].copy(), None
+        if validate and got[:, 0].tobytes() != r.counts.tobytes():
+            bad = np.flatnonzero(got[:, 0] != r.counts)
+            parts = [f"rank {int(p)} sends {int(got[p, 0])} B to rank {me}, which expects "
+                     f"{int(r.counts[p])} B" for p in bad[:3]]
+            return None, "; ".join(parts) + (f" (+{bad.size - 3} more pairs)" if bad.size > 3 else "")
+        return r.counts, None
+
+    def _settings_differ(self, algos: np.ndarray, validates: np.ndarray, rows) -> None:
+        """Raise the same ExchangeError on every rank: ranks passed different per-call settings."""
+        parts = []
+        if (algos != algos[0]).any():
+            parts.append("algorithm differs between ranks (" + ", ".join(
+                sorted({repr(ALGORITHMS[int(a)]) for a in algos})) + ")")
+        if (validates != validates[0]).any():
+            parts.append("validate differs between ranks")
+        if rows is not None and not parts:
+            # Every rank saw the same table, so every rank takes this collective branch.
+            kinds = self.comm.allgather(rows[2])
+            odd = [r for r, k in enumerate(kinds) if k != kinds[0]]
+            parts.append(f"rank {odd[0]} sends {kinds[odd[0]]} but rank 0 sends {kinds[0]} "
+                         f"(dtype and row shape must match on every rank)")
+        raise ExchangeError("; ".join(parts))
 
     def _choose(self, mean_block: int) -> str:
         """The cost model's pick for this layout and block size, memoised (it is on the hot path)."""
@@ -194,140 +327,6 @@ class HierComm:
             t = self.topology
             algo = self._choices[mean_block] = self.cost_model.choose(t.num_nodes, t.max_node_size, mean_block)
         return algo
-
-    def _agree_fused(self, s: Side, r: Side, problem: Optional[str], extent: int):
-        """Validation and agreement in one Allgather of every rank's counts (small worlds).
-
-        Every rank sees the whole count matrix, so every rank reaches the same verdict on every
-        pair without a second collective, and the hierarchical path gets its node's receive
-        counts for free. Returns (max send bytes, max buffer extent, receive-count table).
-        """
-        size = self.comm.size
-        row = np.full(3 + 2 * size, -1, dtype=np.int64)
-        row[0], row[1], row[2] = (1 if problem else 0), (0 if problem else s.total), extent
-        if not problem:
-            row[3:3 + size], row[3 + size:] = s.counts, r.counts
-        table = np.empty((size, row.size), dtype=np.int64)
-        self.comm.Allgather(row, table)
-        if table[:, 0].any():
-            raise_gathered(self.comm, problem, ExchangeError)
-        sent, expected = table[:, 3:3 + size], table[:, 3 + size:]
-        if sent.tobytes() != expected.T.tobytes():
-            src, dst = np.nonzero(sent != expected.T)
-            parts = [f"rank {int(a)} sends {int(sent[a, b])} B to rank {int(b)}, which expects "
-                     f"{int(expected[b, a])} B" for a, b in zip(src[:3], dst[:3])]
-            more = f" (+{src.size - 3} more pairs)" if src.size > 3 else ""
-            raise ExchangeError("; ".join(parts) + more)  # same text on every rank, no collective
-        return int(table[:, 1].max()), int(table[:, 2].max()), expected
-
-    def _check_pairs(self, s: Side, r: Side, problem: Optional[str]) -> Optional[str]:
-        """Collective: every receiver compares the bytes each sender announces with what it expects."""
-        size, me = self.comm.size, self.comm.rank
-        announced = np.full(size, -1, dtype=np.int64) if problem else s.counts
-        got = np.empty(size, dtype=np.int64)
-        self.comm.Alltoall(announced, got)
-        if problem or got.tobytes() == r.counts.tobytes():
-            return problem
-        bad = np.flatnonzero((got >= 0) & (got != r.counts))
-        parts = [f"rank {int(p)} sends {int(got[p])} B to rank {me}, which expects {int(r.counts[p])} B"
-                 for p in bad[:3]]
-        return "; ".join(parts) + (f" (+{bad.size - 3} more pairs)" if bad.size > 3 else "")
-
-    def _flat(self, s: Side, r: Side, big: bool) -> None:
-        Transfer(self.comm, s.view, s.counts, s.displs, r.view, r.counts, r.displs, big).run()
-        self._stats = ("flat", s.counts)
-
-    def _hier(self, s: Side, r: Side, big: bool, rc_table: Optional[np.ndarray]) -> None:
-        t = self.topology
-        intra, node = t.intra, t.node
-        g = t.node_sizes[node]
-        # What every rank of this node receives from every source (bytes), for phase 2's layout.
-        if rc_table is not None:
-            rc_node = rc_table[self._node_members]
-        else:
-            rc_node = np.empty((g, self.comm.size), dtype=np.int64)
-            intra.Allgather(r.counts, rc_node)
-
-        # My own blocks for my own node never travel: phase 1 carries other nodes' blocks, and
-        # every block bound for this rank goes straight to the caller's buffer after phase 1.
-        me_src, local, members = self._me_src, t.local_rank, self._node_members
-
-        # -- pack: my blocks in (destination node, local rank) order
-        oc, od = s.counts[self._dest_order], s.displs[self._dest_order]
-        oc_remote = oc.copy()
-        oc_remote[self._own_node_slots] = 0
-        pos = exclusive_cumsum(oc)
-        node_bytes = np.add.reduceat(oc_remote, self._node_start) if oc.size else oc
-        nz = np.flatnonzero(oc_remote)
-        base = int(od[nz[0]] - pos[nz[0]]) if nz.size else 0
-        copied = 0
-        if base >= 0 and np.array_equal(od[nz], pos[nz] + base):
-            p1_send, p1_base = s.view, base  # already grouped by node: send in place
-        else:
-            p1_send = self._buffer("a", s.total)
-            copied += copy_blocks(s.view, od, p1_send, pos, oc_remote)
-            p1_base = 0
-        p1_sdispls = pos[self._node_start] + p1_base
-
-        # -- phase 1: one Alltoallv per served lane; segment per source, sub-blocks by local rank
-        src_matrix = rc_node[:, self._my_sources]            # (g, sources) bytes
-        seg = src_matrix.sum(axis=0)
-        seg[me_src] = 0
-        seg_off = exclusive_cumsum(seg)
-        p1_recv_total = int(seg.sum())
-        p2_recv_counts = np.add.reduceat(r.counts[self._recv_order], exclusive_cumsum(self._recv_split))
-        p2_recv_counts[local] = 0
-        p2_recv_total = int(p2_recv_counts.sum())
-        recv_buf = self._buffer("b", max(p1_recv_total, p2_recv_total))
-        zeros = np.zeros(t.num_nodes, dtype=np.int64)
-        transfers, cursor = [], 0
-        for lane, comm in zip(self._lanes, self._lane_comms):
-            src_nodes = self._lane_src_nodes[lane]
-            rcounts, rdispls = zeros.copy(), zeros.copy()
-            rcounts[src_nodes] = seg[cursor:cursor + src_nodes.size]
-            rdispls[src_nodes] = seg_off[cursor:cursor + src_nodes.size]
-            cursor += src_nodes.size
-            native = lane == local
-            transfers.append(Transfer(comm, p1_send, node_bytes if native else zeros,
-                                       p1_sdispls if native else zeros, recv_buf, rcounts, rdispls, big))
-        # Always the nonblocking form: a rank serving two lanes must start both, and MPI never
-        # matches a blocking collective with a nonblocking one on the same communicator.
-        try:
-            MPI.Request.Waitall([tr.start() for tr in transfers])
-        finally:
-            for tr in transfers:
-                tr.free()
-
-        # -- repack: block (k, i) = what source i sends to local rank k. Row-major order of the
-        # rows k != me is phase 2's send layout; row "me" goes to the caller's buffer directly.
-        src_off = seg_off[None, :] + np.cumsum(src_matrix, axis=0) - src_matrix
-        src_off[:, me_src] = s.displs[members]               # my own blocks, from the send buffer
-        to_peers = src_matrix.copy()
-        to_peers[local] = 0
-        dst_off = exclusive_cumsum(to_peers.ravel()).reshape(to_peers.shape)
-        p2_send = self._buffer("a", int(to_peers.sum()))
-        remote = self._remote_src
-        copied += copy_blocks(recv_buf, src_off[:, remote].ravel(), p2_send, dst_off[:, remote].ravel(),
-                              to_peers[:, remote].ravel())
-        col = np.ascontiguousarray
-        copied += copy_blocks(s.view, col(src_off[:, me_src]), p2_send, col(dst_off[:, me_src]),
-                              col(to_peers[:, me_src]))
-        mine = self._my_sources
-        copied += copy_blocks(recv_buf, src_off[local, remote], r.view, r.displs[mine[remote]],
-                              src_matrix[local, remote])
-        copied += copy_blocks(s.view, src_off[local, me_src:me_src + 1], r.view,
-                              r.displs[mine[me_src:me_src + 1]], col(src_matrix[local, me_src:me_src + 1]))
-        p2_send_counts = to_peers.sum(axis=1)
-
-        # -- phase 2 on the node, then unpack what the other local ranks forwarded
-        Transfer(intra, p2_send, p2_send_counts, exclusive_cumsum(p2_send_counts),
-                  recv_buf, p2_recv_counts, exclusive_cumsum(p2_recv_counts), big).run()
-        ordered = r.counts[self._recv_order]
-        ordered[self._recv_from_me] = 0
-        copied += copy_blocks(recv_buf, exclusive_cumsum(ordered), r.view,
-                              r.displs[self._recv_order], ordered)
-
-        self._stats = ("hier", node_bytes, p2_send_counts, copied)
 
     @property
     def last_stats(self) -> dict:
@@ -347,9 +346,79 @@ class HierComm:
         _, node_bytes, p2_counts, copied = self._stats
         own = node_bytes.copy()
         own[t.node] = 0
-        p2_out = p2_counts.copy()
-        p2_out[t.local_rank] = 0
         inter = {"messages": int(np.count_nonzero(own)), "bytes": int(own.sum())}
-        return {"algorithm": "hier", "inter": inter,
-                "intra": {"messages": int(np.count_nonzero(p2_out)), "bytes": int(p2_out.sum())},
+        if p2_counts is None:
+            intra = {"messages": 0, "bytes": 0}
+        else:
+            p2_out = p2_counts.copy()
+            p2_out[t.local_rank] = 0
+            intra = {"messages": int(np.count_nonzero(p2_out)), "bytes": int(p2_out.sum())}
+        return {"algorithm": "hier", "node_phase": self.node_phase, "inter": inter, "intra": intra,
                 "inter_node": dict(inter), "copy_bytes": int(copied)}
+
+    def free(self) -> None:
+        """Free the node window and the Topology's communicators (collective)."""
+        if self._window is not None:
+            self._window.free()
+        self.topology.free()
+
+
+def _pair_mismatch(sent: np.ndarray, expected: np.ndarray) -> str:
+    src, dst = np.nonzero(sent != expected.T)
+    parts = [f"rank {int(a)} sends {int(sent[a, b])} B to rank {int(b)}, which expects "
+             f"{int(expected[b, a])} B" for a, b in zip(src[:3], dst[:3])]
+    return "; ".join(parts) + (f" (+{src.size - 3} more pairs)" if src.size > 3 else "")
+
+
+class ExchangeRequest:
+    """A persistent all-to-all (as mpi4py's ``Prequest``): ``Start()``, ``Wait()``, ``Free()``.
+
+    Agreed, validated and planned once by ``HierComm.Alltoallv_init``; each Start/Wait moves what
+    the bound buffers hold at Start. Collective: every rank starts and waits its requests in the
+    same order. Usable as a context manager (frees on exit).
+    """
+
+    def __init__(self, hc: HierComm, run):
+        self._hc, self._run, self._active = hc, run, False
+
+    @property
+    def algorithm(self) -> str:
+        """The algorithm this request runs: "flat" or "hier"."""
+        return self._run.stats[0]
+
+    def Start(self) -> None:
+        """Start one exchange of the bound buffers' current contents."""
+        if self._run is None:
+            raise PlanStateError("this persistent exchange was freed; create a new one with Alltoallv_init")
+        if self._active:
+            raise PlanStateError("Start() called twice without Wait(); call Wait() first")
+        self._run.start()
+        self._active = True
+
+    def Wait(self) -> None:
+        """Complete the exchange started by ``Start()``."""
+        if self._run is None:
+            raise PlanStateError("this persistent exchange was freed; create a new one with Alltoallv_init")
+        if not self._active:
+            raise PlanStateError("Wait() without Start(); call Start() first")
+        self._active = False
+        self._run.wait()
+        self._hc._stats = self._run.stats
+
+    def Free(self) -> None:
+        """Release the request's MPI requests, datatypes and buffers (waits for an active exchange first)."""
+        if self._run is None:
+            return
+        if self._active:
+            self.Wait()
+        self._run.free()
+        window = getattr(self._run, "window", None)
+        if window is not None and window is not self._hc._window:
+            window.free()
+        self._run = None
+
+    def __enter__(self) -> "ExchangeRequest":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.Free()

@@ -1,13 +1,13 @@
-"""Update policy (source B, second part, and claim 2): pure functions, no MPI.
+"""Update policy and gradient coefficient (docs/method.md): pure functions, no MPI.
 
 The straggler ratio B is the fraction of ranks whose step time exceeds a threshold. With
-thresholds 0 <= B1 <= B2 <= 1 (CLAIMS.md):
+thresholds 0 <= B1 <= B2 <= 1:
   B = 0         -> sync        no stragglers, no reason to accept staleness
   0 < B <= B1   -> async       a few stragglers must not hold everyone back
   B1 < B <= B2  -> sync        most ranks are equally slow, waiting costs little
   B > B2        -> sync, gradients scaled by 1 - dB with dB = B - B2
 
-The gradient adjustment coefficient (claim 2) combines the accuracy gap and the slowest step:
+The gradient adjustment coefficient combines the accuracy gap and the slowest step:
   c = clip((1 + gain * max(0, target - accuracy)) * sqrt(min(1, reference_time / max_time)), lo, hi)
 A model below its target accuracy takes larger steps; a slow straggler damps them (its gradients
 are the stalest), by the square root of the speed ratio so that one slow rank cannot stall
@@ -86,7 +86,7 @@ def decide(step_times: Sequence[float], b1: float, b2: float, threshold: Optiona
 
 def gradient_coefficient(accuracy: float, target: float, max_step_time: float, reference_step_time: float,
                          gain: float = 1.0, lo: float = 0.1, hi: float = 2.0) -> float:
-    """Claim 2's adjustment coefficient (see the module docstring); times in seconds."""
+    """The gradient adjustment coefficient (see the module docstring); times in seconds."""
     if not (0.0 <= accuracy <= 1.0 and 0.0 <= target <= 1.0):
         raise ValueError(f"accuracies must lie in [0, 1], got {accuracy} and {target}")
     if max_step_time <= 0 or reference_step_time <= 0:

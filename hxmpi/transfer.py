@@ -67,6 +67,13 @@ class Transfer:
     def start(self) -> MPI.Request:
         return (self.comm.Ialltoallw if self.big else self.comm.Ialltoallv)(self.sargs, self.rargs)
 
+    def init(self):
+        """An MPI-4 persistent request for this transfer, or None where the MPI library has none."""
+        try:
+            return (self.comm.Alltoallw_init if self.big else self.comm.Alltoallv_init)(self.sargs, self.rargs)
+        except (NotImplementedError, AttributeError):
+            return None
+
     def free(self) -> None:
         for t in self.types:
             if t != MPI.BYTE:

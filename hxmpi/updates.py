@@ -28,9 +28,41 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 from mpi4py import MPI
 
-from .policy import decide
+from .errors import SettingError
+from .balance import proportional_counts
+from .policy import MODES, decide
 
 STALL_TAG = 7071
+SPIN_S = 200e-6   # a wait polls MPI this long before it starts sleeping between polls
+NAP_S = 50e-6     # sleep between polls after that
+
+
+def wait_politely(request: MPI.Request) -> None:
+    """Wait for ``request`` without keeping a core busy for long.
+
+    Open MPI's own waits poll in a loop. Where ranks share cores (more ranks than cores, other
+    jobs, or two virtual CPUs on one physical core) a polling rank takes cycles from the ranks
+    still computing: on the 2-vCPU development VM a matmul ran 1.7x slower while the other
+    rank polled than while it slept. So poll for ``SPIN_S`` (short waits stay fast), then sleep
+    ``NAP_S`` between polls.
+    """
+    t0 = time.perf_counter()
+    while not request.Test():
+        if time.perf_counter() - t0 > SPIN_S:
+            time.sleep(NAP_S)
+
+
+@dataclass(frozen=True)
+class Straggle:
+    """Injected straggling (testing, benchmarks): ``ranks`` sleep ``delay_s`` seconds per step and
+    stretch their compute time by ``factor`` (1: as measured)."""
+    ranks: tuple = ()
+    delay_s: float = 0.0
+    factor: float = 1.0
+
+    def slows(self, rank: int) -> bool:
+        """Whether ``rank`` is slowed at all."""
+        return rank in self.ranks and (self.delay_s > 0 or self.factor != 1.0)
 
 
 @dataclass
@@ -42,51 +74,58 @@ class UpdateConfig:
     threshold: Optional[float] = None     # straggler threshold in seconds; None = auto
     window: int = 10                      # rounds between policy decisions
     max_staleness: int = 4                # local steps per async round before a rank blocks
-    straggle_ranks: tuple = ()            # ranks that sleep straggle_s per step (testing, benchmarks)
-    straggle_s: float = 0.0
+    straggle: Straggle = Straggle()
     stall_timeout: float = 0.0            # 0: off
     stall_abort: bool = False
+    balance: str = "off"                  # on | off | auto: split sync batches by rank speed
+    batch_size: int = 64                  # global batch (samples): the reference for rebalancing
 
 
-def parse_straggle(text: Optional[str]) -> tuple[tuple, float]:
-    """``"1,3:0.02"`` -> ((1, 3), 0.02)."""
-    if not text:
-        return (), 0.0
-    try:
-        ranks, seconds = text.split(":")
-        parsed = tuple(int(r) for r in ranks.split(",") if r.strip())
-        delay = float(seconds)
-    except ValueError:
-        raise ValueError(f"--straggle expects RANKS:SECONDS (e.g. 3:0.02), got {text!r}") from None
-    if delay < 0 or not parsed:
-        raise ValueError(f"--straggle needs ranks and a non-negative delay, got {text!r}")
-    return parsed, delay
+BALANCE_MODES = ("on", "off", "auto")
+# Rebalance only when the slowest rank's step (smoothed over windows) takes this much longer than
+# the median one. Step times of oversubscribed ranks jitter by tens of percent, and below a step's
+# fixed cost time hardly depends on the share, so re-splitting on noise would random-walk the shares.
+REBALANCE_IMBALANCE = 0.5
+# ... and only when that moves some rank's share of a batch by more than this fraction of an even
+# share (a straggler whose fixed cost alone exceeds the others' steps keeps the imbalance even
+# with no samples; re-splitting the others then only chases their noise).
+REBALANCE_SHIFT = 0.25
 
 
 class UpdateEngine:
     """Runs the rounds of an epoch in the mode the policy chose; collects timings and events."""
 
-    def __init__(self, cfg: UpdateConfig, comm: MPI.Intracomm, model, opt, dense_only: bool,
-                 emit: Callable[[dict], None]):
-        if cfg.update not in ("auto", "sync", "async"):
-            raise ValueError(f"--update must be auto, sync or async, got {cfg.update!r}")
-        if cfg.max_staleness < 1 or cfg.window < 1:
-            raise ValueError("--max-staleness and --policy-window must be >= 1")
-        if cfg.update == "async" and not dense_only:
-            raise ValueError("--update async needs a dense model: MoE steps are collective")
+    def __init__(self, cfg: UpdateConfig, comm: MPI.Intracomm, model, opt, emit: Callable[[dict], None]):
+        if cfg.update not in MODES:
+            raise SettingError("update", f"must be one of {', '.join(MODES)}, got {cfg.update!r}")
+        for name, value in (("max_staleness", cfg.max_staleness), ("policy_window", cfg.window)):
+            if value < 1:
+                raise SettingError(name, f"must be >= 1, got {value}")
+        if cfg.balance not in BALANCE_MODES:
+            raise SettingError("balance", f"must be one of {', '.join(BALANCE_MODES)}, got {cfg.balance!r}")
+        if cfg.update == "async" and model.collective_steps:
+            raise SettingError("update", f"async needs a model whose steps are local; "
+                                         f"{type(model).__name__} steps are collective")
         self.cfg, self.comm, self.model, self.opt, self.emit = cfg, comm, model, opt, emit
-        self.dense_only = dense_only
         self.mode = "async" if cfg.update == "async" else "sync"
         self.grad_scale = 1.0
-        self.lr_factor = 1.0              # claim 2's coefficient, set by the trainer after evaluation
-        self.slow = comm.rank in cfg.straggle_ranks
+        self.lr_factor = 1.0              # the gradient coefficient, set by the trainer after evaluation
+        self.slow = cfg.straggle.slows(comm.rank)
         self._window_time = 0.0
         self._window_steps = 0
+        self._window_samples = 0
         self._window_rounds = 0
         self.last_step_times: list[float] = []
         self.local_steps = 0              # steps this rank took (sync and async)
-        self.local_samples = 0
+        self.local_samples = 0            # samples this rank processed (async: re-reads included)
         self.max_round_steps = 0          # largest number of local steps in one async round
+        self.async_rounds = 0             # async rounds this rank took part in, and its steps in them
+        self.async_steps = 0
+        self.round_budget = cfg.max_staleness  # async: local steps before this rank waits for the average
+        self.balance_weights = None       # sync: per-rank share weights of a batch; None: even
+        self.balance_changed = False      # set by a decision that changed the weights; the trainer clears it
+        self._times_ema = None            # step times per rank, smoothed over the windows since the last split
+        self.last_lr = 0.0                # the rate of this rank's last optimizer step
         self.decisions: list[dict] = []
 
     # ------------------------------------------------------------------ steps
@@ -95,20 +134,29 @@ class UpdateEngine:
         t0 = time.perf_counter()
         self.opt.flat.grads[:] = 0.0
         loss, correct = self.model.loss_and_grad(X, y, scale)
-        if self.slow and self.cfg.straggle_s:
-            time.sleep(self.cfg.straggle_s)
+        if self.slow:
+            time.sleep(self.cfg.straggle.delay_s)
+            self._stretch(t0)
         return loss, correct, time.perf_counter() - t0
 
     def _timed_step(self, lr: float) -> float:
         t0 = time.perf_counter()
         self.opt.step(lr)
+        self.last_lr = lr
+        if self.slow:
+            self._stretch(t0)
         return time.perf_counter() - t0
+
+    def _stretch(self, t0: float) -> None:
+        """A straggler's compute since ``t0`` takes ``factor`` times as long (it sleeps the rest)."""
+        if self.cfg.straggle.factor != 1.0:
+            time.sleep((self.cfg.straggle.factor - 1.0) * (time.perf_counter() - t0))
 
     def sync_step(self, X, y, global_batch: int, lr: float, round_index: int) -> tuple[float, int]:
         """One synchronous step on this rank's share of a global batch."""
         loss, correct, compute = self._compute(X, y, 1.0 / max(global_batch, 1))
         pending = self._announce(round_index) if self.cfg.stall_timeout > 0 else None
-        self.comm.Allreduce(MPI.IN_PLACE, self.opt.flat.dense_grads, op=MPI.SUM)
+        wait_politely(self.comm.Iallreduce(MPI.IN_PLACE, self.opt.flat.dense_grads, op=MPI.SUM))
         if pending is not None:
             pending.Wait()
         if self.grad_scale != 1.0:
@@ -118,7 +166,11 @@ class UpdateEngine:
         return loss, correct
 
     def async_round(self, batches: Iterator, lr: float) -> tuple[float, int, int]:
-        """One asynchronous round: local steps until the parameter average arrives (or the bound)."""
+        """One asynchronous round: local steps until the parameter average arrives, or until this
+        rank's step budget is spent; then it waits for the average. The budget (``round_budget``)
+        is how many of this rank's steps fit into one step of the slowest rank (at most
+        ``max_staleness``), so the slowest rank waits right after its own step and never holds
+        a round for longer than that step plus the reduction."""
         dense = self.opt.flat.params[:self.opt.flat.dense_size]
         snapshot = dense.copy()
         total = np.empty_like(snapshot)
@@ -134,44 +186,97 @@ class UpdateEngine:
             loss_sum += loss
             correct_sum += correct
             samples += len(y)
-            if request.Test():
+            if steps >= self.round_budget:
+                wait_politely(request)
                 break
-            if steps >= self.cfg.max_staleness:
-                request.Wait()
+            if request.Test():
                 break
         dense += total / self.comm.size - snapshot
         self.max_round_steps = max(self.max_round_steps, steps)
+        self.async_rounds += 1
+        self.async_steps += steps
         self._account(compute, samples, steps)
         return loss_sum, correct_sum, samples
 
     def _account(self, compute: float, samples: int, steps: int) -> None:
         self._window_time += compute
         self._window_steps += steps
+        self._window_samples += samples
         self._window_rounds += 1
         self.local_steps += steps
         self.local_samples += samples
 
     # ------------------------------------------------------------------ policy
     def end_of_round(self, round_index: int, epoch: int) -> None:
-        """Every ``window`` rounds: gather step times, decide, log (collective at those rounds)."""
+        """Every ``window`` rounds: gather compute times, decide, log (collective at those rounds).
+
+        Balancing (sync) gives each rank a share of a batch in proportion to its speed in the
+        window, samples per second of compute. Step time is not proportional to samples (every
+        step has a fixed cost), so the shares approach equal step times over a few windows
+        rather than in one; a rank whose fixed cost alone exceeds the others' steps ends with
+        (almost) no samples, which is then the fastest split.
+        """
         if self._window_rounds < self.cfg.window:
             return
-        mean = self._window_time / max(self._window_steps, 1)
-        times = self.comm.allgather(mean)
-        self._window_time, self._window_steps, self._window_rounds = 0.0, 0, 0
+        mine = (self._window_time, self._window_steps, self._window_samples)
+        gathered = np.array(self.comm.allgather(mine), dtype=np.float64)
+        self._window_time, self._window_steps, self._window_samples, self._window_rounds = 0.0, 0, 0, 0
+        seconds, steps, samples = gathered.T
+        times = [float(t / max(k, 1.0)) for t, k in zip(seconds, steps)]
         self.last_step_times = times
-        forced = self.cfg.update if self.cfg.update != "auto" else "auto"
-        decision = decide(times, self.cfg.b1, self.cfg.b2, self.cfg.threshold, forced)
+        decision = decide(times, self.cfg.b1, self.cfg.b2, self.cfg.threshold, self.cfg.update)
         mode, scale, note = decision.mode, decision.grad_scale, None
-        if mode == "async" and not self.dense_only:
-            mode, note = "sync", "MoE steps are collective: async not possible, staying sync"
+        if mode == "async" and self.model.collective_steps:
+            mode, note = "sync", "the model's steps are collective: async not possible, staying sync"
         self.mode, self.grad_scale = mode, scale
+        slowest = max(times)
+        budgets = [max(1, min(self.cfg.max_staleness, int(slowest / t))) if t > 0 else self.cfg.max_staleness
+                   for t in times]
+        self.round_budget = budgets[self.comm.rank]
         record = {**decision.as_record(), "mode": mode, "round": round_index, "epoch": epoch,
                   "step_times_s": times}
+        if mode == "async":
+            record["round_budgets"] = budgets
+        # auto: on once the rule finds stragglers and stays sync; it stays on while sync, because
+        # balanced step times no longer show the straggler.
+        was_on = self.balance_weights is not None
+        balanced = mode == "sync" and (self.cfg.balance == "on" or (self.cfg.balance == "auto"
+                                                                     and (decision.ratio > 0 or was_on)))
+        self._set_balance(balanced, times, samples / np.maximum(steps, 1.0))
+        record["balance"] = "on" if self.balance_weights is not None else "off"
         if note:
             record["note"] = note
         self.decisions.append(record)
         self.emit(record)
+
+    def shares(self, batch: int) -> np.ndarray:
+        """Samples per rank of a synchronous global batch of ``batch`` samples under the current
+        balance (even when balancing is off)."""
+        weights = self.balance_weights if self.balance_weights is not None else [1.0] * self.comm.size
+        return proportional_counts(weights, batch)
+
+    def _set_balance(self, on: bool, times: list[float], share: np.ndarray) -> None:
+        """Balancing ``on``: when the step times (smoothed over windows) are out of balance, give
+        each rank ``share`` (its samples per step) times the median step time over its own, i.e.
+        its speed; off: back to even. Sets ``balance_changed`` if any rank's share of a batch moves."""
+        weights = None
+        if on:
+            t = np.asarray(times) if self._times_ema is None else 0.5 * self._times_ema + 0.5 * np.asarray(times)
+            self._times_ema = t
+            median = float(np.median(t))
+            if t.min() <= 0 or t.max() <= (1 + REBALANCE_IMBALANCE) * median:
+                return  # balanced enough: keep the pieces where they are
+            # A rank with no samples keeps the weight of one, so it can win some back.
+            weights = [float(max(n, 1.0) * median / s) for n, s in zip(share, t)]
+        reference = max(self.cfg.batch_size, self.comm.size)
+        before = self.shares(reference)
+        old, self.balance_weights = self.balance_weights, weights
+        moved = np.abs(self.shares(reference) - before).max()
+        if weights is not None and moved <= REBALANCE_SHIFT * reference / self.comm.size:
+            self.balance_weights = old
+            return
+        self._times_ema = None  # times measured under the old split say nothing about the new one
+        self.balance_changed = moved > 0
 
     # ------------------------------------------------------------------ stall detector
     def _announce(self, round_index: int):
@@ -193,7 +298,7 @@ class UpdateEngine:
                 if self.cfg.stall_abort:
                     import sys
                     sys.stderr.write(f"hxmpi.train: stall: ranks {missing} missing at step {round_index} "
-                                     f"after {waited:.1f} s; aborting (--stall-abort)\n")
+                                     f"after {waited:.1f} s; aborting (stall_abort is set)\n")
                     sys.stderr.flush()
                     comm.Abort(3)
             time.sleep(0.001)

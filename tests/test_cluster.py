@@ -61,8 +61,8 @@ def _run_suite_on_hosts(files, env_extra, *pytest_args):
 
 @pytest.mark.watchdog(SUITE_TIMEOUT_S + 60)
 def test_exchange_suite_on_three_hosts(hosts):
-    """Every exchange and topology MPI test, on real separate nodes 2+2+1 over TCP."""
-    _run_suite_on_hosts(["test_exchange.py", "test_topology.py"], {"HXMPI_EXPECT_NODE_SIZES": "2,2,1"},
+    """Every exchange, persistent-request and topology MPI test, on real separate nodes 2+2+1 over TCP."""
+    _run_suite_on_hosts(["test_exchange.py", "test_plans.py", "test_topology.py"], {"HXMPI_EXPECT_NODE_SIZES": "2,2,1"},
                         "-k", "not 2GiB")
 
 
@@ -154,5 +154,5 @@ def test_async_policy_across_hosts(hosts, tmp_path):
     summary = records[-1]
     assert summary["num_nodes"] == 3 and summary["update"] == "async"
     assert summary["max_round_steps"] <= 4 and summary["test_accuracy"] >= 0.9
-    rates = summary["samples_per_s_per_rank"]
+    rates = summary["processed_samples_per_s_per_rank"]
     assert rates[4] < min(rates[:4])

@@ -11,7 +11,7 @@ from mpi4py import MPI
 
 from hxmpi.data.sources import FetchError
 from hxmpi.data.store import make_synthetic, split_train_test, write_store
-from hxmpi.train import Trainer, build_parser
+from hxmpi.train import Trainer, parse_config
 from test_store import FaultServer
 
 pytestmark = pytest.mark.mpi
@@ -46,7 +46,7 @@ def http_store():
 
 
 def trainer(comm, url, cache, *extra):
-    return Trainer(build_parser().parse_args(["--quiet", "--dataset", url, "--staging", "memory",
+    return Trainer(parse_config(["--quiet", "--dataset", url, "--staging", "memory",
                                               "--ranks-per-node", "2", "--cache-dir", cache, "--epochs", "3",
                                               "--update", "sync", *extra]), comm)
 
@@ -89,7 +89,7 @@ def test_corrupt_store_file_fails_on_every_rank(comm, http_store, shared_tmp):
 
 
 def run_args(url, cache, *extra):
-    return build_parser().parse_args(["--quiet", "--dataset", url, "--ranks-per-node", "2", "--cache-dir", cache,
+    return parse_config(["--quiet", "--dataset", url, "--ranks-per-node", "2", "--cache-dir", cache,
                                       "--epochs", "3", "--update", "sync", *extra])
 
 
@@ -254,9 +254,9 @@ def test_distributed_resume_is_bit_identical(comm, http_store, tmp_path_factory)
 def test_default_cache_directory_is_removed_after_the_run(comm, http_store):
     from hxmpi.data.staging import default_cache_dir
     _, url, _ = http_store
-    args = build_parser().parse_args(["--quiet", "--dataset", url, "--ranks-per-node", "2", "--epochs", "1",
-                                      "--staging", "distributed", "--update", "sync"])
-    t = Trainer(args, comm)
+    cfg = parse_config(["--quiet", "--dataset", url, "--ranks-per-node", "2", "--epochs", "1",
+                        "--staging", "distributed", "--update", "sync"])
+    t = Trainer(cfg, comm)
     where = Path(default_cache_dir()) / f"node{t.hc.topology.node}"
     assert comm.allreduce(where.is_dir(), op=MPI.LAND)
     t.run()

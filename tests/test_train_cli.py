@@ -39,7 +39,7 @@ def test_default_run_reaches_accuracy(tmp_path, n, model, target):
 def test_failing_rank_ends_the_job_with_its_message(n):
     proc = launch(n, "--fail-at", f"{n - 1}:3", "--quiet", timeout=120)
     assert proc.returncode != 0
-    assert f"rank {n - 1} failed: RuntimeError: injected failure (--fail-at) at step 3" in proc.stderr
+    assert f"rank {n - 1} failed: RuntimeError: injected failure (fail_at) at step 3" in proc.stderr
 
 
 @needs_mpirun
@@ -50,22 +50,42 @@ def test_failing_rank_ends_the_job_with_its_message(n):
     (["--dataset", "nope"], "unknown dataset 'nope': not a bundled dataset (digits) nor a store"),
     (["--model", "moe", "--experts", "3", "--ranks-per-node", "1"], None),
     (["--hidden", "a,b"], "expected comma-separated integers"),
-    (["--resume"], "--resume needs --checkpoint DIR"),
-    (["--fail-at", "x"], "--fail-at expects RANK:STEP"),
-    (["--straggle", "x"], "--straggle expects RANKS:SECONDS"),
-    (["--model", "moe", "--update", "async"], "--update async needs a dense model"),
-    (["--straggler-threshold", "-1"], "must be > 0 seconds"),
+    (["--resume"], "--resume needs a checkpoint directory"),
+    (["--fail-at", "x"], "argument --fail-at: expects RANK:STEP"),
+    (["--straggle", "x"], "argument --straggle: expects RANKS:SECONDS (e.g. 3:0.02) or RANKS:xF"),
+    (["--straggle", "1:x0.5"], "needs ranks >= 0 and a delay >= 0 or a factor >= 1"),
+    (["--model", "moe", "--update", "async"], "--update async needs a model whose steps are local; MoE"),
+    (["--straggler-threshold", "-1"], "argument --straggler-threshold: must be > 0 seconds"),
+    (["--target-accuracy", "2"], "--target-accuracy must lie in [0, 1], got 2.0"),
+    (["--batch-size", "1", "--epochs", "1"], None),
+    (["--dtype", "float16"], "argument --dtype: invalid choice: 'float16'"),
+    (["--threads", "0"], "argument --threads: must be >= 1"),
+    (["--balance", "maybe"], "argument --balance: invalid choice: 'maybe'"),
 ])
 def test_bad_flags_give_one_line_error(n, flags, message):
     proc = launch(n, *flags, timeout=120)
-    if message is None:  # experts must be a multiple of the rank count: an error only when it is not
-        if 3 % n == 0:
+    if message is None:  # errors only at some rank counts
+        if "--batch-size" in flags:  # a global batch must give every rank a sample
+            if n == 1:
+                assert proc.returncode == 0, proc.stderr
+                return
+            message = f"--batch-size 1 is smaller than the {n} ranks"
+        elif 3 % n == 0:  # experts must be a multiple of the rank count
             assert proc.returncode == 0, proc.stderr
             return
-        message = "--experts 3 must be a positive multiple of the 2 ranks"
+        else:
+            message = "--experts 3 must be a positive multiple of the 2 ranks"
     assert proc.returncode == 2, (proc.returncode, proc.stderr)
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and message in errors[0], proc.stderr
+
+
+@pytest.mark.parametrize("text,ranks,delay,factor", [("2:0.01", (2,), 0.01, 1.0), ("1,3:x2.5", (1, 3), 0.0, 2.5),
+                                                     ("0:X3", (0,), 0.0, 3.0)])
+def test_straggle_takes_a_delay_or_a_factor(text, ranks, delay, factor):
+    from hxmpi.train import parse_config
+    from hxmpi.updates import Straggle
+    assert parse_config(["--straggle", text]).straggle == Straggle(ranks, delay, factor)
 
 
 def test_help_documents_every_flag():
@@ -74,6 +94,13 @@ def test_help_documents_every_flag():
     for flag in ("--model", "--dataset", "--epochs", "--batch-size", "--lr", "--seed", "--ranks-per-node",
                  "--log", "--checkpoint", "--resume", "--quiet", "--shuffle"):
         assert flag in out.stdout
+    # One "(default: ...)" per flag at most, and no references to documents outside the repository.
+    entries = re.split(r"\n  (?=-)", out.stdout.split("options:")[1])
+    assert len(entries) > 40
+    for entry in entries:
+        assert entry.count("default") <= 1, entry
+    for stale in ("claim", "CLAIMS", "source B"):
+        assert stale not in out.stdout
 
 
 @needs_mpirun

@@ -7,19 +7,19 @@ from mpi4py import MPI
 
 from hxmpi.exchange import HierComm
 from hxmpi.models import MoE
-from hxmpi.train import Trainer, build_parser
+from hxmpi.train import Trainer, parse_config
 
 pytestmark = pytest.mark.mpi
 
 
 def args_for(*extra):
-    return build_parser().parse_args(["--quiet", "--epochs", "3", "--update", "sync", *extra])
+    return parse_config(["--quiet", "--epochs", "3", "--update", "sync", *extra])
 
 
 @pytest.mark.parametrize("model", ["mlp", "softmax", "moe"])
 def test_same_loss_at_any_rank_count(comm, model):
     """Same seed and global batch: the world run ends at the single-process loss (1e-6 relative)."""
-    extra = ["--model", model, "--ranks-per-node", "2"]
+    extra = ["--model", model, "--ranks-per-node", "2", "--dtype", "float64"]
     if model == "moe":
         # Experts and capacity chosen so no token is dropped: capacity is per rank, so drops
         # would differ between rank counts by design.
@@ -28,6 +28,36 @@ def test_same_loss_at_any_rank_count(comm, model):
     single = Trainer(args_for(*extra), MPI.COMM_SELF).run()
     assert world["test_loss"] == pytest.approx(single["test_loss"], rel=1e-6)
     assert world["test_accuracy"] == pytest.approx(single["test_accuracy"], abs=1e-12)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_dtype_of_parameters_and_data(comm, dtype):
+    t = Trainer(args_for("--dtype", dtype, "--epochs", "2"), comm)
+    assert t.flat.params.dtype == t.flat.grads.dtype == t.opt.velocity.dtype == np.dtype(dtype)
+    assert t.shuffle.held["x"].dtype == t.data.X_test.dtype == np.dtype(dtype)
+    summary = t.run()
+    assert summary["dtype"] == dtype and summary["test_accuracy"] >= 0.85
+
+
+def test_default_threads_split_the_cores_and_are_applied(comm):
+    from threadpoolctl import threadpool_info
+
+    from hxmpi.threads import host_ranks, usable_cores
+    t = Trainer(args_for("--epochs", "1"), comm)
+    expected = max(1, usable_cores() // host_ranks(comm))
+    assert t.threads == expected
+    assert all(p["num_threads"] == expected for p in threadpool_info())
+    summary = Trainer(args_for("--epochs", "1", "--threads", "1"), comm).run()
+    assert summary["threads"] == 1 and all(p["threads"] == 1 for p in summary["thread_pools"])
+    assert all(p["num_threads"] == 1 for p in threadpool_info())
+
+
+def test_time_to_target(comm):
+    reached = Trainer(args_for("--target-accuracy", "0.5"), comm).run()
+    never = Trainer(args_for("--target-accuracy", "1.0", "--epochs", "1"), comm).run()
+    assert reached["epoch_at_target"] == 1 and 0 < reached["time_to_target_s"] < reached["train_time_s"]
+    assert never["time_to_target_s"] is None and never["epoch_at_target"] is None
+    assert "time_to_target_s" not in Trainer(args_for("--epochs", "1"), comm).run()
 
 
 @pytest.mark.parametrize("shuffle", ["hier", "flat"])
@@ -43,13 +73,13 @@ def test_resume_is_bit_identical(comm, shared_tmp):
     ckpt = os.path.join(tmp, "ckpt")
     common = ["--epochs", "4", "--model", "moe", "--experts", str(comm.size * 2), "--checkpoint", ckpt,
               "--update", "sync"]
-    full = Trainer(build_parser().parse_args(["--quiet", "--epochs", "4", "--model", "moe", "--update", "sync",
+    full = Trainer(parse_config(["--quiet", "--epochs", "4", "--model", "moe", "--update", "sync",
                                               "--experts", str(comm.size * 2)]), comm)
     full.run()
-    first = Trainer(build_parser().parse_args(["--quiet", *common, "--stop-after", "2"]), comm)
+    first = Trainer(parse_config(["--quiet", *common, "--stop-after", "2"]), comm)
     first.run()
     assert not np.array_equal(first.flat.params, full.flat.params)
-    second = Trainer(build_parser().parse_args(["--quiet", *common, "--resume"]), comm)
+    second = Trainer(parse_config(["--quiet", *common, "--resume"]), comm)
     second.load_checkpoint()
     assert second.start_epoch == 2
     second.run()
@@ -57,12 +87,13 @@ def test_resume_is_bit_identical(comm, shared_tmp):
     assert np.array_equal(second.opt.velocity, full.opt.velocity)
 
 
-def test_resume_rejects_other_model(comm, shared_tmp):
-    from hxmpi.train import UsageError
+@pytest.mark.parametrize("other,name", [(["--hidden", "32"], "hidden"), (["--dtype", "float64"], "dtype")])
+def test_resume_rejects_other_model(comm, shared_tmp, other, name):
+    from hxmpi.checkpoint import CheckpointError
     tmp = str(shared_tmp)
-    Trainer(build_parser().parse_args(["--quiet", "--epochs", "1", "--checkpoint", tmp]), comm).run()
-    t = Trainer(build_parser().parse_args(["--quiet", "--hidden", "32", "--checkpoint", tmp, "--resume"]), comm)
-    with pytest.raises(UsageError, match="hidden"):
+    Trainer(parse_config(["--quiet", "--epochs", "1", "--checkpoint", tmp]), comm).run()
+    t = Trainer(parse_config(["--quiet", *other, "--checkpoint", tmp, "--resume"]), comm)
+    with pytest.raises(CheckpointError, match=name):
         t.load_checkpoint()
 
 

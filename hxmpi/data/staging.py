@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -34,6 +33,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import agree
+from ..runlog import Progress
 from . import Dataset
 from .cache import ShardCache
 from .sources import FetchError, FetchStats, Source, fetch_verified, open_source
@@ -157,9 +157,8 @@ class _SharedArrays:
 
 def _fetch_all(source: Source, files: list[dict], node_dir: Path, cfg: StagingConfig, stats: FetchStats,
                report: bool) -> None:
-    """Fetch ``files`` in parallel threads, verified; with ``report``, a progress line every 2 s."""
-    total = sum(f["bytes"] for f in files)
-    done, shown = 0, time.perf_counter()
+    """Fetch ``files`` in parallel threads, verified; with ``report``, show the bytes downloaded."""
+    progress = Progress(sum(f["bytes"] for f in files), "staging", "B", enabled=report)
 
     def one(f):
         own = FetchStats()  # per file: threads must not update shared counters
@@ -167,14 +166,13 @@ def _fetch_all(source: Source, files: list[dict], node_dir: Path, cfg: StagingCo
         return own
 
     with ThreadPoolExecutor(max_workers=max(1, cfg.workers)) as pool:
-        for i, fut in enumerate(as_completed([pool.submit(one, f) for f in files]), 1):
+        f_bytes = {pool.submit(one, f): f["bytes"] for f in files}
+        for i, fut in enumerate(as_completed(f_bytes), 1):
             own = fut.result()
             stats.add(own)
-            done += own.bytes
-            if report and (time.perf_counter() - shown > 2.0 or i == len(files)):
-                shown = time.perf_counter()
-                print(f"staging: {i}/{len(files)} files, {done / 2**20:.1f} MiB downloaded of "
-                      f"{total / 2**20:.1f} MiB ({stats.cache_hits} from cache)", file=sys.stderr, flush=True)
+            # Files from the cache count as done: the bar reaches its total either way.
+            progress.update(f_bytes[fut], f"{i}/{len(files)} files, {stats.cache_hits} from cache")
+    progress.close()
 
 
 def _stage_in_memory(source: Source, index: dict, splits: Sequence[str], comm: MPI.Intracomm,

@@ -1,4 +1,4 @@
-"""Flat parameter buffers: every model keeps parameters and gradients in one float64 array each.
+"""Flat parameter buffers: every model keeps parameters and gradients in one array each (float32 or float64).
 
 Gradient averaging is then one Allreduce over ``grads[:dense_size]``; parameters that live on one
 rank only (MoE experts) sit after the dense part and are never averaged.
@@ -9,14 +9,15 @@ import numpy as np
 
 
 class FlatParams:
-    """Named views into one parameter buffer and one gradient buffer (float64)."""
+    """Named views into one parameter buffer and one gradient buffer, both of ``dtype``."""
 
-    def __init__(self, shapes: dict[str, tuple], local_shapes: dict[str, tuple] | None = None):
+    def __init__(self, shapes: dict[str, tuple], local_shapes: dict[str, tuple] | None = None,
+                 dtype=np.float64):
         self.names = list(shapes) + list(local_shapes or {})
         all_shapes = {**shapes, **(local_shapes or {})}
         sizes = [int(np.prod(all_shapes[n])) for n in self.names]
         self.dense_size = int(sum(int(np.prod(s)) for s in shapes.values()))
-        self.params = np.zeros(int(sum(sizes)), dtype=np.float64)
+        self.params = np.zeros(int(sum(sizes)), dtype=dtype)
         self.grads = np.zeros_like(self.params)
         self.p, self.g = {}, {}
         offset = 0

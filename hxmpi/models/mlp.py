@@ -11,13 +11,15 @@ from .base import FlatParams, glorot, softmax_xent
 class MLP:
     """Dense classifier; ``hidden=()`` is softmax regression. Call ``loss_and_grad`` per batch."""
 
-    def __init__(self, n_features: int, n_classes: int, hidden: Sequence[int], seed: int):
+    collective_steps = False  # a step touches this rank's data only: ranks may step independently
+
+    def __init__(self, n_features: int, n_classes: int, hidden: Sequence[int], seed: int, dtype=np.float64):
         dims = [n_features, *hidden, n_classes]
         shapes = {}
         for i in range(len(dims) - 1):
             shapes[f"W{i}"] = (dims[i], dims[i + 1])
             shapes[f"b{i}"] = (dims[i + 1],)
-        self.flat = FlatParams(shapes)
+        self.flat = FlatParams(shapes, dtype=dtype)
         self.layers = len(dims) - 1
         rng = np.random.default_rng(seed)
         for i in range(self.layers):

@@ -1,28 +1,62 @@
-"""Mixture-of-experts classifier with expert parallelism over a HierComm (source A, claim 7).
+"""Mixture-of-experts classifier with expert parallelism over a HierComm (see docs/method.md).
 
 Layers: dense ReLU (D -> H), then an MoE layer with top-1 gating, a capacity factor and a residual
 connection (H -> H; expert e is a ReLU layer), then a softmax output (H -> C). Experts are sharded
-over the ranks: rank r owns experts [r*E/P, (r+1)*E/P). Tokens travel to their expert's rank and
-back with ``HierComm.alltoallv``, in the forward and the backward pass.
+over the ranks: rank r owns experts [r*E/P, (r+1)*E/P).
+
+Tokens travel to their expert's rank and back in fixed-capacity slots (as GShard and Tutel do): every
+rank sends every rank ``slots`` rows per local expert, padded with zeros, so the count pattern never
+changes and the four exchanges of a step (tokens out and back, their gradients out and back) are two
+persistent ``HierComm`` requests, agreed and planned once per slot count. Padding never changes a
+result: padded rows are zero on the way out, ignored on the way back, and carry zero gradient.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from mpi4py import MPI
+
+from ..errors import SettingError
 from ..exchange import HierComm
 from .base import FlatParams, glorot, softmax_xent
+
+
+class _Dispatch:
+    """Fixed-slot token exchange of width ``width``: ``slots`` rows per local expert to every rank.
+
+    ``out`` -> ``at_owner`` carries rows to the experts' ranks, ``result`` -> ``back`` carries them
+    back; both are persistent requests (collective to create and to free).
+    """
+
+    def __init__(self, hc: HierComm, slots: int, local: int, width: int, dtype):
+        rows = hc.comm.size * local * slots
+        self.out, self.at_owner, self.result, self.back = (np.zeros((rows, width), dtype) for _ in range(4))
+        counts = np.full(hc.comm.size, local * slots * width, dtype=np.int64)
+        self.to_owner = hc.Alltoallv_init([self.out, counts], [self.at_owner, counts])
+        self.to_source = hc.Alltoallv_init([self.result, counts], [self.back, counts])
+
+    @staticmethod
+    def run(request) -> None:
+        request.Start()
+        request.Wait()
+
+    def free(self) -> None:
+        self.to_owner.Free()
+        self.to_source.Free()
 
 
 class MoE:
     """Top-1 MoE classifier; dense parameters are averaged across ranks, expert ones stay local."""
 
+    collective_steps = True  # every step exchanges tokens: all ranks must step together
+
     def __init__(self, n_features: int, n_classes: int, hidden: int, num_experts: int,
-                 capacity_factor: float, hc: HierComm, seed: int):
+                 capacity_factor: float, hc: HierComm, seed: int, dtype=np.float64):
         size, rank = hc.comm.size, hc.comm.rank
         if num_experts < 1 or num_experts % size:
-            raise ValueError(f"--experts {num_experts} must be a positive multiple of the {size} ranks")
+            raise SettingError("experts", f"{num_experts} must be a positive multiple of the {size} ranks")
         if capacity_factor <= 0:
-            raise ValueError(f"capacity factor must be > 0, got {capacity_factor}")
+            raise SettingError("capacity_factor", f"must be > 0, got {capacity_factor}")
         self.hc, self.E, self.H = hc, num_experts, hidden
         self.local = num_experts // size
         self.first = rank * self.local
@@ -30,7 +64,7 @@ class MoE:
         self.flat = FlatParams(
             {"W_in": (n_features, hidden), "b_in": (hidden,), "W_gate": (hidden, num_experts),
              "W_out": (hidden, n_classes), "b_out": (n_classes,)},
-            {"W_exp": (self.local, hidden, hidden), "b_exp": (self.local, hidden)})
+            {"W_exp": (self.local, hidden, hidden), "b_exp": (self.local, hidden)}, dtype=dtype)
         rng = np.random.default_rng(seed)
         p = self.flat.p
         p["W_in"][:] = glorot(rng, n_features, hidden)
@@ -39,6 +73,22 @@ class MoE:
         # Every rank draws all experts and keeps its own, so any rank count gives the same model.
         experts = np.stack([glorot(rng, hidden, hidden) for _ in range(num_experts)])
         p["W_exp"][:] = experts[self.first:self.first + self.local]
+        self._dispatch: dict[int, _Dispatch] = {}  # by slot count: training batches, evaluation
+        self._n_max = np.zeros(1, dtype=np.int64)
+
+    def _dispatcher(self, n: int) -> _Dispatch:
+        """The persistent exchange for the largest batch on any rank (one small Allreduce per call)."""
+        self._n_max[0] = n
+        self.hc.comm.Allreduce(MPI.IN_PLACE, self._n_max, op=MPI.MAX)
+        n_max = int(self._n_max[0])
+        # Room for the largest capacity any rank can use, never more than its batch (no drops then).
+        slots = max(1, min(n_max, int(np.ceil(self.capacity_factor * n_max / self.E))))
+        d = self._dispatch.get(slots)
+        if d is None:
+            if len(self._dispatch) >= 2:  # the slot counts are agreed, so every rank evicts alike
+                self._dispatch.pop(next(iter(self._dispatch))).free()
+            d = self._dispatch[slots] = _Dispatch(self.hc, slots, self.local, self.H, self.flat.p["W_in"].dtype)
+        return d
 
     # -------------------------------------------------------------- routing
     def _route(self, h: np.ndarray):
@@ -55,33 +105,36 @@ class MoE:
         starts = np.concatenate([[0], np.cumsum(counts_e)[:-1]])
         slot[order] = np.arange(n) - np.repeat(starts, counts_e)
         kept = np.flatnonzero(slot < capacity)
-        kept = kept[np.argsort(expert[kept], kind="stable")]  # grouped by expert, so by owner rank
-        owner_counts = np.bincount(expert[kept] // self.local, minlength=self.hc.comm.size)
-        return probs, expert, kept, owner_counts
+        return probs, expert, kept, slot[kept]
 
-    def _experts_forward(self, rows: np.ndarray):
-        hx, local_id = rows[:, :self.H], rows[:, self.H].astype(np.int64)
-        pre = np.empty_like(hx)
-        for j in range(self.local):
-            m = local_id == j
-            pre[m] = hx[m] @ self.flat.p["W_exp"][j] + self.flat.p["b_exp"][j]
-        return hx, local_id, pre
+    def _experts(self, rows: np.ndarray, slots: int) -> np.ndarray:
+        """Rows at an owner, (source, local expert, slot), as (local expert, source * slot, H) views."""
+        size = self.hc.comm.size
+        return rows.reshape(size, self.local, slots, self.H).transpose(1, 0, 2, 3).reshape(
+            self.local, size * slots, self.H)
 
     def _forward(self, X: np.ndarray):
         p = self.flat.p
         z1 = X @ p["W_in"] + p["b_in"]
         h = np.maximum(z1, 0.0)
-        probs, expert, kept, owner_counts = self._route(h)
-        rows = np.concatenate([h[kept], (expert[kept] - (expert[kept] // self.local) * self.local)
-                               [:, None].astype(np.float64)], axis=1)
-        recv, recv_counts = self.hc.alltoallv(rows, owner_counts)
-        hx, local_id, pre = self._experts_forward(recv)
-        back, _ = self.hc.alltoallv(np.maximum(pre, 0.0), recv_counts)
+        probs, expert, kept, slot = self._route(h)
+        d = self._dispatcher(X.shape[0])
+        slots = d.out.shape[0] // (self.hc.comm.size * self.local)
+        where = expert[kept] * slots + slot  # row of each kept token: (owner, local expert, slot)
+        d.out.fill(0)
+        d.out[where] = h[kept]
+        d.run(d.to_owner)
+        hx = self._experts(d.at_owner, slots).copy()  # the buffer serves the backward pass too
+        pre = np.matmul(hx, p["W_exp"]) + p["b_exp"][:, None, :]
+        d.result.reshape(self.hc.comm.size, self.local, slots, self.H)[:] = np.maximum(pre, 0.0).reshape(
+            self.local, self.hc.comm.size, slots, self.H).transpose(1, 0, 2, 3)
+        d.run(d.to_source)
+        back = d.back[where]
         gate = probs[kept, expert[kept]]
         y = h.copy()
         y[kept] += gate[:, None] * back
-        return dict(z1=z1, h=h, probs=probs, expert=expert, kept=kept, owner_counts=owner_counts,
-                    recv_counts=recv_counts, hx=hx, local_id=local_id, pre=pre, back=back, gate=gate, y=y)
+        return dict(z1=z1, h=h, probs=probs, expert=expert, kept=kept, where=where, slots=slots,
+                    hx=hx, pre=pre, back=back, gate=gate, y=y)
 
     # -------------------------------------------------------------- public
     def logits(self, X: np.ndarray) -> np.ndarray:
@@ -101,15 +154,19 @@ class MoE:
         kept, gate, back = f["kept"], f["gate"], f["back"]
         dgate = (dy[kept] * back).sum(axis=1)
         # Expert backward on the owner ranks: the gradient of each expert output travels there.
-        d_out, _ = self.hc.alltoallv(gate[:, None] * dy[kept], f["owner_counts"])
-        dpre = d_out * (f["pre"] > 0)
-        d_hx = np.empty_like(dpre)
-        for j in range(self.local):
-            m = f["local_id"] == j
-            g["W_exp"][j] += f["hx"][m].T @ dpre[m]
-            g["b_exp"][j] += dpre[m].sum(axis=0)
-            d_hx[m] = dpre[m] @ p["W_exp"][j].T
-        d_tok, _ = self.hc.alltoallv(d_hx, f["recv_counts"])
+        d = self._dispatcher(X.shape[0])
+        slots, where, size = f["slots"], f["where"], self.hc.comm.size
+        d.out.fill(0)
+        d.out[where] = gate[:, None] * dy[kept]
+        d.run(d.to_owner)
+        dpre = self._experts(d.at_owner, slots) * (f["pre"] > 0)
+        g["W_exp"] += np.matmul(f["hx"].transpose(0, 2, 1), dpre)
+        g["b_exp"] += dpre.sum(axis=1)
+        d_hx = np.matmul(dpre, p["W_exp"].transpose(0, 2, 1))
+        d.result.reshape(size, self.local, slots, self.H)[:] = d_hx.reshape(
+            self.local, size, slots, self.H).transpose(1, 0, 2, 3)
+        d.run(d.to_source)
+        d_tok = d.back[where]
         dh[kept] += d_tok
         # Gate: d gate_value / d logits_j = p_e * (1[j == e] - p_j).
         dz = np.zeros_like(f["probs"])

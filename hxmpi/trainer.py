@@ -1,0 +1,336 @@
+"""``Trainer``: data-parallel SGD over MPI on numpy models, for one ``TrainConfig``.
+
+Every epoch the training samples are reshuffled globally across ranks with ``HierComm.alltoallv``;
+dense gradients are averaged with one Allreduce per step; MoE experts are sharded over ranks and
+fed their tokens through the same hierarchical exchange. Rank 0 logs; every rank computes.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from . import checkpoint
+from .config import TrainConfig
+from .data import DATASETS, load_dataset
+from .data.shuffle import GlobalShuffle, ShardStream
+from .data.staging import StagingConfig, stage
+from .errors import HxmpiError, SettingError, agree
+from .exchange import HierComm
+from .models import build_model
+from .models.base import softmax_xent
+from .optim import SGD, learning_rate
+from .policy import gradient_coefficient
+from .balance import moved_samples, redistribute
+from .runlog import RunLog, time_to_target
+from .threads import default_threads, limit_threads
+from .updates import UpdateEngine
+
+DTYPES = ("float32", "float64")
+
+
+class Trainer:
+    """Wires topology, data, model and optimizer together for one run (collective: build and run
+    it on every rank of ``comm``)."""
+
+    def __init__(self, cfg: TrainConfig, comm: MPI.Intracomm):
+        cfg.check()
+        self.cfg, self.comm = cfg, comm
+        self.rank, self.size = comm.rank, comm.size
+        if cfg.batch_size < self.size:
+            raise SettingError("batch_size", f"{cfg.batch_size} is smaller than the {self.size} ranks: "
+                                             f"every rank needs at least one sample per step")
+        if cfg.dtype not in DTYPES:
+            raise SettingError("dtype", f"must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
+        if cfg.threads is not None and cfg.threads < 1:
+            raise SettingError("threads", f"must be >= 1, got {cfg.threads}")
+        self.t_start = time.perf_counter()
+        self.threads = cfg.threads or default_threads(comm)
+        self.thread_pools = limit_threads(self.threads)
+        self.dtype = np.dtype(cfg.dtype)
+        self.hc = HierComm(comm, ranks_per_node=cfg.ranks_per_node)
+        self.log = RunLog(cfg.log, self.rank, cfg.quiet)
+        self.staging_info = None
+        if cfg.dataset in DATASETS:
+            if cfg.pretrain_time is not None:
+                raise SettingError("pretrain_time", f"needs a store (a dataset directory or URL), "
+                                                    f"not the bundled {cfg.dataset!r}")
+            self.data = load_dataset(cfg.dataset, seed=cfg.seed)
+        else:
+            problem = None
+            if "://" not in cfg.dataset and not os.path.isdir(cfg.dataset):
+                problem = (f"unknown dataset {cfg.dataset!r}: not a bundled dataset ({', '.join(DATASETS)}) "
+                           f"nor a store directory or URL")
+            agree(comm, problem, HxmpiError)  # a path missing on one node must not hang the rest
+            self._stage(cfg.staging_config(), range(cfg.epochs))
+        experts = cfg.experts or self.size * -(-4 // self.size)
+        self.model = build_model(cfg.model, self.data.n_features, self.data.n_classes, cfg.hidden,
+                                 cfg.seed, hc=self.hc, num_experts=experts,
+                                 capacity_factor=cfg.capacity_factor, dtype=self.dtype)
+        self.flat = self.model.flat
+        self.shuffle = self._make_shuffle()
+        self.opt = SGD(self.flat, comm, cfg.lr, cfg.momentum, cfg.weight_decay, cfg.clip_norm)
+        steps = self.shuffle.steps(0)
+        self.total_steps = sum(self.shuffle.steps(e) for e in range(cfg.epochs))
+        self.warmup_steps = int(round(cfg.warmup_epochs * steps))
+        self.step_every = max(1, int(round(cfg.step_epochs * steps)))
+        self.start_epoch = 0
+        self.first_batch_s = None  # seconds from start-up to the first batch in hand (rank's own)
+        self.pretrain_deadline = None
+        self.rounds = 0  # global steps so far: sync steps or async rounds (drives the schedule)
+        self.updates = UpdateEngine(cfg.update_config(), comm, self.model, self.opt, emit=self._emit)
+        self.local_batch = max(1, cfg.batch_size // self.size)
+
+    @property
+    def events(self) -> list[dict]:
+        """Every record this run logged so far (on every rank)."""
+        return self.log.events
+
+    def _emit(self, record: dict) -> None:
+        self.log.emit(record)
+
+    # ------------------------------------------------------------------ data
+    def _stage(self, staging: StagingConfig, epochs: range) -> None:
+        """Stage the store at ``cfg.dataset`` (collective): sets ``data`` and ``staging_info``."""
+        topo = self.hc.topology
+        self.data, self.staging_info = stage(self.cfg.dataset, self.comm, topo.intra, topo.node, topo.num_nodes,
+                                             staging, self.cfg.seed, epochs)
+
+    def _make_shuffle(self):
+        """The per-epoch global shuffle of the training data (in memory, or streamed by windows)."""
+        d, c = self.data, self.cfg
+        # Features in the model's dtype (a no-op when they are already): a float64 model on a
+        # float32 stream upcasts exactly in its matrix products.
+        d.X_test = d.X_test.astype(self.dtype, copy=False)
+        if d.train_stream is None:
+            return GlobalShuffle(self.hc, d.X_train.astype(self.dtype, copy=False), d.y_train, c.batch_size,
+                                 c.seed, c.shuffle)
+        try:
+            return ShardStream(self.hc, d.train_stream, c.batch_size, c.seed, c.shuffle)
+        except ValueError:
+            d.close()
+            raise
+
+    def staging_progress(self) -> dict:
+        """Distributed-mode counters for the log (collective; empty in memory mode)."""
+        stream = self.data.train_stream
+        return stream.stats() if stream is not None else {}
+
+    def switch_to_distributed(self, decision: dict) -> None:
+        """Pre-train decision (logged as ``decision`` plus the sample counts): restage the re-read
+        store in distributed mode from ``decision["epoch"]`` on, keep the model (collective)."""
+        epoch, before = decision["epoch"], self.data.train_samples
+        self.data.close()
+        self._stage(self.cfg.staging_config(staging="distributed"), range(epoch, self.cfg.epochs))
+        self.shuffle = self._make_shuffle()
+        # The remaining schedule covers the (possibly grown) store from where training stands.
+        self.total_steps = self.rounds + sum(self.shuffle.steps(e) for e in range(epoch, self.cfg.epochs))
+        self._emit({**decision, "decision": "switch to distributed", "train_samples_before": before,
+                    "train_samples_after": self.data.train_samples})
+        self._emit(self.staging_info)
+
+    # ------------------------------------------------------------------ checkpoints
+    def _meta(self) -> dict:
+        return checkpoint.run_meta(self.cfg, self.size, self.model, self.flat.params.size)
+
+    def save_checkpoint(self, epoch: int) -> None:
+        """Checkpoint after ``epoch`` epochs into ``cfg.checkpoint`` (collective)."""
+        checkpoint.save(self.cfg.checkpoint, self.comm,
+                        {"params": self.flat.params, "velocity": self.opt.velocity,
+                         "opt_steps": np.int64(self.opt.steps), "rounds": np.int64(self.rounds)},
+                        self._meta(), epoch)
+
+    def load_checkpoint(self) -> None:
+        """Restore parameters, momentum and progress from ``cfg.checkpoint``; a checkpoint of
+        another run raises CheckpointError on every rank (collective)."""
+        shard, meta = checkpoint.load(self.cfg.checkpoint, self.comm, self._meta())
+        self.flat.params[:] = shard["params"]
+        self.opt.velocity[:] = shard["velocity"]
+        self.opt.steps = int(shard["opt_steps"])
+        self.rounds = int(shard["rounds"])
+        self.start_epoch = int(meta["epochs_done"])
+        if self.data.train_stream is not None:
+            self.data.train_stream.seek(self.start_epoch)
+
+    # ------------------------------------------------------------------ training
+    def evaluate(self) -> tuple[float, float]:
+        """Test loss and accuracy over the whole test split (collective)."""
+        X, y = self.data.X_test, self.data.y_test
+        lo, hi = self.rank * len(y) // self.size, (self.rank + 1) * len(y) // self.size
+        loss, correct, _ = softmax_xent(self.model.logits(X[lo:hi]), y[lo:hi], 1.0)
+        sums = np.array([loss, correct], dtype=np.float64)
+        self.comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
+        return float(sums[0] / len(y)), float(sums[1] / len(y))
+
+    def lr_at(self, step: int) -> float:
+        """Learning rate of optimizer step ``step``."""
+        c = self.cfg
+        return learning_rate(step, c.lr, c.schedule, self.total_steps, self.warmup_steps, self.step_every, c.gamma)
+
+    def _local_batches(self, parts):
+        """Async rounds draw from this rank's samples of the epoch, cyclically, in local batches."""
+        X = np.concatenate([p[0] for p in parts]) if parts else np.empty((0,))
+        y = np.concatenate([p[1] for p in parts]) if parts else np.empty((0,), np.int64)
+        b = self.local_batch
+        while True:
+            if len(y) == 0:
+                yield X, y
+                continue
+            for lo in range(0, len(y), b):
+                yield X[lo:lo + b], y[lo:lo + b]
+
+    def train_epoch(self, epoch: int) -> dict:
+        """One epoch over the globally shuffled data; returns its metrics (identical on all ranks).
+
+        ``samples`` counts each sample of the epoch once (unique); ``processed_samples`` counts
+        every forward pass, which in async mode includes fast ranks re-reading their share.
+        ``train_time_s`` is the slowest rank's.
+        """
+        stats = np.zeros(4)  # loss sum, correct, processed samples, unique samples
+        t0 = time.perf_counter()
+        expired = False
+        fail_at = self.cfg.fail_at
+        # A window's exchange happens when it is drawn, for every rank alike: the whole epoch in
+        # memory mode, one window of shards at a time when streaming.
+        for parts in self.shuffle.epoch_windows(epoch):
+            if self.first_batch_s is None:
+                self.first_batch_s = time.perf_counter() - self.t_start
+            parts = list(parts)
+            processed_before = stats[2]
+            batches = self._local_batches(parts)
+            if self.updates.balance_weights is not None:  # the shuffle dealt evenly: apply the split
+                self._rebalance(parts, 0)
+            s = 0
+            while s < len(parts):
+                X, y, global_batch = parts[s]
+                if fail_at and tuple(fail_at) == (self.rank, self.rounds):
+                    raise RuntimeError(f"injected failure (fail_at) at step {self.rounds}")
+                lr = self.lr_at(self.rounds)
+                if self.updates.mode == "sync":
+                    # Local sums scaled by 1/global batch: summed over ranks, the exact global mean.
+                    loss, correct = self.updates.sync_step(X, y, global_batch, lr, self.rounds)
+                    stats[:3] += (loss, correct, len(y))
+                else:
+                    stats[:3] += self.updates.async_round(batches, lr)
+                self.rounds += 1
+                s += 1
+                self.updates.end_of_round(self.rounds, epoch)
+                if self.updates.balance_changed:  # the same on every rank: a collective decision
+                    self.updates.balance_changed = False
+                    self._emit({"event": "rebalance", "epoch": epoch, "round": self.rounds,
+                                "counts": [int(c) for c in self.updates.shares(self.cfg.batch_size)],
+                                "weights": self.updates.balance_weights,
+                                "samples_moved": self._rebalance(parts, s)})
+                if self.pretrain_deadline is not None:
+                    # Rank 0's clock decides, so every rank leaves after the same step.
+                    expired = self.comm.bcast(time.perf_counter() > self.pretrain_deadline if self.rank == 0
+                                              else None, root=0)
+                    if expired:
+                        break
+            # Unique: at most this rank's share of the window (async re-reads it cyclically).
+            stats[3] += min(stats[2] - processed_before, sum(len(p[1]) for p in parts))
+            if expired:
+                break
+        elapsed = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+        self.comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
+        return {"train_loss": stats[0] / max(stats[2], 1), "train_accuracy": stats[1] / max(stats[2], 1),
+                "train_time_s": elapsed, "samples": int(stats[3]), "processed_samples": int(stats[2]),
+                "update": self.updates.mode, **({"pretrain_expired": True} if expired else {})}
+
+    def _rebalance(self, parts: list, start: int) -> int:
+        """Re-split steps ``parts[start:]`` over the ranks by the current balance (collective);
+        returns the samples that changed rank (0 when no step is left: the next window is split
+        by the new shares from its start)."""
+        rest = parts[start:]
+        if not rest:  # the decision came with the window's last step: the next window is split anew
+            return 0
+        current = np.array(self.comm.allgather([len(p[1]) for p in rest]), dtype=np.int64).T.reshape(len(rest), -1)
+        target = np.array([self.updates.shares(p[2]) for p in rest], dtype=np.int64).reshape(len(rest), -1)
+        if np.array_equal(current, target):
+            return 0
+        parts[start:] = redistribute(self.hc, rest, current, target)
+        return moved_samples(current, target)
+
+    def adjust_from_accuracy(self, accuracy: float) -> None:
+        """Scale the next epoch's steps from the accuracy gap and the slowest step time (the
+        gradient coefficient of docs/method.md)."""
+        times = self.updates.last_step_times or [1.0]
+        median = float(np.median(times))
+        coeff = gradient_coefficient(accuracy, self.cfg.target_accuracy, max(times), median)
+        self.updates.lr_factor = coeff
+        self._emit({"event": "gradient_adjustment", "accuracy": accuracy, "target": self.cfg.target_accuracy,
+                    "max_step_time_s": max(times), "median_step_time_s": median, "coefficient": coeff})
+
+    def run(self) -> dict:
+        """Train all epochs; returns the summary record (collective)."""
+        c = self.cfg
+        if self.staging_info:
+            self._emit(self.staging_info)
+        self.log.start_epochs(c.epochs, self.start_epoch)
+        train_time = samples = processed = data_wait = first_batch = 0
+        epochs_run = []
+        test_loss = test_acc = float("nan")
+        stop_reason = None
+        if c.pretrain_time is not None:
+            if self.data.train_stream is None:
+                self.pretrain_deadline = time.perf_counter() + c.pretrain_time
+            else:
+                self._emit({"event": "staging_decision", "decision": "no pre-training: the store is staged "
+                            "in distributed mode already"})
+        last = c.epochs if c.stop_after is None else min(c.epochs, self.start_epoch + c.stop_after)
+        for epoch in range(self.start_epoch, last):
+            m = self.train_epoch(epoch)
+            train_time += m["train_time_s"]
+            samples += m["samples"]
+            processed += m["processed_samples"]
+            test_loss, test_acc = self.evaluate()
+            if c.target_accuracy is not None:
+                self.adjust_from_accuracy(test_acc)
+            first_batch = self.comm.allreduce(self.first_batch_s or 0.0, op=MPI.MAX)  # slowest rank
+            staged = self.staging_progress()
+            data_wait = staged.get("data_wait_s", 0.0)
+            record = {"event": "epoch", "epoch": epoch + 1, **m, "test_loss": test_loss,
+                      "test_accuracy": test_acc, "lr": self.updates.last_lr,
+                      "shuffle_bytes_sent": self.shuffle.bytes_moved,
+                      "time_to_first_batch_s": first_batch,
+                      **({"staging": staged, "data_wait_fraction": data_wait / train_time if train_time else 0.0}
+                         if staged else {})}
+            if c.checkpoint:
+                self.save_checkpoint(epoch + 1)
+            self.log.epoch(record)
+            epochs_run.append(record)
+            if m.get("pretrain_expired"):
+                self.pretrain_deadline = None
+                decision = {"event": "staging_decision", "epoch": epoch + 1, "accuracy": test_acc,
+                            "target": c.target_accuracy, "pretrain_time_s": c.pretrain_time}
+                if test_acc >= c.target_accuracy:
+                    stop_reason = "target accuracy reached in pre-training"
+                    self._emit({**decision, "decision": "stop: target reached"})
+                    last = epoch + 1
+                    break
+                self.switch_to_distributed(decision)
+        topo = self.hc.topology
+        per_s = (lambda n: n / train_time) if train_time else (lambda n: 0.0)
+        summary = {"event": "summary", "test_accuracy": test_acc, "test_loss": test_loss,
+                   "epochs": last, "samples_per_s": per_s(samples), "processed_samples_per_s": per_s(processed),
+                   "world_size": self.size, "num_nodes": topo.num_nodes, "model": c.model, "dtype": c.dtype,
+                   "threads": self.threads, "thread_pools": self.thread_pools,
+                   "shuffle": c.shuffle, "batch_size": c.batch_size, "train_time_s": train_time,
+                   **({"target_accuracy": c.target_accuracy,
+                       **dict(zip(("time_to_target_s", "epoch_at_target"),
+                                  time_to_target(epochs_run, c.target_accuracy)))}
+                      if c.target_accuracy is not None else {}),
+                   "update": self.updates.mode, "policy_decisions": len(self.updates.decisions),
+                   "rebalances": sum(e["event"] == "rebalance" for e in self.events),
+                   "processed_samples_per_s_per_rank": self.comm.allgather(per_s(self.updates.local_samples)),
+                   "max_round_steps": self.comm.allreduce(self.updates.max_round_steps, op=MPI.MAX),
+                   "steps_per_async_round_per_rank": self.comm.allgather(
+                       self.updates.async_steps / max(self.updates.async_rounds, 1)),
+                   "time_to_first_batch_s": first_batch,
+                   "data_wait_s": data_wait, "data_wait_fraction": data_wait / train_time if train_time else 0.0,
+                   **({"stop_reason": stop_reason} if stop_reason else {})}
+        self.data.close()
+        self.log.close(summary)
+        return summary

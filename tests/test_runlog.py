@@ -1,0 +1,47 @@
+"""Serial checks of the run log: plain progress lines off a terminal, JSONL records, time to target."""
+import io
+import json
+
+from hxmpi.runlog import Progress, RunLog, time_to_target
+
+
+def test_plain_progress_lines_off_a_terminal():
+    out = io.StringIO()
+    p = Progress(3 * 2**20, "staging", "B", every_s=0.0, file=out)
+    p.update(2**20, "1/3 files, 0 from cache")
+    p.update(2 * 2**20, "3/3 files, 1 from cache")
+    p.close()
+    assert out.getvalue().splitlines() == ["staging 1.0/3.0 MiB  1/3 files, 0 from cache",
+                                           "staging 3.0/3.0 MiB  3/3 files, 1 from cache"]
+
+
+def test_progress_is_rate_limited_but_always_shows_the_end():
+    out = io.StringIO()
+    p = Progress(10, "train", "epoch", every_s=3600.0, file=out)
+    for _ in range(10):
+        p.update(1)
+    assert out.getvalue().splitlines() == ["train 10/10 epoch"]
+    silent = io.StringIO()
+    q = Progress(1, "train", "epoch", enabled=False, file=silent)
+    q.update(1)
+    assert silent.getvalue() == ""
+
+
+def test_only_rank_0_writes_the_jsonl(tmp_path):
+    path = tmp_path / "log.jsonl"
+    for rank in (1, 0):
+        log = RunLog(str(path), rank, quiet=True)
+        log.emit({"event": "x", "rank": rank})
+        log.close({"event": "summary"})
+        assert [e["event"] for e in log.events] == ["x", "summary"]
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [
+        {"event": "x", "rank": 0}, {"event": "summary"}]
+
+
+def test_time_to_target_sums_training_time_up_to_the_first_epoch_at_target():
+    epochs = [{"epoch": 1, "train_time_s": 0.5, "test_accuracy": 0.8},
+              {"epoch": 2, "train_time_s": 0.25, "test_accuracy": 0.95},
+              {"epoch": 3, "train_time_s": 0.25, "test_accuracy": 0.97}]
+    assert time_to_target(epochs, 0.95) == (0.75, 2)
+    assert time_to_target(epochs, 0.99) == (None, None)
+    assert time_to_target([], 0.5) == (None, None)
