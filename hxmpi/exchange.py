@@ -324,7 +324,8 @@ class HierComm:
             if len(self._choices) > 4096:
                 self._choices.clear()
             t = self.topology
-            algo = self._choices[mean_block] = self.cost_model.choose(t.num_nodes, t.max_node_size, mean_block)
+            algo = self._choices[mean_block] = self.cost_model.choose(t.num_nodes, t.max_node_size, mean_block,
+                                                                      self.node_phase)
         return algo
 
     @property

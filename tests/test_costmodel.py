@@ -3,20 +3,46 @@ import json
 
 import pytest
 
-from hxmpi.costmodel import CostModel, fit
+from hxmpi.costmodel import CostModel, alltoallv_algorithm, fit
+
+# Linear and pairwise flat worlds, node sizes 2 to 8, one single-node world (intra-node latency
+# apart from the fixed costs): every parameter shows in some feature.
+LAYOUTS = ((2, 2), (4, 2), (2, 4), (8, 4), (16, 4), (8, 8), (1, 3))
 
 
-def synthetic(model, layouts=((2, 2), (4, 2), (2, 4), (8, 4))):
-    return [(a, n, g, b, model.predict(a, n, g, b)) for n, g in layouts for a in ("flat", "hier")
+def synthetic(model, layouts=LAYOUTS, node_phase="shm"):
+    return [(a, n, g, b, model.predict(a, n, g, b, node_phase)) for n, g in layouts for a in ("flat", "hier")
             for b in (8, 512, 8192, 65536, 1 << 20)]
 
 
-def test_fit_recovers_parameters():
+@pytest.mark.parametrize("node_phase", ["shm", "mpi"], ids=["shm-phase", "mp-phase"])  # an "mpi" id would mark it an MPI test
+def test_fit_recovers_parameters(node_phase):
     truth = CostModel(alpha_intra=1e-6, beta_intra=1 / 5e9, alpha_inter=5e-6, beta_inter=1 / 2e9,
-                      beta_copy=1 / 8e9, overhead_flat=30e-6, overhead_hier=80e-6)
-    got = fit(synthetic(truth))
+                      beta_copy=1 / 8e9, overhead_flat=30e-6, overhead_hier=80e-6, msg_overhead=0.3e-6)
+    # Backbone and link seconds per byte have the same feature: only their sum can be fitted.
+    got = fit(synthetic(truth, node_phase=node_phase), fixed={"beta_backbone": 0.0}, node_phase=node_phase)
     for name in truth.__dict__:
         assert getattr(got, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
+
+
+def test_open_mpi_rule_and_phase_costs():
+    assert [alltoallv_algorithm(p) for p in (2, 3, 4, 63, 64, 127, 128, 255, 256, 1023, 1024)] == \
+        ["pairwise"] * 2 + ["linear"] * 2 + ["pairwise"] * 2 + ["linear"] * 2 + ["pairwise"] * 2 + ["linear"]
+    m = CostModel(overhead_flat=0, overhead_hier=0, beta_copy=0, beta_inter=0, beta_intra=0, msg_overhead=0)
+    # Pairwise flat pays one latency per peer, linear flat one in all; hier's lane phase is linear.
+    assert m.predict("flat", 8, 8, 8) == pytest.approx(63 * m.alpha_inter)
+    assert m.predict("flat", 4, 4, 8) == pytest.approx(m.alpha_inter)
+    assert m.predict("hier", 8, 8, 8) == pytest.approx(m.alpha_inter + 6 * m.alpha_intra)  # 2 barriers of 3
+    # An oversubscribed backbone slows the inter-node bytes of both algorithms alike.
+    fat = CostModel(beta_backbone=3 * CostModel().beta_inter)
+    for algo in ("flat", "hier"):
+        slower = fat.predict(algo, 8, 8, 1 << 20) - CostModel().predict(algo, 8, 8, 1 << 20)
+        assert slower == pytest.approx(8 * 56 * (1 << 20) * fat.beta_backbone)
+    # The message-passing node phase copies more than the shared-memory one.
+    c = CostModel(overhead_hier=0)
+    assert c.predict("hier", 8, 8, 1 << 20, "mpi") > c.predict("hier", 8, 8, 1 << 20, "shm")
+    with pytest.raises(ValueError, match="node_phase"):
+        c.predict("hier", 8, 8, 8, "window")
 
 
 def test_fit_with_pinned_parameters_and_no_negative_values():
@@ -29,13 +55,14 @@ def test_fit_with_pinned_parameters_and_no_negative_values():
     assert min(fit(fast, fixed=pinned).__dict__.values()) >= 0
 
 
-def test_choice_and_crossover_agree():
+@pytest.mark.parametrize("node_phase", ["shm", "mpi"], ids=["shm-phase", "mp-phase"])  # an "mpi" id would mark it an MPI test
+def test_choice_and_crossover_agree(node_phase):
     m = CostModel()
     for nodes, g in ((64, 8), (512, 4), (4096, 2)):
-        c = m.crossover(nodes, g)
+        c = m.crossover(nodes, g, node_phase)
         assert c is not None and c > 0
-        assert m.choose(nodes, g, c * 0.5) == "hier"
-        assert m.choose(nodes, g, c * 2.0) == "flat"
+        assert m.choose(nodes, g, c * 0.5, node_phase) == "hier"
+        assert m.choose(nodes, g, c * 2.0, node_phase) == "flat"
     assert m.choose(1, 8, 8) == "flat" and m.choose(64, 1, 8) == "flat"  # degenerate layouts
     assert m.crossover(1, 8) == 0.0
 
@@ -44,6 +71,8 @@ def test_save_load_roundtrip_and_errors(tmp_path):
     path = tmp_path / "t.json"
     CostModel(alpha_inter=9e-6).save(str(path), layout={"nodes": 2})
     assert CostModel.load(str(path)).alpha_inter == 9e-6
+    path.write_text(json.dumps({"model": {"alpha_inter": 2e-6}}))  # older files lack newer parameters
+    assert CostModel.load(str(path)).msg_overhead == CostModel().msg_overhead
     path.write_text(json.dumps({"model": {"alpha_inter": -1}}))
     with pytest.raises(ValueError, match="non-negative"):
         CostModel.load(str(path))

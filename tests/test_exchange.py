@@ -75,7 +75,7 @@ def test_random_counts_all_layouts(comm, hcs, layout, algorithm):
     possible = t.num_nodes > 1 and t.max_node_size > 1
     if algorithm == "auto":  # the cost model's pick for the largest rank's mean block
         mean_block = comm.allreduce(sbuf.nbytes, op=MPI.MAX) // comm.size
-        algorithm = hc.cost_model.choose(t.num_nodes, t.max_node_size, mean_block)
+        algorithm = hc.cost_model.choose(t.num_nodes, t.max_node_size, mean_block, hc.node_phase)
     assert hc.last_stats["algorithm"] == (algorithm if possible else "flat")
 
 

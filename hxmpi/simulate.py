@@ -1,0 +1,561 @@
+"""``python -m hxmpi.simulate``: replay hxmpi's exact message schedules in SimGrid (SMPI).
+
+Evidence at a scale this machine cannot run. For every layout and block size, every rank's part
+of one flat and one hier all-to-all is written as a time-independent trace and replayed with
+``smpirun -replay`` (SimGrid's ``smpireplaymain``, Debian package ``libsimgrid-dev``) on a
+simulated cluster. The traces come from ``hxmpi.plan.rank_schedule``, the planner ``HierComm``
+executes, so the simulated messages and copies are the ones hxmpi makes:
+
+- messages: each all-to-all phase as Open MPI runs it. A blocking ``MPI_Alltoallv`` (flat, and
+  hier's message-passing node phase) follows Open MPI's fixed rule (``costmodel.alltoallv_algorithm``):
+  pairwise rounds (send to rank+k, receive from rank-k, wait) or linear (post every receive and
+  send, then wait). Hier's lane phase is a nonblocking ``Ialltoallv``, which Open MPI runs linear.
+- copies (pack, repack, copy out of the node window, unpack) and hxmpi's fixed per-call cost:
+  ``sleep`` actions, at the model's copy bandwidth and fixed costs;
+- node barriers of the shared-memory node phase: dissemination rounds of 1-byte messages.
+
+The platform is a SimGrid cluster of N hosts of G cores: a private link per host (inter-node
+latency and bandwidth, full duplex), a backbone (non-blocking unless ``--oversubscription``) or a
+two-level fat tree, a loopback link per host for intra-node messages, and a per-message CPU
+overhead at the sender and the receiver. The numbers come from a tuning file (``calibrate.py``'s)
+or a preset (``PRESETS``), and the same numbers feed ``hxmpi.costmodel``, so the report's model
+columns and errors show what the model's structure misses, not a difference in parameters.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .costmodel import CostModel, alltoallv_algorithm
+from .plan import Copy, Exchange, Layout, rank_schedule
+
+REPLAY_MAIN = "/usr/lib/x86_64-linux-gnu/simgrid/smpireplaymain"
+INSTALL_HINT = "install SimGrid's SMPI: apt-get install libsimgrid-dev (it ships smpirun and smpireplaymain)"
+
+# Presets: CostModel numbers of a cluster node (seconds, seconds per byte). Sources of each number
+# are in README.md, "At scale". Fixed per-call costs and copy bandwidth stay the built-in defaults.
+_BASE = CostModel()
+PRESETS = {
+    # 100 Gb/s InfiniBand port (HDR100 / EDR): 12.5 GB/s, ~1 us MPI latency, ~0.2 us CPU per message.
+    "hdr": replace(_BASE, alpha_inter=1.0e-6, beta_inter=1 / 12.5e9, msg_overhead=0.2e-6,
+                   alpha_intra=0.4e-6, beta_intra=1 / 8e9),
+    # 25 GbE with TCP: 3 GB/s of 3.125 GB/s line rate, ~5 us latency, ~1 us CPU per message (syscalls).
+    "25gbe": replace(_BASE, alpha_inter=5.0e-6, beta_inter=1 / 3e9, msg_overhead=1.0e-6,
+                     alpha_intra=0.4e-6, beta_intra=1 / 8e9),
+}
+NETWORKS = ("backbone", "fat-tree")
+PHASE_TAG = {"flat": 0, "lane": 1, "node": 2, "barrier": 3}
+TAG_STRIDE = 1000  # tag = phase * TAG_STRIDE + n-th message to the same peer within the phase
+
+
+class SimulateError(Exception):
+    """A flag, file or replay that cannot work; the CLI prints it as one ``error:`` line."""
+
+
+@dataclass(frozen=True)
+class Network:
+    """How hosts connect: "backbone" (one shared switch) or "fat-tree" (two levels, ``leaf`` hosts per
+    leaf switch). The model's ``beta_backbone`` sets the oversubscription (see ``oversubscribe``)."""
+    kind: str = "backbone"
+    leaf: int = 16
+
+
+def oversubscription(model: CostModel) -> float:
+    """R: how many times slower the backbone (or spine) is than all node links together."""
+    return 1.0 + model.beta_backbone / model.beta_inter
+
+
+def oversubscribe(model: CostModel, ratio: float) -> CostModel:
+    """The model on a network whose backbone carries 1/ratio of all node links' bandwidth."""
+    return replace(model, beta_backbone=(ratio - 1.0) * model.beta_inter)
+
+
+# ---------------------------------------------------------------------------------------- counts
+def node_of_sizes(sizes: Sequence[int]) -> np.ndarray:
+    """Node id of every rank for consecutive nodes of the given sizes."""
+    return np.repeat(np.arange(len(sizes)), sizes)
+
+
+def make_counts(size: int, block: int, uneven: bool, seed: int = 0) -> np.ndarray:
+    """(P, P) bytes matrix: ``block`` everywhere, or skewed Zipf-like rows with the same row sums."""
+    if not uneven:
+        return np.full((size, size), block, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    counts = np.empty((size, size), dtype=np.int64)
+    for src in range(size):
+        weights = 1.0 / (1 + rng.permutation(size)) ** 1.2
+        row = np.floor(weights / weights.sum() * block * size).astype(np.int64)
+        row[src] += block * size - row.sum()
+        counts[src] = row
+    return counts
+
+
+# ---------------------------------------------------------------------------------------- traces
+def _comm_of(phase: str, layout: Layout, rank: int) -> np.ndarray:
+    """World ranks of the communicator a phase runs on, in its rank order."""
+    if phase == "node":
+        return layout.members[int(layout.node_of[rank])]
+    return np.arange(layout.size)
+
+
+def phase_algorithm(phase: str, layout: Layout, rank: int) -> str:
+    """How Open MPI runs this phase: "pairwise" or "linear" (the lane phase is a nonblocking Ialltoallv)."""
+    if phase == "lane":
+        return "linear"
+    return alltoallv_algorithm(len(_comm_of(phase, layout, rank)))
+
+
+def _tagged(rank: int, verb: str, pairs, phase: str) -> dict:
+    """{peer: [action lines]} with a tag per (phase, n-th message to that peer)."""
+    out: dict[int, list[str]] = {}
+    for peer, nbytes in pairs:
+        k = len(out.setdefault(peer, []))
+        out[peer].append(f"{rank} {verb} {peer} {PHASE_TAG[phase] * TAG_STRIDE + k} {nbytes}")
+    return out
+
+
+def exchange_actions(rank: int, step, layout: Layout) -> list[str]:
+    """Trace lines of one Exchange step, as Open MPI's algorithm for that phase posts them."""
+    sends = _tagged(rank, "isend", step.sends, step.phase)
+    recvs = _tagged(rank, "irecv", step.recvs, step.phase)
+    if not sends and not recvs:
+        return []
+    if phase_algorithm(step.phase, layout, rank) == "linear":
+        return [ln for v in recvs.values() for ln in v] + [ln for v in sends.values() for ln in v] + \
+            [f"{rank} waitall"]
+    members = _comm_of(step.phase, layout, rank).tolist()
+    pos, size, lines = members.index(rank), len(members), []
+    for k in range(1, size):
+        # Sends first: a round's receive never waits on a send that is posted after it.
+        round_ = sends.get(members[(pos + k) % size], []) + recvs.get(members[(pos - k) % size], [])
+        if round_:
+            lines += round_ + [f"{rank} waitall"]
+    return lines
+
+
+def barrier_actions(rank: int, layout: Layout) -> list[str]:
+    """A dissemination barrier over the rank's node: ceil(log2 G) rounds of 1-byte messages."""
+    members = layout.members[int(layout.node_of[rank])].tolist()
+    pos, size, lines, dist = members.index(rank), len(members), [], 1
+    tag = PHASE_TAG["barrier"] * TAG_STRIDE
+    while dist < size:
+        lines += [f"{rank} isend {members[(pos + dist) % size]} {tag} 1",
+                  f"{rank} irecv {members[(pos - dist) % size]} {tag} 1", f"{rank} waitall"]
+        dist *= 2
+    return lines
+
+
+def rank_trace(layout: Layout, counts: np.ndarray, rank: int, algorithm: str, node_phase: str,
+               model: CostModel) -> list[str]:
+    """Time-independent trace of ``rank`` for one call: fixed cost, copies, messages, barriers."""
+    steps = rank_schedule(layout, counts, rank, algorithm, node_phase)
+    hier = any(isinstance(s, Exchange) and s.phase != "flat" for s in steps)
+    lines = [f"{rank} init"]
+    fixed = model.overhead_hier if hier else model.overhead_flat
+    copy_bytes = 0
+
+    def flush(copy_bytes: int) -> None:
+        if copy_bytes:
+            lines.append(f"{rank} sleep {copy_bytes * model.beta_copy:.12g}")
+
+    if fixed > 0:
+        lines.append(f"{rank} sleep {fixed:.12g}")
+    for step in steps:
+        if isinstance(step, Copy):
+            copy_bytes += step.nbytes  # consecutive copies are one sleep
+            continue
+        flush(copy_bytes)
+        copy_bytes = 0
+        lines += exchange_actions(rank, step, layout) if isinstance(step, Exchange) else barrier_actions(rank, layout)
+    flush(copy_bytes)
+    lines.append(f"{rank} finalize")
+    return lines
+
+
+def trace_stats(lines: Sequence[str]) -> dict:
+    """Messages and bytes a trace sends, per phase ("flat", "lane", "node", "barrier")."""
+    names = {v: k for k, v in PHASE_TAG.items()}
+    stats: dict[str, dict] = {}
+    for ln in lines:
+        parts = ln.split()
+        if parts[1] == "isend":
+            entry = stats.setdefault(names[int(parts[3]) // TAG_STRIDE], {"messages": 0, "bytes": 0})
+            entry["messages"] += 1
+            entry["bytes"] += int(parts[4])
+    return stats
+
+
+# -------------------------------------------------------------------------------------- platform
+def platform_xml(layout: Layout, model: CostModel, network: Network) -> str:
+    """SimGrid cluster: one host per node, a private full-duplex link, backbone or fat tree, loopback."""
+    n, g = layout.num_nodes, layout.max_node_size
+    bw_inter, bw_intra = 1 / model.beta_inter, 1 / model.beta_intra
+    attrs = dict(id="cluster", prefix="node-", suffix="", radical=f"0-{n - 1}", speed="1Gf", core=str(g),
+                 bw=f"{bw_inter:.6g}Bps", loopback_bw=f"{bw_intra:.6g}Bps",
+                 loopback_lat=f"{model.alpha_intra:.6g}s", sharing_policy="SPLITDUPLEX")
+    if network.kind == "backbone":
+        # Host -> backbone -> host crosses two private links: each carries half the latency.
+        attrs.update(lat=f"{model.alpha_inter / 2:.6g}s", bb_lat="0s",
+                     bb_bw=f"{n * bw_inter / oversubscription(model):.6g}Bps")
+    else:
+        leaf = min(network.leaf, n)
+        if n % leaf:
+            raise SimulateError(f"fat-tree: {n} nodes do not fill leaf switches of {leaf} hosts")
+        up = max(1, round(leaf / oversubscription(model)))
+        # Host -> leaf -> spine -> leaf -> host crosses four links: each carries a quarter.
+        attrs.update(lat=f"{model.alpha_inter / 4:.6g}s", topology="FAT_TREE",
+                     topo_parameters=f"2;{leaf},{n // leaf};1,{up};1,1")
+    attr_text = " ".join(f'{k}="{v}"' for k, v in attrs.items())
+    return ("<?xml version='1.0'?>\n<!DOCTYPE platform SYSTEM \"https://simgrid.org/simgrid.dtd\">\n"
+            f"<platform version=\"4.1\">\n  <cluster {attr_text}/>\n</platform>\n")
+
+
+def smpirun_path() -> str:
+    """Path of smpirun, or SimulateError saying what to install."""
+    path = shutil.which("smpirun")
+    if path is None or not os.path.exists(REPLAY_MAIN):
+        raise SimulateError(f"smpirun or {REPLAY_MAIN} not found: {INSTALL_HINT}")
+    return path
+
+
+_TIME = re.compile(r"^\[(\d+\.\d+)\] Simulation time")
+
+
+def replay(layout: Layout, counts: np.ndarray, algorithm: str, node_phase: str, model: CostModel,
+           network: Network, workdir: str, timeout: Optional[float] = None) -> float:
+    """Simulated seconds of one call: write every rank's trace, run smpirun, read the end time."""
+    smpirun = smpirun_path()
+    os.makedirs(workdir, exist_ok=True)
+    names = []
+    for rank in range(layout.size):
+        name = os.path.join(workdir, f"rank{rank}.txt")
+        with open(name, "w") as fh:
+            fh.write("\n".join(rank_trace(layout, counts, rank, algorithm, node_phase, model)) + "\n")
+        names.append(name)
+    files = {"traces.txt": "\n".join(names) + "\n",
+             "hosts.txt": "".join(f"node-{i}:{g}\n" for i, g in enumerate(layout.node_sizes)),
+             "platform.xml": platform_xml(layout, model, network)}
+    for fname, text in files.items():
+        with open(os.path.join(workdir, fname), "w") as fh:
+            fh.write(text)
+    o = model.msg_overhead
+    cmd = [smpirun, "-np", str(layout.size), "-platform", "platform.xml", "-hostfile", "hosts.txt",
+           "-replay", "traces.txt", "-no-privatize",  # privatization crashes the replay here (3.32)
+           "--cfg=smpi/host-speed:1Gf",
+           # Plain latency and bandwidth: no piecewise correction factors, no TCP ack cross-traffic.
+           "--cfg=smpi/bw-factor:0:1", "--cfg=smpi/lat-factor:0:1", "--cfg=network/crosstraffic:0",
+           f"--cfg=smpi/ois:0:{o:.6g}:0", f"--cfg=smpi/os:0:{o:.6g}:0", f"--cfg=smpi/or:0:{o:.6g}:0",
+           "--cfg=network/optim:Full",  # same results, 1.5x faster than Lazy on large linear phases
+           "--log=root.fmt:[%.9r]%e%m%n", "--log=xbt_cfg.thres:warning"]
+    try:
+        proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SimulateError(f"replay of {algorithm} on {layout.size} ranks took over {timeout:g} s") from None
+    for line in (proc.stdout + proc.stderr).splitlines():
+        m = _TIME.match(line)
+        if m and proc.returncode == 0:
+            return float(m.group(1))
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+    raise SimulateError(f"smpirun failed (exit {proc.returncode}): {' | '.join(tail)}")
+
+
+# ------------------------------------------------------------------------------------ experiment
+def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: Network,
+                   node_phase: str = "shm", uneven: bool = False, workdir: Optional[str] = None,
+                   timeout: Optional[float] = None) -> dict:
+    """One JSON record: simulated and modelled flat and hier seconds for one layout and block size.
+
+    ``hier_sim_s`` is None where the layout is degenerate (one node, or one rank per node): hxmpi
+    runs flat there, so only flat is simulated.
+    """
+    layout = Layout(node_of_sizes(sizes))
+    counts = make_counts(layout.size, block, uneven)
+    n, g = layout.num_nodes, layout.max_node_size
+    tmp = tempfile.TemporaryDirectory(prefix="hxmpi-sim-") if workdir is None else None
+    base = tmp.name if tmp else workdir
+    try:
+        t0 = time.perf_counter()
+        flat = replay(layout, counts, "flat", node_phase, model, network, os.path.join(base, "flat"), timeout)
+        t1 = time.perf_counter()
+        hier = None
+        if layout.hier_possible:
+            hier = replay(layout, counts, "hier", node_phase, model, network, os.path.join(base, "hier"), timeout)
+        t2 = time.perf_counter()
+    finally:
+        if tmp:
+            tmp.cleanup()
+    return {"nodes": n, "ranks_per_node": g, "node_sizes": list(layout.node_sizes), "block_bytes": block,
+            "flat_sim_s": flat, "hier_sim_s": hier,
+            "model_flat_s": model.predict("flat", n, g, block, node_phase),
+            "model_hier_s": model.predict("hier", n, g, block, node_phase) if hier is not None else None,
+            "model_pick": model.choose(n, g, block, node_phase),
+            "sim_pick": "flat" if hier is None or flat <= hier else "hier",
+            "flat_schedule": alltoallv_algorithm(layout.size), "replay_s": [t1 - t0, t2 - t1]}
+
+
+def summarize(records: list[dict]) -> dict:
+    """Model error against the simulation per algorithm, and how often the model picks the faster one."""
+    out = {}
+    for algo in ("flat", "hier"):
+        errs = [abs(r[f"model_{algo}_s"] - r[f"{algo}_sim_s"]) / r[f"{algo}_sim_s"]
+                for r in records if r[f"{algo}_sim_s"] is not None]
+        out[algo] = {"mean_rel_error": float(np.mean(errs)) if errs else None,
+                     "max_rel_error": float(np.max(errs)) if errs else None, "points": len(errs)}
+    both = [r for r in records if r["hier_sim_s"] is not None]
+    out["auto_right"] = sum(r["model_pick"] == r["sim_pick"] for r in both)
+    out["auto_points"] = len(both)
+    return out
+
+
+def crossover(records: list[dict], key_flat: str = "flat_sim_s", key_hier: str = "hier_sim_s") -> Optional[float]:
+    """Block size (B) where hier stops beating flat, interpolated in log-log between sweep points.
+
+    None if hier wins at every simulated size, 0 if it never wins.
+    """
+    rows = sorted((r for r in records if r[key_hier] is not None), key=lambda r: r["block_bytes"])
+    if not rows:
+        return 0.0
+    ratios = [math.log(r[key_hier] / r[key_flat]) for r in rows]  # < 0 where hier wins
+    if ratios[0] >= 0:
+        return 0.0
+    for (r0, q0), (r1, q1) in zip(zip(rows, ratios), zip(rows[1:], ratios[1:])):
+        if q1 >= 0:
+            x0, x1 = math.log(r0["block_bytes"]), math.log(r1["block_bytes"])
+            return math.exp(x0 + (x1 - x0) * q0 / (q0 - q1))
+    return None
+
+
+def compare_measured(report: dict, model: CostModel, network: Network, node_phase: str) -> list[dict]:
+    """Simulate the layout and block sizes of a ``calibrate.py --json`` report; rows with both times."""
+    sizes = report["layout"]["node_sizes"]
+    rows = []
+    for r in report["rows"]:
+        rec = simulate_point(sizes, r["block"], model, network, node_phase)
+        sim = rec[f"{r['algorithm']}_sim_s"]
+        rows.append({"algorithm": r["algorithm"], "block_bytes": r["block"], "measured_s": r["measured_us"] * 1e-6,
+                     "sim_s": sim, "rel_error": abs(sim - r["measured_us"] * 1e-6) / (r["measured_us"] * 1e-6)})
+    return rows
+
+
+# ------------------------------------------------------------------------------------------- CLI
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise SimulateError(f"{what} must be comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise SimulateError(f"{what} must be positive integers, got {text!r}")
+    return values
+
+
+def block_sizes(text: str, factor: int) -> list[int]:
+    """Block sizes MIN, MIN*factor, ... <= MAX from "MIN:MAX" (bytes)."""
+    lo, _, hi = text.partition(":")
+    try:
+        lo_i, hi_i = int(lo), int(hi or lo)
+    except ValueError:
+        raise SimulateError(f"-m must be MIN:MAX bytes, got {text!r}") from None
+    if lo_i < 1 or hi_i < lo_i:
+        raise SimulateError(f"-m {text}: the size range is empty (need 1 <= MIN <= MAX)")
+    if factor < 2:
+        raise SimulateError(f"--factor must be at least 2, got {factor}")
+    sizes, b = [], lo_i
+    while b <= hi_i:
+        sizes.append(b)
+        b *= factor
+    return sizes
+
+
+def _layouts(args) -> list[list[int]]:
+    layouts = [[g] * n for n in _int_list(args.nodes, "--nodes")
+               for g in _int_list(args.ranks_per_node, "--ranks-per-node")] if args.nodes else []
+    for text in args.layout or []:
+        layouts.append(_int_list(text.replace("+", ","), "--layout"))
+    if not layouts:
+        raise SimulateError("give --nodes and --ranks-per-node, or --layout")
+    return layouts
+
+
+def _model(args) -> tuple[CostModel, str]:
+    if args.tuning:
+        try:
+            return CostModel.load(args.tuning), f"tuning {args.tuning}"
+        except (OSError, ValueError) as exc:
+            raise SimulateError(f"--tuning {args.tuning}: {exc}") from None
+    if args.preset not in PRESETS:
+        raise SimulateError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[args.preset], f"preset {args.preset}"
+
+
+def _us(x: Optional[float]) -> str:
+    return f"{x * 1e6:12.1f}" if x is not None else f"{'-':>12}"
+
+
+def print_layout(records: list[dict], out=sys.stdout) -> None:
+    """OSU-style table of one layout's records (microseconds)."""
+    r0 = records[0]
+    p = sum(r0["node_sizes"])
+    shape = "+".join(map(str, r0["node_sizes"])) if len(set(r0["node_sizes"])) > 1 \
+        else f"{r0['nodes']} x {r0['ranks_per_node']}"
+    print(f"# nodes {shape} ({p} ranks); flat replayed as Open MPI's {r0['flat_schedule']} MPI_Alltoallv",
+          file=out)
+    print(f"{'# Block [B]':<12}{'flat sim':>12}{'hier sim':>12}{'flat model':>12}{'hier model':>12}"
+          f"{'model pick':>12}{'sim faster':>12}{'hier/flat':>10}  [us]", file=out)
+    for r in records:
+        ratio = f"{r['hier_sim_s'] / r['flat_sim_s']:10.3f}" if r["hier_sim_s"] is not None else f"{'-':>10}"
+        print(f"{r['block_bytes']:<12d}{_us(r['flat_sim_s'])}{_us(r['hier_sim_s'])}{_us(r['model_flat_s'])}"
+              f"{_us(r['model_hier_s'])}{r['model_pick']:>12}{r['sim_pick']:>12}{ratio}", file=out)
+    c = crossover(records)
+    cm = crossover(records, "model_flat_s", "model_hier_s")
+    fmt = lambda v: "hier at every size" if v is None else ("never hier" if v == 0 else f"{v:.0f} B")
+    print(f"# crossover (hier faster below): simulated {fmt(c)}, model {fmt(cm)}", file=out)
+
+
+def plot(records: list[dict], path: str, title: str) -> None:
+    """hier/flat time ratio vs block size per layout, simulated (solid) and modelled (dashed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        if r["hier_sim_s"] is not None:
+            groups.setdefault(tuple(r["node_sizes"]), []).append(r)
+    for sizes, rows in groups.items():
+        label = f"{len(sizes)}x{max(sizes)}" if len(set(sizes)) == 1 else "+".join(map(str, sizes))
+        xs = [r["block_bytes"] for r in rows]
+        line, = ax.plot(xs, [r["hier_sim_s"] / r["flat_sim_s"] for r in rows], marker="o", label=label)
+        ax.plot(xs, [r["model_hier_s"] / r["model_flat_s"] for r in rows], ls="--", color=line.get_color())
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="block size [B]", ylabel="hier / flat time",
+           title=title + "\nsolid: SimGrid replay, dashed: cost model; below 1: hier faster")
+    ax.set_xscale("log", base=2)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m hxmpi.simulate", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Presets: " + "; ".join(
+                                    f"{k}: inter {m.alpha_inter * 1e6:g} us / {1 / m.beta_inter / 1e9:g} GB/s, "
+                                    f"intra {m.alpha_intra * 1e6:g} us / {1 / m.beta_intra / 1e9:g} GB/s, "
+                                    f"{m.msg_overhead * 1e6:g} us per message" for k, m in PRESETS.items()))
+    p.add_argument("--nodes", help="node counts, comma-separated (e.g. 8,64)")
+    p.add_argument("--ranks-per-node", default="8", help="ranks per node, comma-separated (default 8); "
+                   "every pair with --nodes is one layout")
+    p.add_argument("--layout", action="append", help="an irregular layout as node sizes, e.g. 2+2+1 (repeatable)")
+    p.add_argument("-m", "--message-size", default="8:1048576", help="MIN:MAX block bytes (default 8:1048576)")
+    p.add_argument("--factor", type=int, default=2, help="step between block sizes (default 2: powers of two)")
+    p.add_argument("--uneven", action="store_true", help="skewed Zipf-like counts per destination, same mean")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--tuning", help="platform and model from a calibration file (benchmarks/calibrate.py --out)")
+    src.add_argument("--preset", default="hdr", help=f"named platform: {', '.join(PRESETS)} (default hdr)")
+    p.add_argument("--node-phase", choices=("shm", "mpi"), default="shm",
+                   help="hier's node phase: shared-memory window (default) or message passing")
+    p.add_argument("--network", choices=NETWORKS, default="backbone", help="backbone (default) or fat-tree")
+    p.add_argument("--oversubscription", type=float, default=None,
+                   help="the backbone (or spine) carries 1/R of all node links' bandwidth (default: the "
+                   "model's beta_backbone; 1 = non-blocking); the model gets the matching beta_backbone")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per replay (default 1800)")
+    p.add_argument("--compare", help="a calibrate.py --json report: simulate its layout and sizes with its "
+                   "model and print simulated vs measured (the layout flags are then not needed)")
+    p.add_argument("--json", help="write the records (and the summary) here")
+    p.add_argument("--plot", help="write a PNG of hier/flat per layout here (needs matplotlib)")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.compare:
+        return _main_compare(args)
+    try:
+        layouts = _layouts(args)
+        sizes = block_sizes(args.message_size, args.factor)
+        model, source = _model(args)
+        if args.oversubscription is not None:
+            if args.oversubscription < 1:
+                raise SimulateError(f"--oversubscription must be >= 1, got {args.oversubscription:g}")
+            model = oversubscribe(model, args.oversubscription)
+        network = Network(args.network)
+        smpirun_path()
+        if args.plot:
+            try:
+                import matplotlib  # noqa: F401  (checked before hours of replay, not after)
+            except ImportError:
+                raise SimulateError("--plot needs matplotlib: pip install -e '.[bench]'") from None
+        records = []
+        print(f"# hxmpi.simulate: SimGrid SMPI replay, {source}, {args.network} network, "
+              f"node phase {args.node_phase}{', uneven counts' if args.uneven else ''}", flush=True)
+        for lay in layouts:
+            rows = [simulate_point(lay, b, model, network, args.node_phase, args.uneven, timeout=args.timeout)
+                    for b in sizes]
+            print_layout(rows)
+            sys.stdout.flush()
+            records += rows
+    except SimulateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    summary = summarize(records)
+    for algo in ("flat", "hier"):
+        s = summary[algo]
+        if s["points"]:
+            print(f"# model vs simulation, {algo}: mean error {s['mean_rel_error']:.1%}, "
+                  f"max {s['max_rel_error']:.1%} over {s['points']} points")
+    print(f"# model picks the faster algorithm at {summary['auto_right']}/{summary['auto_points']} points")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"benchmark": "simulate", "source": source, "network": args.network,
+                       "oversubscription": oversubscription(model), "node_phase": args.node_phase,
+                       "uneven": args.uneven, "model": model.__dict__, "summary": summary,
+                       "records": records}, fh, indent=1)
+    if args.plot:
+        plot(records, args.plot, f"SimGrid replay, {source}, node phase {args.node_phase}")
+    return 0
+
+
+def _main_compare(args) -> int:
+    try:
+        with open(args.compare) as fh:
+            report = json.load(fh)
+        model = CostModel(**report["model"])
+        network = Network(args.network)
+        node_phase = report.get("node_phase", args.node_phase)
+        smpirun_path()
+        rows = compare_measured(report, model, network, node_phase)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: --compare {args.compare}: {exc}", file=sys.stderr)
+        return 2
+    except SimulateError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"# simulated vs measured: nodes {report['layout']['node_sizes']}, model of {args.compare}, "
+          f"node phase {node_phase}")
+    print(f"{'# Block [B]':<12}{'algorithm':>10}{'measured':>12}{'simulated':>12}{'error':>8}  [us]")
+    for r in rows:
+        print(f"{r['block_bytes']:<12d}{r['algorithm']:>10}{_us(r['measured_s'])}{_us(r['sim_s'])}{r['rel_error']:8.1%}")
+    summary = {a: float(np.mean([r["rel_error"] for r in rows if r["algorithm"] == a])) for a in ("flat", "hier")}
+    print("# mean |simulated - measured| / measured: " + ", ".join(f"{a} {e:.1%}" for a, e in summary.items()))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"benchmark": "simulate-compare", "source": args.compare, "node_phase": node_phase,
+                       "layout": report["layout"], "summary": summary, "rows": rows}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

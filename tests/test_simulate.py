@@ -1,0 +1,147 @@
+"""hxmpi.simulate: replays of tiny layouts in SimGrid, traces built from hxmpi.plan, clean CLI errors."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from hxmpi.costmodel import CostModel
+from hxmpi.plan import Layout
+from hxmpi.simulate import (PRESETS, Network, SimulateError, crossover, make_counts, node_of_sizes,
+                            oversubscribe, rank_trace, simulate_point, smpirun_path, trace_stats)
+
+try:
+    smpirun_path()
+    SKIP = None
+except SimulateError as exc:
+    SKIP = str(exc)
+needs_simgrid = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
+
+
+def cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "hxmpi.simulate", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def plain_model(**kw):
+    """No fixed costs and no copies unless given: times a reader can add up by hand."""
+    base = dict(overhead_flat=0.0, overhead_hier=0.0, beta_copy=0.0, msg_overhead=0.0)
+    return CostModel(**{**base, **kw})
+
+
+@pytest.mark.parametrize("sizes", [[2, 2], [2, 2, 2], [2, 2, 1]])
+def test_traces_send_what_the_plan_sends(sizes):
+    """Every isend a rank's trace posts is received by its peer's trace, bytes and tags alike."""
+    layout = Layout(node_of_sizes(sizes))
+    counts = make_counts(layout.size, 24, uneven=True, seed=3)
+    for algo, phase in (("flat", "shm"), ("hier", "shm"), ("hier", "mpi")):
+        sent, received = [], []
+        for rank in range(layout.size):
+            for line in rank_trace(layout, counts, rank, algo, phase, CostModel()):
+                r, verb, *rest = line.split()
+                if verb == "isend":
+                    sent.append((int(r), int(rest[0]), int(rest[1]), int(rest[2])))
+                elif verb == "irecv":
+                    received.append((int(rest[0]), int(r), int(rest[1]), int(rest[2])))
+        assert sorted(sent) == sorted(received), (algo, phase)
+        if algo == "flat":  # every off-diagonal non-empty block is one message
+            assert sum(s[3] for s in sent) == counts.sum() - np.trace(counts)
+            assert len(sent) == np.count_nonzero(counts) - np.count_nonzero(np.diag(counts))
+
+
+def test_pairwise_and_linear_follow_open_mpi_rule():
+    """64 ranks: pairwise rounds (one message each way, then wait); 8 ranks: every message, one wait."""
+    for p, expect_waits in ((64, 63), (8, 1)):
+        layout = Layout(node_of_sizes([p // 2, p // 2]))
+        lines = rank_trace(layout, make_counts(p, 8, False), 5, "flat", "shm", plain_model())
+        assert sum(ln.endswith("waitall") for ln in lines) == expect_waits
+        assert trace_stats(lines) == {"flat": {"messages": p - 1, "bytes": 8 * (p - 1)}}
+
+
+@needs_simgrid
+def test_two_ranks_replay_adds_up_by_hand(tmp_path):
+    """2 nodes x 1 rank: one pairwise round = overhead + latency + bytes/bandwidth + overhead, no hier."""
+    model = plain_model(alpha_inter=3e-6, beta_inter=1 / 1e9, msg_overhead=0.5e-6)
+    rec = simulate_point([1, 1], 4000, model, Network(), workdir=str(tmp_path))
+    assert rec["hier_sim_s"] is None and rec["model_hier_s"] is None  # one rank per node: flat only
+    assert rec["flat_sim_s"] == pytest.approx(0.5e-6 + 3e-6 + 4e-6 + 0.5e-6, rel=1e-2)
+    assert rec["model_flat_s"] == pytest.approx(rec["flat_sim_s"], rel=1e-2)
+
+
+@needs_simgrid
+@pytest.mark.parametrize("sizes", [[2, 2], [2, 2, 2], [2, 2, 1], [4]])
+def test_small_layouts_replay(sizes):
+    model = PRESETS["25gbe"]
+    recs = [simulate_point(sizes, b, model, Network()) for b in (8, 65536)]
+    for r in recs:
+        assert r["flat_sim_s"] > model.overhead_flat
+        if len(sizes) == 1:  # one node: flat only
+            assert r["hier_sim_s"] is None and r["model_pick"] == "flat"
+        else:
+            assert r["hier_sim_s"] > model.overhead_hier
+            # Both carry the same inter-node bytes: more bytes cost both more time.
+    assert recs[1]["flat_sim_s"] > recs[0]["flat_sim_s"]
+
+
+@needs_simgrid
+def test_hier_wins_where_messages_are_many_and_small():
+    """16 nodes x 4 ranks at 8 B with no fixed costs: hier sends 15 lane messages instead of 60."""
+    model = plain_model(alpha_inter=2e-6, msg_overhead=0.5e-6, beta_copy=1 / 10e9)
+    small = simulate_point([4] * 16, 8, model, Network())
+    assert small["hier_sim_s"] < 0.5 * small["flat_sim_s"]
+    assert small["model_pick"] == small["sim_pick"] == "hier"
+
+
+@needs_simgrid
+def test_oversubscribed_backbone_costs_what_the_model_says():
+    """8 nodes x 2 ranks, 64 KiB blocks, backbone at 1/4 of the links: bandwidth-bound, both slower."""
+    model = plain_model(alpha_inter=1e-6, beta_inter=1 / 10e9)
+    fast = simulate_point([2] * 8, 65536, model, Network())
+    slow = simulate_point([2] * 8, 65536, oversubscribe(model, 4.0), Network())
+    for algo in ("flat", "hier"):
+        assert slow[f"{algo}_sim_s"] > 2.5 * fast[f"{algo}_sim_s"]
+        assert slow[f"model_{algo}_s"] == pytest.approx(slow[f"{algo}_sim_s"], rel=0.25)
+
+
+def test_crossover_interpolates():
+    rows = [{"block_bytes": b, "flat_sim_s": 1.0, "hier_sim_s": h} for b, h in ((8, 0.5), (32, 2.0))]
+    assert crossover(rows) == pytest.approx(16.0)
+    assert crossover(rows[:1]) is None
+    assert crossover([{"block_bytes": 8, "flat_sim_s": 1.0, "hier_sim_s": 2.0}]) == 0.0
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--nodes", "0", "--ranks-per-node", "2"], "--nodes must be positive"),
+    (["--nodes", "2", "-m", "64:8"], "size range is empty"),
+    (["--nodes", "2", "--preset", "myrinet"], "unknown preset 'myrinet'"),
+    (["--layout", "2+x"], "--layout must be comma-separated integers"),
+    (["--ranks-per-node", "2"], "give --nodes"),
+])
+def test_bad_flags_give_one_error_line(args, needle):
+    proc = cli(*args)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], proc.stderr
+
+
+def test_without_smpirun_says_what_to_install():
+    env = {**os.environ, "PATH": "/nonexistent"}
+    proc = cli("--nodes", "2", "--ranks-per-node", "2", env=env)
+    assert proc.returncode == 2
+    assert "apt-get install libsimgrid-dev" in proc.stderr and proc.stderr.startswith("error:")
+
+
+@needs_simgrid
+def test_cli_json(tmp_path):
+    out = tmp_path / "r.json"
+    proc = cli("--nodes", "2", "--ranks-per-node", "2", "--layout", "1+1", "-m", "8:64", "--factor", "8",
+               "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    records = json.loads(out.read_text())["records"]
+    keys = {"nodes", "ranks_per_node", "block_bytes", "flat_sim_s", "hier_sim_s", "model_flat_s",
+            "model_hier_s", "model_pick"}
+    assert len(records) == 4 and all(keys <= set(r) for r in records)
+    assert [r["hier_sim_s"] is None for r in records] == [False, False, True, True]
+    assert "model picks the faster algorithm at 2/2 points" in proc.stdout
