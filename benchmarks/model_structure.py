@@ -43,4 +43,5 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    from hxmpi.cli import run_main  # importing hxmpi starts MPI: a failure must end the job
+    run_main(lambda: main(sys.argv[1]), "model_structure.py")

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
@@ -27,3 +28,20 @@ def mpirun_command() -> list[str]:
         osc = [] if "OMPI_MCA_osc" in os.environ else ["--mca", "osc", "^ucx"]
         return [exe, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", *osc]
     return [exe]
+
+
+# mpirun's own start-up failure, seen now and then when several jobs start at once on this machine;
+# the job never ran, so starting it again tests the same thing.
+LAUNCH_FAILURE = "PMIx server's listener thread failed to start"
+
+
+def run_job(cmd: list[str], attempts: int = 3, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True, **kwargs)`` for an mpirun command, started
+    again (up to ``attempts`` times) only when mpirun itself failed to start; every failure of the job
+    is returned as it is."""
+    for attempt in range(attempts):
+        proc = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+        if proc.returncode == 0 or LAUNCH_FAILURE not in proc.stderr:
+            return proc
+        time.sleep(0.5 * (attempt + 1))
+    return proc

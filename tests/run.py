@@ -21,7 +21,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from mpilaunch import mpirun_command
+from mpilaunch import LAUNCH_FAILURE, mpirun_command
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_SIZES = (1, 2, 3, 4, 5, 6, 7)
@@ -55,14 +55,18 @@ def run(label: str, cmd: list[str], timeout: float, xml: Path, log: Path, verbos
     if verbose:
         print(f"\n### {label}: {' '.join(cmd)}", flush=True)
     t0 = time.time()
-    with open(log, "wb") as out:
-        try:
-            proc = subprocess.run(cmd, timeout=timeout, stdout=None if verbose else out,
-                                  stderr=None if verbose else subprocess.STDOUT)
-            ok = proc.returncode in (0, 5)  # 5: pytest collected nothing for this selection
-            status = f"exit {proc.returncode}"
-        except subprocess.TimeoutExpired:
-            ok, status = False, f"TIMEOUT after {timeout:.0f} s"
+    for attempt in range(3):  # again only if mpirun itself failed to start (no test ran)
+        with open(log, "wb") as out:
+            try:
+                proc = subprocess.run(cmd, timeout=timeout, stdout=None if verbose else out,
+                                      stderr=None if verbose else subprocess.STDOUT)
+                ok = proc.returncode in (0, 5)  # 5: pytest collected nothing for this selection
+                status = f"exit {proc.returncode}"
+            except subprocess.TimeoutExpired:
+                ok, status = False, f"TIMEOUT after {timeout:.0f} s"
+        if ok or verbose or xml.exists() or LAUNCH_FAILURE not in log.read_text(errors="replace"):
+            break
+        print(f"{label:>10}: mpirun failed to start ({LAUNCH_FAILURE}); starting it again", flush=True)
     counts = summarize(xml)
     if not ok and counts["failed"] + counts["errors"] == 0:
         counts["errors"] += 1  # a crash or hang with no report still counts as a failure

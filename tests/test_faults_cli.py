@@ -1,14 +1,13 @@
 """Fault matrix, programs (issue 13 item 10): an uncaught exception on one rank of any hxmpi program
 ends the whole MPI job with that rank's message, instead of leaving the others blocked."""
 import ast
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from mpilaunch import mpirun_command
+from mpilaunch import mpirun_command, run_job
 
 MPIRUN = mpirun_command()
 needs_mpirun = pytest.mark.skipif(not MPIRUN, reason="no mpirun on this machine")
@@ -35,8 +34,7 @@ def test_uncaught_exception_on_one_rank_aborts_the_job(tmp_path, n):
     script = tmp_path / "demo.py"
     script.write_text(ONE_RANK_FAILS)
     t0 = time.monotonic()
-    proc = subprocess.run(MPIRUN + ["-n", str(n), sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=90)
+    proc = run_job(MPIRUN + ["-n", str(n), sys.executable, str(script)], timeout=90)
     assert proc.returncode != 0
     assert f"demo: rank {n - 1} failed: RuntimeError: disk on fire" in proc.stderr, proc.stderr
     assert time.monotonic() - t0 < 60
@@ -89,8 +87,7 @@ def test_set_up_error_is_agreed_or_aborts(tmp_path, who):
     script = tmp_path / "setup.py"
     script.write_text(SETUP_FAILS_ON_ONE_RANK)
     t0 = time.monotonic()
-    proc = subprocess.run(MPIRUN + ["-n", "3", sys.executable, str(script), who], capture_output=True, text=True,
-                          timeout=90)
+    proc = run_job(MPIRUN + ["-n", "3", sys.executable, str(script), who], timeout=90)
     assert proc.returncode == 2, proc.stderr
     if who == "all":
         assert proc.stderr.count("agreed: set-up failed here") == 1 and "MPI_ABORT" not in proc.stderr, proc.stderr

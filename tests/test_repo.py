@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mpilaunch import mpirun_command
+from mpilaunch import mpirun_command, run_job
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -34,8 +34,7 @@ def test_readme_starts_with_the_two_commands():
 def test_readme_api_example_runs(tmp_path):
     code = re.search(r"```python\n(# save as demo.py.+?)```", README, re.S).group(1)
     (tmp_path / "demo.py").write_text(code)
-    proc = subprocess.run(mpirun_command() + ["-n", "5", sys.executable, str(tmp_path / "demo.py")],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_job(mpirun_command() + ["-n", "5", sys.executable, str(tmp_path / "demo.py")], timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""  # a normal run prints no error lines
     # Both paths are shown (rank 0 only), and why auto went flat.
@@ -59,8 +58,8 @@ def test_python_m_hxmpi_describes_topology():
 @pytest.mark.parametrize("n", [3, 4])
 def test_python_m_hxmpi_under_mpirun(n):
     import json
-    proc = subprocess.run(mpirun_command() + ["-n", str(n), sys.executable, "-m", "hxmpi", "--json",
-                                              "--ranks-per-node", "2"], capture_output=True, text=True, timeout=120)
+    proc = run_job(mpirun_command() + ["-n", str(n), sys.executable, "-m", "hxmpi", "--json",
+                                              "--ranks-per-node", "2"], timeout=120)
     assert proc.returncode == 0, proc.stderr
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [r["rank"] for r in rows] == list(range(n))

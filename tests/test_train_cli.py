@@ -6,15 +6,14 @@ import sys
 
 import pytest
 
-from mpilaunch import mpirun_command
+from mpilaunch import mpirun_command, run_job
 
 MPIRUN = mpirun_command()
 needs_mpirun = pytest.mark.skipif(not MPIRUN, reason="no mpirun on this machine")
 
 
 def launch(n, *args, timeout=300):
-    return subprocess.run(MPIRUN + ["-n", str(n), sys.executable, "-m", "hxmpi.train", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return run_job(MPIRUN + ["-n", str(n), sys.executable, "-m", "hxmpi.train", *args], timeout=timeout)
 
 
 @needs_mpirun
