@@ -71,10 +71,10 @@ cdef class HierPlanner:
              const int64_t[::1] rd, const int64_t[:, ::1] rc_node):
         """Fill the copy lists and phase vectors for one call (bytes).
 
-        Returns (send_base, pack_bytes, buffer_bytes, p2_send_bytes, rep_count): ``send_base`` >= 0
+        Returns (send_base, pack_bytes, buffer_bytes, p2_send_bytes, rep_count, copied_bytes): ``send_base`` >= 0
         when the caller's blocks are already grouped by node (phase 1 sends in place from that
         offset, no pack), else -1; ``buffer_bytes`` is the window size (MODE_SHM, whole node) or the
-        private phase buffer size (MODE_MPI).
+        private phase buffer size (MODE_MPI); ``copied_bytes`` is what the call's copies move.
         """
         cdef int64_t p = self.size, n = self.num_nodes, g = self.g, local = self.local, me = self.me
         cdef int64_t nl = self.num_lanes, mynode = self.node
@@ -90,7 +90,7 @@ cdef class HierPlanner:
         cdef int64_t[::1] u_s = self.unp_src, u_d = self.unp_dst, u_l = self.unp_len
         cdef int64_t[::1] seg = self.seg_off, rstart = self.region_start
         cdef int64_t[::1] p2sc = self.p2_sc, p2sd = self.p2_sd, p2rc = self.p2_rc, p2rd = self.p2_rd
-        cdef int64_t pos = 0, base = -1, i, j, k, m, d, s, idx, li, b, cur, nrep = 0, p2tot = 0
+        cdef int64_t pos = 0, base = -1, i, j, k, m, d, s, idx, li, b, cur, nrep = 0, p2tot = 0, copied
         cdef bint grouped = True
         if rc_node.shape[0] != g or rc_node.shape[1] != p or sc.shape[0] != p or rd.shape[0] != p:
             raise ValueError("HierPlanner.plan: counts do not match the layout")
@@ -199,4 +199,12 @@ cdef class HierPlanner:
                     p2rc[j] = cur - p2rd[j]
                 if cur > rstart[g]:
                     rstart[g] = cur  # the private buffer holds phase 1, then phase 2
-        return base, pos, rstart[g], p2tot, nrep
+            # bytes this call moves with copy_blocks (for last_stats): no reductions in Python later
+            copied = (pos if base < 0 else 0) + sc[me]
+            for k in range(g):
+                copied += ow_l[k]
+            for i in range(p):
+                copied += o_l[i] + (u_l[i] if mode == _MPI else 0)
+            for i in range(nrep):
+                copied += rp_l[i]
+        return base, pos, rstart[g], p2tot, nrep, copied

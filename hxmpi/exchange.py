@@ -27,7 +27,7 @@ from mpi4py import MPI
 from . import transfer
 from ._packing import check_table
 from .costmodel import CostModel
-from .errors import ExchangeError, HxmpiError, raise_gathered
+from .errors import ExchangeError, HxmpiError, agree, raise_gathered
 from .execute import FlatRun, HierRun, NodeWindow
 from .msgspec import Side, exclusive_cumsum, int_vector, parse_alltoall, parse_alltoallv
 from .plan import NODE_PHASES, Layout
@@ -62,7 +62,11 @@ class HierComm:
     def __init__(self, comm: MPI.Intracomm = MPI.COMM_WORLD, ranks_per_node: Optional[int] = None,
                  node_of=None, algorithm: str = "auto", topology: Optional[Topology] = None,
                  tuning: Optional[str] = None, node_phase: Optional[str] = None):
-        self.algorithm = self._check_algorithm(algorithm)
+        # A bad name is agreed below, with the node phase: a rank raising here alone would leave
+        # the others waiting in Topology's collectives.
+        bad_algorithm = None if algorithm in ALGORITHMS else \
+            f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
+        self.algorithm = algorithm
         self.topology = topology if topology is not None else Topology(comm, ranks_per_node, node_of)
         self.comm = self.topology.comm
         t = self.topology
@@ -72,7 +76,7 @@ class HierComm:
         self._hier_possible = self.layout.hier_possible
         self._planner = self.layout.planner(t.rank) if self._hier_possible else None
         #: "shm" or "mpi": how the hierarchical path's node phase moves data.
-        self.node_phase = self._agree_node_phase(node_phase)
+        self.node_phase = self._agree_settings(node_phase, bad_algorithm)
         self._mode = NODE_PHASES[self.node_phase]
         self._window = NodeWindow(t.intra) if self.node_phase == "shm" else None
         self._choices: dict[int, str] = {}
@@ -85,11 +89,11 @@ class HierComm:
             self._row = np.zeros(_HEAD + 2 * size, dtype=np.int64)
             self._table = np.empty((size, self._row.size), dtype=np.int64)
 
-    def _agree_node_phase(self, requested: Optional[str]) -> str:
-        """The node phase every rank uses: requested alike everywhere, "shm" only where memory is shared."""
+    def _agree_settings(self, requested: Optional[str], problem: Optional[str]) -> str:
+        """Agree on the constructor's settings; return the node phase every rank uses ("shm" only
+        where every node's ranks share memory). ``problem``: this rank's bad algorithm, if any."""
         requested = requested if requested is not None else os.environ.get(ENV_NODE_PHASE, "auto")
-        problem = None
-        if requested not in ("auto", *NODE_PHASES):
+        if problem is None and requested not in ("auto", *NODE_PHASES):
             problem = f"node_phase must be 'auto', 'shm' or 'mpi', got {requested!r}"
         shared = True
         if self._hier_possible:  # can the node's ranks map one window? (not if a node spans hosts)
@@ -97,10 +101,9 @@ class HierComm:
             shared = probe.size == self.topology.intra.size
             probe.Free()
         views = self.comm.allgather((requested, shared, problem))
-        if any(p for _, _, p in views) or len({r for r, _, _ in views}) > 1:
-            raise_gathered(self.comm, problem or (None if len({r for r, _, _ in views}) == 1 else
-                                                  f"node_phase {requested!r} differs between ranks"),
-                           ExchangeError)
+        if problem is None and len({r for r, _, _ in views}) > 1:
+            problem = f"node_phase {requested!r} differs between ranks"
+        agree(self.comm, problem, ExchangeError)
         everywhere = all(s for _, s, _ in views)
         if requested == "shm" and not everywhere:
             raise ExchangeError("node_phase='shm', but the ranks of a node do not all share memory")
@@ -172,12 +175,6 @@ class HierComm:
         return sum(b.nbytes for b in self._buffers.values()) + window
 
     # ------------------------------------------------------------------ core
-    @staticmethod
-    def _check_algorithm(algorithm: str) -> str:
-        if algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
-        return algorithm
-
     def _buffer(self, name: str, nbytes: int) -> np.ndarray:
         """A cached scratch buffer of at least ``nbytes``; grown only when a call needs more."""
         buf = self._buffers.get(name)
@@ -374,8 +371,8 @@ class ExchangeRequest:
     """A persistent all-to-all (as mpi4py's ``Prequest``): ``Start()``, ``Wait()``, ``Free()``.
 
     Agreed, validated and planned once by ``HierComm.Alltoallv_init``; each Start/Wait moves what
-    the bound buffers hold at Start. Collective: every rank starts and waits its requests in the
-    same order. Usable as a context manager (frees on exit).
+    the bound buffers hold at Start. Collective: every rank starts, waits and frees its requests in
+    the same order. Usable as a context manager (frees on exit).
     """
 
     def __init__(self, hc: HierComm, run, in_place: Optional[tuple] = None):

@@ -120,8 +120,8 @@ class HierRun:
     def __init__(self, hc, s: Side, r: Side, big: bool, rc_node: np.ndarray, persistent: bool,
                  scratch: Callable[[str, int], np.ndarray], window: Optional[NodeWindow]):
         pl, self.mode = hc._planner, hc._mode
-        base, pack_bytes, buf_bytes, p2_bytes, nrep = pl.plan(self.mode, s.counts, s.displs, r.counts,
-                                                              r.displs, rc_node)
+        base, pack_bytes, buf_bytes, p2_bytes, nrep, copied = pl.plan(
+            self.mode, s.counts, s.displs, r.counts, r.displs, rc_node)
         keep = np.array if persistent else (lambda a: a)  # the planner's arrays serve the next plan too
         self.s, self.r, self.window = s, r, window
         me = hc.comm.rank
@@ -132,7 +132,6 @@ class HierRun:
         a = scratch("a", max(pack_bytes if base < 0 else 0, p2_bytes))
         if self.mode == MODE_SHM:
             buf = window.ensure(int(buf_bytes))
-            self.region = int(pl.region_start[pl.local + 1] - pl.region_start[pl.local])
         else:
             buf = scratch("b", int(buf_bytes))
             self.rep = (keep(pl.rep_src[:nrep]), keep(pl.rep_dst[:nrep]), keep(pl.rep_len[:nrep]))
@@ -151,11 +150,6 @@ class HierRun:
         if self.mode != MODE_SHM:
             self.node = _Phase(Transfer(hc.topology.intra, a, pl.p2_sc, pl.p2_sd, buf, pl.p2_rc,
                                         pl.p2_rd, big), persistent)
-        copied = int(pl.own_len.sum()) + int(pl.out_len.sum()) + int(s.counts[me])
-        if base < 0:
-            copied += int(pack_bytes)
-        if self.mode != MODE_SHM:
-            copied += int(pl.rep_len[:nrep].sum()) + int(pl.unp_len.sum())
         self.stats = ("hier", node_bytes, None if self.mode == MODE_SHM else pl.p2_sc.copy(), copied)
         self._requests: list = []
 

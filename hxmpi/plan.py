@@ -123,7 +123,7 @@ def rank_schedule(layout: Layout, counts: np.ndarray, rank: int, algorithm: str 
     rc_node = np.ascontiguousarray(counts[:, members].T)
     sd = np.concatenate([[0], np.cumsum(sc)[:-1]]).astype(np.int64)
     rd = np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.int64)
-    send_base, pack_bytes, _, _, nrep = pl.plan(mode, sc, sd, rc, rd, rc_node)
+    send_base, pack_bytes, _, _, nrep, _ = pl.plan(mode, sc, sd, rc, rd, rc_node)
     lane = int(layout.local_of[rank])
     servers = [layout.lane_server(lane, m) for m in range(layout.num_nodes)]
     sends = _pairs(servers, pl.node_bytes)

@@ -79,3 +79,11 @@ def shared_tmp(comm):
     comm.Barrier()
     if comm.rank == 0:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def large_count_path(monkeypatch):
+    """Lower the C-int limit and the chunk size, so that small buffers take the Alltoallw path."""
+    import hxmpi.transfer as transfer
+    monkeypatch.setattr(transfer, "INT_LIMIT", 40)
+    monkeypatch.setattr(transfer, "CHUNK_BYTES", 16)

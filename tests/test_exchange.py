@@ -179,10 +179,8 @@ def test_scratch_memory_bound(comm):
     sub.Free()
 
 
-def test_big_message_path(comm, hcs, monkeypatch):
+def test_big_message_path(comm, hcs, large_count_path):
     """Counts/displacements past the int limit go through struct datatypes (limit lowered here)."""
-    monkeypatch.setattr(transfer, "INT_LIMIT", 40)
-    monkeypatch.setattr(transfer, "CHUNK_BYTES", 16)
     for layout in ("irregular_3_3_1", "one_node"):
         for algorithm in ("flat", "hier"):
             rng = np.random.default_rng(5 + comm.rank)

@@ -4,7 +4,6 @@ import pytest
 from mpi4py import MPI
 
 import hxmpi.exchange as exchange
-import hxmpi.transfer as transfer
 from hxmpi import ExchangeError, HierComm
 from hxmpi.exchange import PlanStateError
 from test_exchange import exchange_case, layouts
@@ -129,10 +128,8 @@ def test_persistent_alltoall_and_overlap(comm, phased):
     req_b.Free()
 
 
-def test_persistent_large_count_path(comm, phased, monkeypatch):
+def test_persistent_large_count_path(comm, phased, large_count_path):
     """The Alltoallw path (limit lowered) as a persistent request, both node phases."""
-    monkeypatch.setattr(transfer, "INT_LIMIT", 40)
-    monkeypatch.setattr(transfer, "CHUNK_BYTES", 16)
     for phase in ("shm", "mpi"):
         for algorithm in ("flat", "hier"):
             rng = np.random.default_rng(9 + comm.rank)
@@ -198,6 +195,13 @@ def test_rows_of_another_dtype_fail_everywhere(comm, phased, agreement):
     rows, counts = hc.alltoallv(np.full((comm.size, 2), comm.rank, np.float32), np.ones(comm.size, np.int64))
     assert rows.dtype == np.float32 and counts.tolist() == [1] * comm.size
     assert rows[:, 0].tolist() == list(range(comm.size))
+
+
+def test_bad_algorithm_at_construction_fails_everywhere(comm):
+    """One rank's unknown default algorithm: every rank raises (it used to leave the others waiting)."""
+    with pytest.raises(ExchangeError, match=rf"rank {comm.size - 1}: algorithm must be one of"):
+        HierComm(comm, ranks_per_node=2, algorithm=_odd_one(comm, "auto", "ring"))
+    assert comm.allreduce(1) == comm.size
 
 
 def test_node_phase_must_agree(comm):

@@ -154,8 +154,8 @@ class MoE:
         kept, gate, back = f["kept"], f["gate"], f["back"]
         dgate = (dy[kept] * back).sum(axis=1)
         # Expert backward on the owner ranks: the gradient of each expert output travels there.
-        d = self._dispatcher(X.shape[0])
         slots, where, size = f["slots"], f["where"], self.hc.comm.size
+        d = self._dispatch[slots]  # the forward pass's exchange: no second slot agreement
         d.out.fill(0)
         d.out[where] = gate[:, None] * dy[kept]
         d.run(d.to_owner)
