@@ -1,4 +1,8 @@
-"""hxmpi: hierarchical all-to-all over MPI, data staging and update policies for distributed training."""
+"""hxmpi: hierarchical all-to-all over MPI, data staging and update policies for distributed training.
+
+The package's names load lazily, so ``import hxmpi.plan``, ``hxmpi.costmodel`` or ``hxmpi.simulate``
+does not initialise MPI; ``hxmpi.HierComm`` (or any name below) does, on first use.
+"""
 import os
 
 # Open MPI 5 probes its UCX one-sided component whenever a window is created, and where UCX has no
@@ -7,9 +11,22 @@ import os
 # choice, unless the user chose. Must happen before MPI initialises (mpi4py's first import).
 os.environ.setdefault("OMPI_MCA_osc", "^ucx")
 
-from .errors import ExchangeError, ExchangeKeyError, ExchangeTypeError, HxmpiError, TopologyError
-from .exchange import HierComm
-from .topology import Topology
-
 __version__ = "0.1.0"
-__all__ = ["Topology", "HierComm", "ExchangeError", "ExchangeTypeError", "ExchangeKeyError", "TopologyError", "HxmpiError", "__version__"]
+_EXPORTS = {"Topology": "topology", "HierComm": "exchange", "ExchangeError": "errors",
+            "ExchangeTypeError": "errors", "ExchangeKeyError": "errors", "TopologyError": "errors",
+            "HxmpiError": "errors"}
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hxmpi' has no attribute {name!r}")
+    from importlib import import_module
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(__all__)

@@ -7,17 +7,18 @@ The hierarchical algorithm (``docs/method.md``; planner in ``hxmpi/plan.py``, ex
   node     shared memory: phase 1 lands in a node window; each rank copies its blocks out of it.
            message passing (fallback, env HXMPI_NODE_PHASE=mpi): repack, Alltoallv on the node, unpack.
 
-Before any data moves, one collective agrees on everything every rank must share: whether any rank's
-input is bad, the per-call settings (algorithm, validate), whether counts need the large-count path,
-and, up to ``FUSED_AGREEMENT_MAX_RANKS`` ranks, the whole count matrix (which validates every pair and
-gives the node phase its counts). A persistent request (``Alltoallv_init``) agrees and plans once;
-each ``Start`` then only copies and communicates.
+A one-shot call goes through typed stages: parse the specs (``msgspec``), look the count pattern up
+in the agreed plan cache (``plancache``), agree (``agreement``: one Allreduce of 16 uint64 that also
+fingerprints every pair of counts), then run the cached plan, or plan (the hierarchical path learns
+its node's receive counts from the node) and bind a run (``execute``). A persistent request
+(``Alltoallv_init``) agrees and plans once; each ``Start`` then only copies and communicates.
 
 All counts and displacements are int64 bytes. Bad input raises ``ExchangeError`` on every rank.
 """
 from __future__ import annotations
 
 import os
+import secrets
 import zlib
 from typing import Optional
 
@@ -25,24 +26,20 @@ import numpy as np
 from mpi4py import MPI
 
 from . import transfer
-from ._packing import check_table
+from ._agree import buffer_id
+from .agreement import Agreed, Agreement
 from .costmodel import CostModel
-from .errors import ExchangeError, HxmpiError, agree, raise_gathered
-from .execute import FlatRun, HierRun, NodeWindow
+from .errors import ExchangeError, HxmpiError, agree
+from .execute import MODE_SHM, ExchangeStats, FlatRun, HierPlan, HierRun, NodeWindow, Scratch
 from .msgspec import Side, exclusive_cumsum, int_vector, parse_alltoall, parse_alltoallv
 from .plan import NODE_PHASES, Layout
+from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES, CacheEntry, PlanCache
 from .topology import Topology
 
 ALGORITHMS = ("flat", "hier", "auto")
 ENV_NODE_PHASE = "HXMPI_NODE_PHASE"
-# Up to this many ranks, the agreement is one Allgather of all counts (2 * size int64 per rank)
-# instead of an Alltoall plus an Allreduce: one collective less, and it feeds the hier path.
-FUSED_AGREEMENT_MAX_RANKS = 256
-# Agreement row: problem flag, (unused), buffer extent, then the settings every rank must share:
-# algorithm code, validate flag, row dtype code, bytes per count unit (row bytes for alltoallv, else
-# 1); then the send counts and the receive counts.
-_HEAD = 7
 _ALGO_CODE = {name: i for i, name in enumerate(ALGORITHMS)}
+_KIND_BITS = 20  # row kinds are agreed as a 20-bit code: its square summed over ranks fits in 64 bits
 
 
 class PlanStateError(HxmpiError, RuntimeError):
@@ -55,17 +52,22 @@ class HierComm:
     ``algorithm`` is "flat", "hier" or "auto" (per call overridable); "auto" asks the cost model,
     read from ``tuning`` (a calibration file) or env HXMPI_TUNING, else built-in defaults.
     ``node_phase`` is "auto" (shared memory where every node's ranks share memory), "shm" or "mpi";
-    env HXMPI_NODE_PHASE sets it when not given. Results equal ``comm.Alltoallv`` byte for byte.
-    Bad input raises ``ExchangeError`` on every rank. Collective.
+    env HXMPI_NODE_PHASE sets it when not given. ``cache_entries`` and ``cache_bytes`` bound the
+    agreed plan cache of one-shot calls (entries; bytes per rank; 0 entries turns it off).
+    Results equal ``comm.Alltoallv`` byte for byte. Bad input raises ``ExchangeError`` on every
+    rank. Collective.
     """
 
     def __init__(self, comm: MPI.Intracomm = MPI.COMM_WORLD, ranks_per_node: Optional[int] = None,
                  node_of=None, algorithm: str = "auto", topology: Optional[Topology] = None,
-                 tuning: Optional[str] = None, node_phase: Optional[str] = None):
+                 tuning: Optional[str] = None, node_phase: Optional[str] = None,
+                 cache_entries: int = DEFAULT_ENTRIES, cache_bytes: int = DEFAULT_BYTES):
         # A bad name is agreed below, with the node phase: a rank raising here alone would leave
         # the others waiting in Topology's collectives.
-        bad_algorithm = None if algorithm in ALGORITHMS else \
-            f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
+        bad = None if algorithm in ALGORITHMS else f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
+        if bad is None and (type(cache_entries) is not int or cache_entries < 0
+                            or type(cache_bytes) is not int or cache_bytes < 0):
+            bad = f"cache_entries and cache_bytes must be integers >= 0, got {cache_entries!r}, {cache_bytes!r}"
         self.algorithm = algorithm
         self.topology = topology if topology is not None else Topology(comm, ranks_per_node, node_of)
         self.comm = self.topology.comm
@@ -76,22 +78,28 @@ class HierComm:
         self._hier_possible = self.layout.hier_possible
         self._planner = self.layout.planner(t.rank) if self._hier_possible else None
         #: "shm" or "mpi": how the hierarchical path's node phase moves data.
-        self.node_phase = self._agree_settings(node_phase, bad_algorithm)
+        self.node_phase, key = self._agree_settings(node_phase, bad)
         self._mode = NODE_PHASES[self.node_phase]
         self._window = NodeWindow(t.intra) if self.node_phase == "shm" else None
+        self._scratch = Scratch()
+        self._agreement = Agreement(self.comm, key)
+        #: the agreed plan cache of one-shot calls (``hxmpi/plancache.py``).
+        self.plan_cache = PlanCache(cache_entries, cache_bytes)
+        self._tick = 0  # one-shot calls so far: the same on every rank
         self._choices: dict[int, str] = {}
-        self._stats = None  # what last_stats is computed from, kept cheap on the hot path
-        self._buffers: dict[str, np.ndarray] = {}
+        self._stats: Optional[ExchangeStats] = None
+        self._cache_state = "off"
         self._node_of = np.asarray(t.node_of, dtype=np.int64)
         self._members = self.layout.members[t.node]
         size = self.comm.size
-        if size <= FUSED_AGREEMENT_MAX_RANKS:  # reused by every call: no allocation on the hot path
-            self._row = np.zeros(_HEAD + 2 * size, dtype=np.int64)
-            self._table = np.empty((size, self._row.size), dtype=np.int64)
+        self._count_send = np.empty(size, dtype=np.int64)  # alltoallv's count exchange, reused
+        self._count_recv = np.empty(size, dtype=np.int64)
+        self._count_request: Optional[ExchangeRequest] = None
 
-    def _agree_settings(self, requested: Optional[str], problem: Optional[str]) -> str:
+    def _agree_settings(self, requested: Optional[str], problem: Optional[str]) -> tuple[str, tuple]:
         """Agree on the constructor's settings; return the node phase every rank uses ("shm" only
-        where every node's ranks share memory). ``problem``: this rank's bad algorithm, if any."""
+        where every node's ranks share memory) and the fingerprint key (rank 0's draw).
+        ``problem``: this rank's bad setting, if any."""
         requested = requested if requested is not None else os.environ.get(ENV_NODE_PHASE, "auto")
         if problem is None and requested not in ("auto", *NODE_PHASES):
             problem = f"node_phase must be 'auto', 'shm' or 'mpi', got {requested!r}"
@@ -100,27 +108,28 @@ class HierComm:
             probe = self.topology.intra.Split_type(MPI.COMM_TYPE_SHARED)
             shared = probe.size == self.topology.intra.size
             probe.Free()
-        views = self.comm.allgather((requested, shared, problem))
-        if problem is None and len({r for r, _, _ in views}) > 1:
+        key = (secrets.randbits(64), secrets.randbits(64))
+        views = self.comm.allgather((requested, shared, problem, key))
+        if problem is None and len({v[0] for v in views}) > 1:
             problem = f"node_phase {requested!r} differs between ranks"
         agree(self.comm, problem, ExchangeError)
-        everywhere = all(s for _, s, _ in views)
+        everywhere = all(v[1] for v in views)
         if requested == "shm" and not everywhere:
             raise ExchangeError("node_phase='shm', but the ranks of a node do not all share memory")
-        return "shm" if requested != "mpi" and everywhere else "mpi"
+        return ("shm" if requested != "mpi" and everywhere else "mpi"), views[0][3]
 
     # ------------------------------------------------------------------ public API
     def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather Vector, with mpi4py buffer specs (counts and displs in elements)."""
-        size = self.comm.size
-        s, r, problem = parse_alltoallv(sendbuf, recvbuf, size)
-        self._execute(self._bind(s, r, algorithm, validate, problem, persistent=False))
+        s, r, problem = parse_alltoallv(sendbuf, recvbuf, self.comm.size)
+        self._one_shot(s, r, problem, algorithm, validate, False, sendbuf is not MPI.IN_PLACE)
 
     def Alltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
-        """All to All Scatter/Gather: equal blocks of ``len(buf) / size`` elements (or a given count)."""
-        size = self.comm.size
-        s, r, problem = parse_alltoall(sendbuf, recvbuf, size)
-        self._execute(self._bind(s, r, algorithm, validate, problem, persistent=False))
+        """All to All Scatter/Gather: equal blocks of ``len(buf) / size`` elements (or a given count).
+
+        Flat runs as ``MPI_Alltoall``, so the MPI library's own algorithms for it apply."""
+        s, r, problem = parse_alltoall(sendbuf, recvbuf, self.comm.size)
+        self._one_shot(s, r, problem, algorithm, validate, True, sendbuf is not MPI.IN_PLACE)
 
     def Alltoallv_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
         """Persistent All to All Scatter/Gather Vector (MPI-4 style): validate, agree and plan once.
@@ -128,24 +137,19 @@ class HierComm:
         Each ``Start()``/``Wait()`` of the returned request moves what the same buffers hold then
         (with ``MPI.IN_PLACE``, what the receive buffer holds at ``Start``).
         """
-        return self._init(parse_alltoallv, sendbuf, recvbuf, algorithm)
+        return self._init(parse_alltoallv, False, sendbuf, recvbuf, algorithm)
 
     def Alltoall_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
         """Persistent All to All Scatter/Gather (equal blocks); see ``Alltoallv_init``."""
-        return self._init(parse_alltoall, sendbuf, recvbuf, algorithm)
-
-    def _init(self, parse, sendbuf, recvbuf, algorithm) -> "ExchangeRequest":
-        s, r, problem = parse(sendbuf, recvbuf, self.comm.size)
-        run = self._bind(s, r, algorithm, True, problem, persistent=True)
-        # In place, the send side is a copy of the receive blocks: refreshed at every Start.
-        return ExchangeRequest(self, run, (r.view, s.view) if sendbuf is MPI.IN_PLACE else None)
+        return self._init(parse_alltoall, True, sendbuf, recvbuf, algorithm)
 
     def alltoallv(self, array, counts, algorithm: Optional[str] = None,
                   validate: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Send ``counts[d]`` consecutive rows of ``array`` (axis 0) to rank d; return (rows, recv counts).
 
-        Rows arrive ordered by source rank. Counts, dtype and row shape are agreed for you (one
-        collective); every rank must pass the same dtype and row shape.
+        Rows arrive ordered by source rank. The receive counts are learned from their senders (one
+        8-byte all-to-all), then the call is agreed as any other; every rank must pass the same
+        dtype and row shape.
         """
         size = self.comm.size
         array = np.ascontiguousarray(array)
@@ -156,163 +160,161 @@ class HierComm:
             problem = "array must have at least one dimension (rows along axis 0)"
         if problem is None and int(c.sum()) != array.shape[0]:
             problem = f"counts sum to {int(c.sum())} rows but the array has {array.shape[0]}"
-        kind = f"{array.dtype.str if array.dtype.names is None else array.dtype.descr} rows of shape {row_shape}"
+        kind_text = f"{array.dtype.str if array.dtype.names is None else array.dtype.descr} rows of shape {row_shape}"
+        kind = 1 + zlib.crc32(f"{kind_text} {row_bytes}".encode()) % ((1 << _KIND_BITS) - 1)
+        rcounts = self._exchange_counts(c if problem is None else None)
+        if problem is None and (rcounts < 0).any():
+            rcounts = np.zeros(size, dtype=np.int64)  # a sender has a problem: the agreement names it
         s = Side(np.frombuffer(array, np.uint8) if array.nbytes else np.empty(0, np.uint8),
                  c * row_bytes if problem is None else None,
                  exclusive_cumsum(c) * row_bytes if problem is None else None)
-        rows = (zlib.crc32(kind.encode()), row_bytes, kind, c)
-        algo, big, rc_node, rcounts = self._agree(s, None, problem, algorithm, validate, rows=rows)
-        out = np.empty((int(rcounts.sum()),) + row_shape, dtype=array.dtype)
+        out = np.empty((int(rcounts.sum()) if problem is None else 0,) + row_shape, dtype=array.dtype)
         r = Side(out.reshape(-1).view(np.uint8) if out.nbytes else np.empty(0, np.uint8),
                  rcounts * row_bytes, exclusive_cumsum(rcounts) * row_bytes)
-        self._execute(self._run_for(algo, s, r, big, rc_node, persistent=False))
+        # The receive counts came from their senders: nothing to fingerprint.
+        self._one_shot(s, r, problem, algorithm, validate, False, True, kind, kind_text, fingerprint=False)
         return out, rcounts
 
     @property
     def scratch_bytes(self) -> int:
         """Scratch memory of one-shot calls on this rank: private buffers plus its share of the window (bytes)."""
         window = self._window.view.shape[0] // self.topology.intra.size if self._window else 0
-        return sum(b.nbytes for b in self._buffers.values()) + window
+        return self._scratch.nbytes + window
 
     # ------------------------------------------------------------------ core
-    def _buffer(self, name: str, nbytes: int) -> np.ndarray:
-        """A cached scratch buffer of at least ``nbytes``; grown only when a call needs more."""
-        buf = self._buffers.get(name)
-        if buf is None or buf.shape[0] < nbytes:
-            self._buffers.pop(name, None)  # drop the old one before allocating the new one
-            buf = np.empty(max(nbytes, 1), dtype=np.uint8)
-            self._buffers[name] = buf
-        return buf
+    def _exchange_counts(self, counts: Optional[np.ndarray]) -> np.ndarray:
+        """Every rank learns what each sender sends it (int64 per peer; -1 from a rank with a problem),
+        by the cheaper of ``MPI_Alltoall`` and a persistent hierarchical plan for 8-byte blocks."""
+        send, recv = self._count_send, self._count_recv
+        if counts is None:
+            send.fill(-1)
+        else:
+            send[:] = counts
+        if self._count_request is None and self._hier_possible and self._choose(8) == "hier":
+            self._count_request = self.Alltoall_init(send, recv, algorithm="hier")
+        if self._count_request is not None:
+            self._count_request.Start()
+            self._count_request.Wait()
+        else:
+            self.comm.Alltoall(send, recv)
+        return recv.copy()
+
+    def _code(self, algorithm) -> int:
+        return _ALGO_CODE.get(algorithm if algorithm is not None else self.algorithm, -1)
+
+    def _agree_call(self, s: Side, r: Side, problem, algorithm, validate, slot: int, same: bool,
+                    kind: int, kind_text: str, fingerprint: bool) -> Agreed:
+        code = self._code(algorithm)
+        if problem is None and code < 0:
+            problem = f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
+        big = total = 0
+        if not problem:
+            total = int(s.counts.sum())
+            extent = max(s.view.shape[0], r.view.shape[0])
+            big = transfer.needs_big(extent, total, self.comm.size)
+        check = fingerprint and validate and not problem
+        return self._agreement.agree(problem, code, validate, kind, slot, same, self.plan_cache.over_budget,
+                                     big, total, s.counts if check else None, r.counts if check else None,
+                                     kind_text)
+
+    def _one_shot(self, s: Side, r: Side, problem, algorithm, validate, uniform: bool, cacheable: bool,
+                  kind: int = 0, kind_text: str = "", fingerprint: bool = True) -> None:
+        """Agree, then run the cached plan of this pattern or plan a new one (cached for next time)."""
+        cache = self.plan_cache
+        entry = key = parts = None
+        settings = (self._code(algorithm), bool(validate), kind, uniform)
+        if problem is None and cacheable and cache.max_entries:
+            parts = (s.counts, s.displs, r.counts, r.displs)
+            entry, key = cache.lookup(parts, settings)
+        ident = self._identity(s, r) if entry is not None else None
+        agreed = self._agree_call(s, r, problem, algorithm, validate, entry.slot if entry else 0,
+                                  entry is not None and entry.bound == ident, kind, kind_text, fingerprint)
+        self._tick += 1
+        if agreed.over_budget:
+            cache.evict_one(keep=agreed.slot)
+        if agreed.slot:
+            cache.touch(entry, self._tick)
+            if agreed.same_buffers:
+                if entry.run is None:  # the same buffers twice in a row everywhere: bind for good
+                    entry.run = self._bind(entry, s, r, persistent=True)
+                    entry.pinned = s.view.nbytes + r.view.nbytes
+                    entry.bound = self._identity(s, r)
+                    cache.recount()
+                self._cache_state = "hit"
+                self._execute(entry.run)
+                return
+            if entry.run is not None:
+                entry.run.free()
+                entry.run, entry.pinned = None, 0
+                cache.recount()
+            self._cache_state = "hit-rebound"
+            self._run_once(entry, s, r)
+            entry.bound = self._identity(s, r)
+            return
+        algo = ALGORITHMS[settings[0]]
+        if algo == "auto":  # from agreed numbers only, so every rank decides alike
+            algo = self._choose(agreed.mean_block(self.comm.size))
+        if not self._hier_possible:
+            algo = "flat"
+        fresh = CacheEntry(0, parts if cacheable else None, settings, algo, agreed.big, key=key or 0)
+        if algo == "hier":
+            fresh.plan = self._hier_plan(s, r)
+        self._cache_state = "miss" if cache.max_entries else "off"
+        self._run_once(fresh, s, r)
+        if cache.max_entries:  # on every rank at this agreed miss, findable or not
+            fresh.bound = self._identity(s, r)
+            cache.insert(fresh, self._tick)
+
+    def _identity(self, s: Side, r: Side) -> tuple:
+        """What a bound run depends on: the caller's buffers and the scratch it was bound to."""
+        return buffer_id(s.view, r.view) + (self._scratch.generation,
+                                            self._window.generation if self._window else 0)
+
+    def _hier_plan(self, s: Side, r: Side) -> HierPlan:
+        """Plan the hierarchical exchange; the node's receive counts come from the node."""
+        rc_node = np.empty((len(self._members), self.comm.size), dtype=np.int64)
+        self.topology.intra.Allgather(r.counts, rc_node)
+        return HierPlan(self._planner, self._mode, s, r, rc_node, self.comm.rank)
+
+    def _bind(self, entry: CacheEntry, s: Side, r: Side, persistent: bool, scratch: Optional[Scratch] = None,
+              window: Optional[NodeWindow] = None):
+        """A run of ``entry``'s plan on these buffers (one-shot scratch unless others are given)."""
+        if entry.algorithm == "flat":
+            return FlatRun(self.comm, s, r, entry.big, persistent, entry.settings[3])
+        plan, scratch = entry.plan, scratch or self._scratch
+        window = window or self._window
+        a = scratch.get("a", plan.a_bytes)
+        buf = window.ensure(plan.buf_bytes) if plan.mode == MODE_SHM else scratch.get("b", plan.buf_bytes)
+        return HierRun(plan, s, r, entry.big, self.topology.served_lanes, self.topology.intra, a, buf,
+                       window, persistent)
+
+    def _run_once(self, entry: CacheEntry, s: Side, r: Side) -> None:
+        run = self._bind(entry, s, r, persistent=False)
+        try:
+            self._execute(run)
+        finally:
+            run.free()
 
     def _execute(self, run) -> None:
         run.run()
         self._stats = run.stats
 
-    def _bind(self, s: Side, r: Side, algorithm, validate, problem: Optional[str], persistent: bool):
-        """Agree on everything, then bind the chosen algorithm's run to the buffers."""
-        algo, big, rc_node, _ = self._agree(s, r, problem, algorithm, validate)
-        return self._run_for(algo, s, r, big, rc_node, persistent)
-
-    def _run_for(self, algo: str, s: Side, r: Side, big: bool, rc_node, persistent: bool):
-        if algo == "hier" and self._hier_possible:
-            if rc_node is None:  # large worlds: the node's receive counts, from the node
-                rc_node = np.empty((len(self._members), self.comm.size), dtype=np.int64)
-                self.topology.intra.Allgather(r.counts, rc_node)
-            if persistent:
-                own: dict[str, np.ndarray] = {}
-                scratch = lambda name, n: own.setdefault(name, np.empty(max(n, 1), np.uint8))  # noqa: E731
-                window = NodeWindow(self.topology.intra) if self._window else None
-                return HierRun(self, s, r, big, rc_node, True, scratch, window)
-            return HierRun(self, s, r, big, rc_node, False, self._buffer, self._window)
-        return FlatRun(self.comm, s, r, big, persistent)
-
-    def _agree(self, s: Side, r: Optional[Side], problem: Optional[str], algorithm, validate, rows=None):
-        """One agreement for the call; returns (algorithm, big, node receive counts or None, my receive counts).
-
-        ``r`` is None for ``alltoallv`` (``rows`` = (dtype code, row bytes, description, row counts)):
-        the receive counts (in rows) are learned here instead of checked.
-        """
-        comm, size = self.comm, self.comm.size
-        code = _ALGO_CODE.get(algorithm if algorithm is not None else self.algorithm, -1)
-        if problem is None and code < 0:
-            problem = f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
-        unit = rows[1] if rows is not None else 1
-        if size <= FUSED_AGREEMENT_MAX_RANKS:
-            table = self._allgather_counts(s, r, problem, code, validate, rows, unit)
-            status, max_total, max_extent, a, b = check_table(table, _HEAD, 4, r is not None and validate, 6)
-            sent = table[:, _HEAD:_HEAD + size]
-            if status == 1:
-                raise_gathered(comm, problem, ExchangeError)
-            if status == 2:
-                self._settings_differ(table[:, 3], table[:, 4], rows)
-            if status == 3:
-                raise ExchangeError(_pair_mismatch(sent, table[:, _HEAD + size:]))  # same text everywhere
-            if r is None:
-                mine = np.ascontiguousarray(sent[:, comm.rank])
-                rc_node = np.ascontiguousarray(sent[:, self._members].T) * unit if code != 0 else None
-            else:
-                mine = None
-                rc_node = np.ascontiguousarray(table[self._members, _HEAD + size:]) if code != 0 else None
-        else:
-            mine, problem = self._exchange_counts(s, r, problem, validate, rows)
-            # One small Allreduce settles, identically on every rank: any failure, the settings
-            # (max and negated min), and the sizes that decide the large-count path.
-            extent = 0 if problem else max(s.view.shape[0], r.view.shape[0] if r is not None else 0)
-            total = 0 if problem else int(s.counts.sum())
-            v = 1 if validate else 0
-            agreed = np.array([1 if problem else 0, total, extent, code, -code, v, -v], dtype=np.int64)
-            comm.Allreduce(MPI.IN_PLACE, agreed, op=MPI.MAX)
-            if agreed[0]:
-                raise_gathered(comm, problem, ExchangeError)
-            if agreed[3] != -agreed[4] or agreed[5] != -agreed[6]:
-                self._settings_differ(agreed[3:5] * [1, -1], agreed[5:7] * [1, -1], None)
-            max_total, max_extent = int(agreed[1]), int(agreed[2])
-            rc_node = None
-        algo = ALGORITHMS[code]
-        big = transfer.needs_big(max_extent, max_total, size)
-        if algo == "auto":  # from agreed numbers only, so every rank decides alike
-            algo = self._choose(max_total // size)
-        return algo, big, rc_node, mine
-
-    def _allgather_counts(self, s: Side, r: Optional[Side], problem, code: int, validate, rows,
-                          unit: int) -> np.ndarray:
-        """Every rank's agreement row (head, send counts, receive counts), in reused buffers."""
-        size = self.comm.size
-        row, table = self._row, self._table
-        if problem:
-            row.fill(-1)
-            row[0] = 1
-        else:
-            row[0] = 0
-            row[2] = max(s.view.shape[0], r.view.shape[0] if r is not None else 0)
-            row[_HEAD:_HEAD + size] = s.counts if r is not None else rows[3]
-            row[_HEAD + size:] = r.counts if r is not None else -1
-        row[3], row[4] = code, 1 if validate else 0
-        row[5], row[6] = (rows[0], unit) if rows is not None else (0, unit)
-        self.comm.Allgather(row, table)
-        return table
-
-    def _exchange_counts(self, s: Side, r: Optional[Side], problem, validate, rows):
-        """Large worlds: every receiver learns what each sender announces (one Alltoall) and checks it."""
-        size, me = self.comm.size, self.comm.rank
-        width = 3 if rows else 1
-        announced = np.full((size, width), -1, dtype=np.int64)
-        if not problem:
-            announced[:, 0] = s.counts if not rows else rows[3]
-            if rows:
-                announced[:, 1], announced[:, 2] = rows[0], rows[1]
-        got = np.empty_like(announced)
-        self.comm.Alltoall(announced, got)
-        if problem:
-            return None, problem
-        if rows:
-            bad = np.flatnonzero((got[:, 1] != rows[0]) | (got[:, 2] != rows[1]))
-            if bad.size:
-                return None, (f"rank {int(bad[0])} sends other rows than this rank's {rows[2]} "
-                              f"(dtype and row shape must match on every rank)")
-            return got[:, 0].copy(), None
-        if validate and got[:, 0].tobytes() != r.counts.tobytes():
-            bad = np.flatnonzero(got[:, 0] != r.counts)
-            parts = [f"rank {int(p)} sends {int(got[p, 0])} B to rank {me}, which expects "
-                     f"{int(r.counts[p])} B" for p in bad[:3]]
-            return None, "; ".join(parts) + (f" (+{bad.size - 3} more pairs)" if bad.size > 3 else "")
-        return r.counts, None
-
-    def _settings_differ(self, algos: np.ndarray, validates: np.ndarray, rows) -> None:
-        """Raise the same ExchangeError on every rank: ranks passed different per-call settings."""
-        parts = []
-        if (algos != algos[0]).any():
-            parts.append("algorithm differs between ranks (" + ", ".join(
-                sorted({repr(ALGORITHMS[int(a)]) for a in algos})) + ")")
-        if (validates != validates[0]).any():
-            parts.append("validate differs between ranks")
-        if rows is not None and not parts:
-            # Every rank saw the same table, so every rank takes this collective branch.
-            kinds = self.comm.allgather(rows[2])
-            odd = [r for r, k in enumerate(kinds) if k != kinds[0]]
-            parts.append(f"rank {odd[0]} sends {kinds[odd[0]]} but rank 0 sends {kinds[0]} "
-                         f"(dtype and row shape must match on every rank)")
-        raise ExchangeError("; ".join(parts))
+    def _init(self, parse, uniform: bool, sendbuf, recvbuf, algorithm) -> "ExchangeRequest":
+        s, r, problem = parse(sendbuf, recvbuf, self.comm.size)
+        agreed = self._agree_call(s, r, problem, algorithm, True, 0, False, 0, "", True)
+        code = self._code(algorithm)
+        algo = ALGORITHMS[code] if ALGORITHMS[code] != "auto" else self._choose(agreed.mean_block(self.comm.size))
+        if not self._hier_possible:
+            algo = "flat"
+        entry = CacheEntry(0, None, (code, True, 0, uniform), algo, agreed.big)
+        window = None
+        if algo == "hier":
+            entry.plan = self._hier_plan(s, r)
+            window = NodeWindow(self.topology.intra) if self._window else None
+        # A request owns its scratch and window: it may be started while one-shot calls run.
+        run = self._bind(entry, s, r, True, Scratch(), window)
+        # In place, the send side is a copy of the receive blocks: refreshed at every Start.
+        return ExchangeRequest(self, run, (r.view, s.view) if sendbuf is MPI.IN_PLACE else None)
 
     def _choose(self, mean_block: int) -> str:
         """The cost model's pick for this layout and block size, memoised (it is on the hot path)."""
@@ -327,44 +329,43 @@ class HierComm:
 
     @property
     def last_stats(self) -> dict:
-        """Messages and bytes of the last call: per phase, across node boundaries, and copied (bytes)."""
-        if self._stats is None:
+        """Messages and bytes of the last call: per phase, across node boundaries, and copied (bytes);
+        ``plan_cache``: "hit" (a cached persistent run), "hit-rebound" (a cached plan on new
+        buffers), "miss" (planned anew), "off" (cache off), "request" (a persistent request)."""
+        st = self._stats
+        if st is None:
             return {}
         t, me = self.topology, self.comm.rank
-        if self._stats[0] == "flat":
-            counts = self._stats[1]
+        if st.algorithm == "flat":
+            counts = st.flat_counts
             live = counts > 0
             live[me] = False
             remote = live & (self._node_of != self._node_of[me])
-            return {"algorithm": "flat",
+            return {"algorithm": "flat", "plan_cache": self._cache_state,
                     "flat": {"messages": int(live.sum()), "bytes": int(counts[live].sum())},
                     "inter_node": {"messages": int(remote.sum()), "bytes": int(counts[remote].sum())},
                     "copy_bytes": 0}
-        _, node_bytes, p2_counts, copied = self._stats
-        own = node_bytes.copy()
+        own = st.node_bytes.copy()
         own[t.node] = 0
         inter = {"messages": int(np.count_nonzero(own)), "bytes": int(own.sum())}
-        if p2_counts is None:
+        if st.node_sends is None:
             intra = {"messages": 0, "bytes": 0}
         else:
-            p2_out = p2_counts.copy()
+            p2_out = st.node_sends.copy()
             p2_out[t.local_rank] = 0
             intra = {"messages": int(np.count_nonzero(p2_out)), "bytes": int(p2_out.sum())}
-        return {"algorithm": "hier", "node_phase": self.node_phase, "inter": inter, "intra": intra,
-                "inter_node": dict(inter), "copy_bytes": int(copied)}
+        return {"algorithm": "hier", "plan_cache": self._cache_state, "node_phase": self.node_phase,
+                "inter": inter, "intra": intra, "inter_node": dict(inter), "copy_bytes": int(st.copied)}
 
     def free(self) -> None:
-        """Free the node window and the Topology's communicators (collective)."""
+        """Free cached runs, the node window and the Topology's communicators (collective)."""
+        if self._count_request is not None:
+            self._count_request.Free()
+            self._count_request = None
+        self.plan_cache.clear()
         if self._window is not None:
             self._window.free()
         self.topology.free()
-
-
-def _pair_mismatch(sent: np.ndarray, expected: np.ndarray) -> str:
-    src, dst = np.nonzero(sent != expected.T)
-    parts = [f"rank {int(a)} sends {int(sent[a, b])} B to rank {int(b)}, which expects "
-             f"{int(expected[b, a])} B" for a, b in zip(src[:3], dst[:3])]
-    return "; ".join(parts) + (f" (+{src.size - 3} more pairs)" if src.size > 3 else "")
 
 
 class ExchangeRequest:
@@ -382,7 +383,7 @@ class ExchangeRequest:
     @property
     def algorithm(self) -> str:
         """The algorithm this request runs: "flat" or "hier"."""
-        return self._run.stats[0]
+        return self._run.stats.algorithm
 
     def Start(self) -> None:
         """Start one exchange of the bound buffers' current contents."""
@@ -405,6 +406,7 @@ class ExchangeRequest:
         self._active = False
         self._run.wait()
         self._hc._stats = self._run.stats
+        self._hc._cache_state = "request"
 
     def Free(self) -> None:
         """Release the request's MPI requests, datatypes and buffers (waits for an active exchange first)."""

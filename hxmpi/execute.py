@@ -1,7 +1,14 @@
-"""Executing exchanges: a plan bound to buffers, run once or started again and again (persistent).
+"""Executing exchanges: a plan bound to buffers and communicators, run once or started again and again.
 
-``FlatRun`` is one MPI Alltoallv (or Alltoallw for large counts). ``HierRun`` is the hierarchical
-exchange of ``hxmpi/plan.py``: pack, phase 1 on every lane this rank serves, then the node phase:
+Typed stages (``hxmpi/exchange.py`` drives them):
+  ``HierPlan``  the hierarchical plan of one count pattern on one rank: copy lists and phase vectors
+                (bytes), copied out of the planner so that it can be cached and bound again;
+  ``FlatRun`` / ``HierRun``  a plan bound to buffers and communicators only, with ``start()``
+                (local copies, nonblocking phase 1) and ``wait()`` (the rest);
+  ``ExchangeStats``  what a run moved, read by ``HierComm.last_stats``.
+
+``HierRun`` is the hierarchical exchange of ``hxmpi/plan.py``: pack, phase 1 on every lane this rank
+serves, then the node phase:
 
   shm  phase 1 receives into a node-shared window (``NodeWindow``); a node barrier; each rank copies
        its blocks straight from the window to its receive buffer; a second barrier frees the window
@@ -9,13 +16,13 @@ exchange of ``hxmpi/plan.py``: pack, phase 1 on every lane this rank serves, the
   mpi  phase 1 receives into a private buffer; repack by destination local rank; an Alltoallv on the
        node; unpack.
 
-Every run has ``start()`` (local copies, nonblocking phase 1) and ``wait()`` (the rest), so a
-persistent request can overlap the transfer with the caller's work. A one-shot run uses scratch
-buffers cached by its ``HierComm``; a persistent one owns its buffers, window and MPI requests.
+A run is bound to its buffers' addresses: ``Scratch`` and ``NodeWindow`` count their regrowths in
+``generation`` so that a cached run can tell it must be bound again.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 from mpi4py import MPI
@@ -32,13 +39,14 @@ class NodeWindow:
     """A byte buffer shared by the ranks of one node (``MPI_Win_allocate_shared``), grown on demand.
 
     ``ensure`` is collective on ``intra`` and must be called with the same size on every node rank
-    (sizes come from the agreed node counts, so they are).
+    (sizes come from the agreed node counts, so they are). ``generation`` counts regrowths.
     """
 
     def __init__(self, intra: MPI.Intracomm):
         self.intra = intra
         self.win: Optional[MPI.Win] = None
         self.view = np.empty(0, dtype=np.uint8)
+        self.generation = 0
 
     def ensure(self, nbytes: int) -> np.ndarray:
         """The window as a uint8 array of at least ``nbytes`` (collective only when it grows)."""
@@ -48,6 +56,7 @@ class NodeWindow:
                                                comm=self.intra)
             buf, _ = self.win.Shared_query(0)
             self.view = np.frombuffer(buf, dtype=np.uint8)
+            self.generation += 1
             # Passive-target epoch for the window's lifetime: Sync() then orders memory between ranks.
             self.win.Lock_all(MPI.MODE_NOCHECK)
         return self.view
@@ -67,6 +76,42 @@ class NodeWindow:
             self.win = None
 
 
+class Scratch:
+    """Named private byte buffers, grown only when a call needs more; ``generation`` counts regrowths."""
+
+    def __init__(self):
+        self.buffers: dict[str, np.ndarray] = {}
+        self.generation = 0
+
+    def get(self, name: str, nbytes: int) -> np.ndarray:
+        """The buffer ``name`` with at least ``nbytes`` bytes."""
+        buf = self.buffers.get(name)
+        if buf is None or buf.shape[0] < nbytes:
+            self.buffers.pop(name, None)  # drop the old one before allocating the new one
+            buf = self.buffers[name] = np.empty(max(nbytes, 1), dtype=np.uint8)
+            self.generation += 1
+        return buf
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held."""
+        return sum(b.nbytes for b in self.buffers.values())
+
+
+@dataclass(frozen=True)
+class ExchangeStats:
+    """What one run moves on this rank (bytes): its algorithm, per-peer sends, copies.
+
+    ``flat_counts``: bytes to each world rank (flat); ``node_bytes``: phase-1 bytes to each node and
+    ``node_sends``: phase-2 bytes to each local rank, None with shm (hier); ``copied``: kernel copies.
+    """
+    algorithm: str
+    flat_counts: Optional[np.ndarray] = None
+    node_bytes: Optional[np.ndarray] = None
+    node_sends: Optional[np.ndarray] = None
+    copied: int = 0
+
+
 class _Phase:
     """One Transfer, started nonblocking each time or bound once as an MPI persistent collective."""
 
@@ -83,16 +128,18 @@ class _Phase:
     def free(self) -> None:
         if self.request is not None and self.request != MPI.REQUEST_NULL:
             self.request.Free()
+        self.request = None
         self.transfer.free()
 
 
 class FlatRun:
-    """One Alltoallv of the caller's buffers (bytes)."""
+    """One Alltoallv of the caller's buffers (bytes); ``uniform``: equal blocks, run as MPI_Alltoall."""
 
-    def __init__(self, comm: MPI.Intracomm, s: Side, r: Side, big: bool, persistent: bool):
-        self.phase = _Phase(Transfer(comm, s.view, s.counts, s.displs, r.view, r.counts, r.displs, big),
-                            persistent)
-        self.stats = ("flat", s.counts)
+    def __init__(self, comm: MPI.Intracomm, s: Side, r: Side, big: bool, persistent: bool,
+                 uniform: bool = False):
+        self.phase = _Phase(Transfer(comm, s.view, s.counts, s.displs, r.view, r.counts, r.displs, big,
+                                     uniform), persistent)
+        self.stats = ExchangeStats("flat", flat_counts=s.counts)
         self._request: Optional[MPI.Request] = None
 
     def start(self) -> None:
@@ -102,65 +149,97 @@ class FlatRun:
         self._request.Wait()
 
     def run(self) -> None:
-        """Start and wait: one blocking call."""
-        self.phase.transfer.run()
+        """Start and wait: one blocking call (a persistent run starts its request)."""
+        if self.phase.request is None:
+            self.phase.transfer.run()
+        else:
+            self.phase.request.Start()
+            self.phase.request.Wait()
 
     def free(self) -> None:
         self.phase.free()
 
 
-class HierRun:
-    """The hierarchical exchange of one count pattern, bound to the caller's buffers.
+def _copy_list(src, dst, length, n=None) -> tuple:
+    """An owned (src, dst, length) copy list: the planner overwrites its arrays on the next plan."""
+    if n is None:
+        return np.array(src), np.array(dst), np.array(length)
+    return np.array(src[:n]), np.array(dst[:n]), np.array(length[:n])
 
-    ``scratch(name, nbytes)`` gives private scratch buffers and ``window`` the node window; a
-    persistent run passes its own, a one-shot run its HierComm's cached ones. ``rc_node``: (node
-    size, world size) bytes every node rank receives from every source.
+
+class HierPlan:
+    """The hierarchical plan of one count pattern on one rank (bytes), independent of buffers.
+
+    Built from ``planner.plan(mode, ...)`` (``hxmpi/plan.py``); ``rc_node`` is what every rank of this
+    node receives from every source, (node size, world size) bytes.
     """
 
-    def __init__(self, hc, s: Side, r: Side, big: bool, rc_node: np.ndarray, persistent: bool,
-                 scratch: Callable[[str, int], np.ndarray], window: Optional[NodeWindow]):
-        pl, self.mode = hc._planner, hc._mode
+    def __init__(self, planner, mode: int, s: Side, r: Side, rc_node: np.ndarray, me: int):
+        pl = planner
         base, pack_bytes, buf_bytes, p2_bytes, nrep, copied = pl.plan(
-            self.mode, s.counts, s.displs, r.counts, r.displs, rc_node)
-        keep = np.array if persistent else (lambda a: a)  # the planner's arrays serve the next plan too
-        self.s, self.r, self.window = s, r, window
-        me = hc.comm.rank
-        self.self_copy = (s.displs[me:me + 1], r.displs[me:me + 1], s.counts[me:me + 1])
-        self.pack = None if base >= 0 else (keep(pl.pack_src), keep(pl.pack_dst), keep(pl.pack_len))
-        self.own = (keep(pl.own_src), keep(pl.own_dst), keep(pl.own_len))
-        self.out = (keep(pl.out_src), keep(pl.out_dst), keep(pl.out_len))
-        a = scratch("a", max(pack_bytes if base < 0 else 0, p2_bytes))
-        if self.mode == MODE_SHM:
-            buf = window.ensure(int(buf_bytes))
-        else:
-            buf = scratch("b", int(buf_bytes))
-            self.rep = (keep(pl.rep_src[:nrep]), keep(pl.rep_dst[:nrep]), keep(pl.rep_len[:nrep]))
-            self.unp = (keep(pl.unp_src), keep(pl.unp_dst), keep(pl.unp_len))
-        self.a, self.buf = a, buf
-        send, sdispls = (a, pl.node_displs) if base < 0 else (s.view, pl.node_displs + base)
-        node_bytes = pl.node_bytes.copy()
-        zeros = np.zeros(pl.num_nodes, dtype=np.int64)
+            mode, s.counts, s.displs, r.counts, r.displs, rc_node)
+        self.mode, self.base, self.copied = mode, int(base), int(copied)
+        self.buf_bytes = int(buf_bytes)
+        self.a_bytes = int(max(pack_bytes if base < 0 else 0, p2_bytes))
+        self.self_copy = (s.displs[me:me + 1].copy(), r.displs[me:me + 1].copy(), s.counts[me:me + 1].copy())
+        self.pack = _copy_list(pl.pack_src, pl.pack_dst, pl.pack_len) if base < 0 else None
+        self.own = _copy_list(pl.own_src, pl.own_dst, pl.own_len)
+        self.out = _copy_list(pl.out_src, pl.out_dst, pl.out_len)
+        self.rep = self.unp = None
+        if mode != MODE_SHM:
+            self.rep = _copy_list(pl.rep_src, pl.rep_dst, pl.rep_len, nrep)
+            self.unp = _copy_list(pl.unp_src, pl.unp_dst, pl.unp_len)
+        self.node_bytes = np.array(pl.node_bytes)
+        self.send_displs = np.array(pl.node_displs) + (base if base >= 0 else 0)
+        self.lane_rc, self.lane_rd = np.array(pl.p1_rc), np.array(pl.p1_rd)
+        self.native = int(pl.local)
+        self.p2 = tuple(np.array(v) for v in (pl.p2_sc, pl.p2_sd, pl.p2_rc, pl.p2_rd))
+        self.zeros = np.zeros(int(pl.num_nodes), dtype=np.int64)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the plan's own arrays."""
+        arrays = [*self.own, *self.out, *self.self_copy, self.node_bytes, self.send_displs, self.lane_rc,
+                  self.lane_rd, *self.p2, *(self.pack or ()), *(self.rep or ()), *(self.unp or ())]
+        return sum(a.nbytes for a in arrays)
+
+    def stats(self) -> ExchangeStats:
+        return ExchangeStats("hier", node_bytes=self.node_bytes,
+                             node_sends=None if self.mode == MODE_SHM else self.p2[0], copied=self.copied)
+
+
+class HierRun:
+    """A ``HierPlan`` bound to the caller's buffers, the lane and node communicators, and scratch.
+
+    ``lanes``: (lane, communicator) for every lane this rank serves; ``a`` the pack/phase-2 scratch
+    and ``buf`` the phase-1 buffer (a private buffer, or the node window's view with shm).
+    """
+
+    def __init__(self, plan: HierPlan, s: Side, r: Side, big: bool, lanes, intra: MPI.Intracomm,
+                 a: np.ndarray, buf: np.ndarray, window: Optional[NodeWindow], persistent: bool):
+        self.plan, self.s, self.r, self.a, self.buf, self.window = plan, s, r, a, buf, window
+        send = a if plan.base < 0 else s.view
         self.lanes = []
-        for li, (lane, comm) in enumerate(hc.topology.served_lanes):
-            native = lane == pl.local
-            self.lanes.append(_Phase(Transfer(comm, send, node_bytes if native else zeros,
-                                              sdispls if native else zeros, buf, pl.p1_rc[li],
-                                              pl.p1_rd[li], big), persistent))
+        for li, (lane, comm) in enumerate(lanes):
+            native = lane == plan.native
+            self.lanes.append(_Phase(Transfer(comm, send, plan.node_bytes if native else plan.zeros,
+                                              plan.send_displs if native else plan.zeros, buf,
+                                              plan.lane_rc[li], plan.lane_rd[li], big), persistent))
         self.node = None
-        if self.mode != MODE_SHM:
-            self.node = _Phase(Transfer(hc.topology.intra, a, pl.p2_sc, pl.p2_sd, buf, pl.p2_rc,
-                                        pl.p2_rd, big), persistent)
-        self.stats = ("hier", node_bytes, None if self.mode == MODE_SHM else pl.p2_sc.copy(), copied)
+        if plan.mode != MODE_SHM:
+            sc, sd, rc, rd = plan.p2
+            self.node = _Phase(Transfer(intra, a, sc, sd, buf, rc, rd, big), persistent)
+        self.stats = plan.stats()
         self._requests: list = []
 
     def start(self) -> None:
         """Local copies that need no peer, then phase 1 on every served lane (nonblocking)."""
-        s, r = self.s, self.r
-        if self.pack is not None:
-            copy_blocks(s.view, self.pack[0], self.a, self.pack[1], self.pack[2])
-        copy_blocks(s.view, self.self_copy[0], r.view, self.self_copy[1], self.self_copy[2])
-        if self.mode == MODE_SHM:
-            copy_blocks(s.view, self.own[0], self.buf, self.own[1], self.own[2])
+        p, s, r = self.plan, self.s, self.r
+        if p.pack is not None:
+            copy_blocks(s.view, p.pack[0], self.a, p.pack[1], p.pack[2])
+        copy_blocks(s.view, p.self_copy[0], r.view, p.self_copy[1], p.self_copy[2])
+        if p.mode == MODE_SHM:
+            copy_blocks(s.view, p.own[0], self.buf, p.own[1], p.own[2])
         # Always the nonblocking form: a rank serving two lanes must start both, and MPI never
         # matches a blocking collective with a nonblocking one on the same communicator.
         self._requests = [lane.start() for lane in self.lanes]
@@ -169,25 +248,22 @@ class HierRun:
         """Finish phase 1, then the node phase."""
         MPI.Request.Waitall(self._requests)
         self._requests = []
-        r, buf = self.r, self.buf
-        if self.mode == MODE_SHM:
+        p, r, buf = self.plan, self.r, self.buf
+        if p.mode == MODE_SHM:
             self.window.barrier()   # every rank's own blocks and phase-1 segments are in place
-            copy_blocks(buf, self.out[0], r.view, self.out[1], self.out[2])
+            copy_blocks(buf, p.out[0], r.view, p.out[1], p.out[2])
             self.window.barrier()   # nobody reads the window any more: the next call may write it
             return
-        copy_blocks(buf, self.rep[0], self.a, self.rep[1], self.rep[2])
-        copy_blocks(self.s.view, self.own[0], self.a, self.own[1], self.own[2])
-        copy_blocks(buf, self.out[0], r.view, self.out[1], self.out[2])
+        copy_blocks(buf, p.rep[0], self.a, p.rep[1], p.rep[2])
+        copy_blocks(self.s.view, p.own[0], self.a, p.own[1], p.own[2])
+        copy_blocks(buf, p.out[0], r.view, p.out[1], p.out[2])
         self.node.start().Wait()
-        copy_blocks(buf, self.unp[0], r.view, self.unp[1], self.unp[2])
+        copy_blocks(buf, p.unp[0], r.view, p.unp[1], p.unp[2])
 
     def run(self) -> None:
-        """Start and wait: one blocking call; a one-shot run frees its transfers' datatypes."""
-        try:
-            self.start()
-            self.wait()
-        finally:
-            self.free()
+        """Start and wait: one blocking call."""
+        self.start()
+        self.wait()
 
     def free(self) -> None:
         for phase in self.lanes + ([self.node] if self.node else []):

@@ -19,9 +19,17 @@ from typing import Sequence, Union
 import numpy as np
 
 from ._plan import MODE_MPI, MODE_SHM, HierPlanner
-from .topology import dense_node_ids
 
 NODE_PHASES = {"shm": MODE_SHM, "mpi": MODE_MPI}
+
+
+def dense_node_ids(ids) -> np.ndarray:
+    """Node ids renumbered 0..N-1 in order of each node's lowest rank (int64 array, one per rank)."""
+    _, first, inverse = np.unique(np.asarray(ids), return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    remap = np.empty_like(order)
+    remap[order] = np.arange(order.size)
+    return remap[inverse.reshape(-1)].astype(np.int64)
 
 
 class Layout:

@@ -18,6 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .errors import TopologyError, agree
+from .plan import dense_node_ids
 
 ENV_RANKS_PER_NODE = "HXMPI_RANKS_PER_NODE"
 
@@ -38,15 +39,6 @@ def _check_node_of(node_of, size: int) -> tuple[Optional[np.ndarray], Optional[s
         bad = int(np.argmin(arr))
         return None, f"node_of[{bad}] = {arr[bad]} is negative"
     return arr, None
-
-
-def dense_node_ids(ids) -> np.ndarray:
-    """Node ids renumbered 0..N-1 in order of each node's lowest rank (int64 array, one per rank)."""
-    _, first, inverse = np.unique(np.asarray(ids), return_index=True, return_inverse=True)
-    order = np.argsort(first)
-    remap = np.empty_like(order)
-    remap[order] = np.arange(order.size)
-    return remap[inverse.reshape(-1)].astype(np.int64)
 
 
 class Topology:

@@ -35,14 +35,27 @@ def _struct_types(counts: np.ndarray, displs: np.ndarray, chunk: MPI.Datatype) -
 
 
 class Transfer:
-    """A byte Alltoallv on one communicator, plain or big-message, blocking or not."""
+    """A byte Alltoallv on one communicator, plain or big-message, blocking or not.
 
-    def __init__(self, comm, sview, sc, sd, rview, rc, rd, big: bool):
+    ``uniform``: every block has the same size and blocks lie back to back (an ``Alltoall``), so the
+    transfer is an ``MPI_Alltoall`` and the MPI library's own algorithms for it apply (Bruck's for
+    small blocks in Open MPI). Must be the same on every rank, as ``big`` must.
+    """
+
+    def __init__(self, comm, sview, sc, sd, rview, rc, rd, big: bool, uniform: bool = False):
         # ``big`` must be the same on every rank of ``comm``: Alltoallv never matches Alltoallw.
         self.comm = comm
         self.types = []
         self._chunk = None
-        if not big:
+        self.uniform = uniform and not big
+        if self.uniform:
+            n = sc.shape[0]
+            sblock, rblock = (int(sc[0]), int(rc[0])) if n else (0, 0)
+            s0, r0 = (int(sd[0]), int(rd[0])) if n else (0, 0)
+            self.sargs = [sview[s0:s0 + n * sblock], sblock, MPI.BYTE]
+            self.rargs = [rview[r0:r0 + n * rblock], rblock, MPI.BYTE]
+            self.big = False
+        elif not big:
             # C int arrays go to MPI as they are; int64 ones would be converted item by item.
             self.sargs = [sview, (sc.astype(np.intc), sd.astype(np.intc)), MPI.BYTE]
             self.rargs = [rview, (rc.astype(np.intc), rd.astype(np.intc)), MPI.BYTE]
@@ -58,19 +71,22 @@ class Transfer:
             self.rargs = [rview, (ones_r, zeros), rt]
             self.big = True
 
+    @property
+    def _name(self) -> str:
+        return "Alltoall" if self.uniform else "Alltoallw" if self.big else "Alltoallv"
+
     def run(self) -> None:
-        try:
-            (self.comm.Alltoallw if self.big else self.comm.Alltoallv)(self.sargs, self.rargs)
-        finally:
-            self.free()
+        """One blocking transfer (the datatypes stay until ``free``)."""
+        getattr(self.comm, self._name)(self.sargs, self.rargs)
 
     def start(self) -> MPI.Request:
-        return (self.comm.Ialltoallw if self.big else self.comm.Ialltoallv)(self.sargs, self.rargs)
+        """Start the transfer nonblocking (``MPI_Ialltoall*``)."""
+        return getattr(self.comm, "Ia" + self._name[1:])(self.sargs, self.rargs)
 
     def init(self):
         """An MPI-4 persistent request for this transfer, or None where the MPI library has none."""
         try:
-            return (self.comm.Alltoallw_init if self.big else self.comm.Alltoallv_init)(self.sargs, self.rargs)
+            return getattr(self.comm, self._name + "_init")(self.sargs, self.rargs)
         except (NotImplementedError, AttributeError):
             return None
 

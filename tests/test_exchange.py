@@ -147,14 +147,14 @@ def test_repeated_calls_reuse_buffers(comm, hcs):
     for scale in (1, 8, 64, 8, 1):
         rng = np.random.default_rng(scale * 31 + comm.rank)
         sc, rc, sbuf, ref = exchange_case(comm, rng, np.float64, max_count=scale * 4, zero_frac=0.1)
-        before = {k: id(v) for k, v in hc._buffers.items()}
+        before = {k: id(v) for k, v in hc._scratch.buffers.items()}
         out = np.zeros_like(ref)
         hc.Alltoallv([sbuf, sc], [out, rc], algorithm="hier")
         assert out.tobytes() == ref.tobytes()
         if scale == 64:
-            peak = {k: id(v) for k, v in hc._buffers.items()}
+            peak = {k: id(v) for k, v in hc._scratch.buffers.items()}
         if scale < 64 and "peak" in locals():
-            assert {k: id(v) for k, v in hc._buffers.items()} == peak == {**before, **peak}
+            assert {k: id(v) for k, v in hc._scratch.buffers.items()} == peak == {**before, **peak}
 
 
 def test_scratch_memory_bound(comm):
@@ -252,11 +252,11 @@ BAD_CASES = {
 }
 
 
-@pytest.fixture(params=["fused", "alltoall"])
-def agreement(request, monkeypatch):
-    """Both validation paths: one Allgather (small worlds) and Alltoall + Allreduce (large ones)."""
-    if request.param == "alltoall":
-        monkeypatch.setattr(exchange, "FUSED_AGREEMENT_MAX_RANKS", 0)
+@pytest.fixture(params=["cache-on", "cache-off"])
+def agreement(request, monkeypatch, hcs):
+    """With the agreed plan cache on and off."""
+    for hc in hcs.values():
+        monkeypatch.setattr(hc.plan_cache, "max_entries", 0 if request.param == "cache-off" else 16)
     return request.param
 
 

@@ -60,11 +60,11 @@ def test_forced_shm_without_shared_memory_fails_everywhere(comm):
     hc.free()
 
 
-@pytest.fixture(params=["fused", "alltoall"])
-def agreement(request, monkeypatch):
-    """Both agreement paths: one Allgather (small worlds) and Alltoall + Allreduce (large ones)."""
-    if request.param == "alltoall":
-        monkeypatch.setattr(exchange, "FUSED_AGREEMENT_MAX_RANKS", 0)
+@pytest.fixture(params=["cache-on", "cache-off"])
+def agreement(request, monkeypatch, phased):
+    """With the agreed plan cache on and off."""
+    for hc in filter(None, phased.values()):
+        monkeypatch.setattr(hc.plan_cache, "max_entries", 0 if request.param == "cache-off" else 16)
     return request.param
 
 

@@ -1,0 +1,146 @@
+"""The agreement of a one-shot call: one Allreduce of ``WORDS`` uint64, O(log P) at any P.
+
+Before any data moves, every rank must learn the same verdict: is any rank's input bad, do the
+per-call settings match, does any count need the large-count path, do senders and receivers agree on
+every pair of counts, and may every rank run a cached plan. One ``MPI_Allreduce(SUM)`` of a fixed
+record settles all of it:
+
+  problems      number of ranks with a bad spec (then a second, diagnostic pass names them)
+  big           number of ranks whose counts or displacements may pass a C int in some phase
+  setting, its square   for the algorithm code, the validate flag, the row kind (``alltoallv``) and
+                the cache slot: all ranks passed the same value exactly when P * sum(x^2) == sum(x)^2
+  same_buffers  ranks whose cached run is still bound to this call's buffers
+  over_budget   ranks whose plan cache holds more than its byte budget
+  bytes, bytes_sq  sum of every rank's send bytes, and of their squares in KiB (the skew of the call)
+  fingerprint   two lanes of a keyed hash of (source, destination, bytes), added by the sender and
+                subtracted by the receiver (``csrc/_agree.pyx``): zero exactly when every pair
+                agrees, up to a 2**-128 collision
+
+Sums of uint64 wrap mod 2**64, as the fingerprint needs. The diagnostic passes (``raise_problems``,
+``raise_pair_mismatch``) run only after a failed verdict, and every rank takes them alike.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+from mpi4py import MPI
+
+from ._agree import fingerprint
+from .errors import ExchangeError, raise_gathered
+
+WORDS = 16
+(PROBLEMS, BIG, ALGO, ALGO_SQ, VALIDATE, VALIDATE_SQ, KIND, KIND_SQ, SLOT, SLOT_SQ, SAME_BUFFERS,
+ OVER_BUDGET, BYTES, BYTES_SQ, FP_A, FP_B) = range(WORDS)
+_KIB_CAP = (1 << 21) - 1  # per-rank KiB are capped so that P * cap**2 stays below 2**64 up to 2**22 ranks
+
+
+@dataclass(frozen=True)
+class Agreed:
+    """What every rank of the call agreed on (identical on every rank)."""
+    big: bool            # the large-count path (Alltoallw) for every phase
+    slot: int            # cache slot every rank hit, 0 where any rank missed
+    same_buffers: bool   # every rank's cached run is bound to this call's buffers
+    over_budget: bool    # some rank's cache is over its byte budget: evict one entry
+    total_bytes: int     # bytes sent, summed over every rank
+    rank_kib_sq: int     # sum over ranks of (send KiB)^2, capped: the call's skew
+
+    def mean_block(self, size: int) -> int:
+        """Mean block of the call in bytes (total bytes / P^2)."""
+        return self.total_bytes // max(size * size, 1)
+
+    def largest_rank_bytes(self, size: int) -> int:
+        """An estimate of the largest rank's send bytes from the first two moments (bytes)."""
+        mean = self.total_bytes / max(size, 1)
+        var = max(self.rank_kib_sq * 1048576.0 / max(size, 1) - mean * mean, 0.0)
+        return int(min(mean + var ** 0.5 * max(size - 1, 0) ** 0.5, self.total_bytes))
+
+
+def _same(total: int, squares: int, size: int) -> bool:
+    return size * squares == total * total
+
+
+class Agreement:
+    """The reused record and key of one communicator's agreements.
+
+    ``key``: two 64-bit hash keys, the same on every rank (agreed when the ``HierComm`` is built).
+    """
+
+    def __init__(self, comm: MPI.Intracomm, key: tuple[int, int]):
+        self.comm, self.key = comm, key
+        self.record = np.zeros(WORDS, dtype=np.uint64)
+        self._sums = np.zeros(WORDS, dtype=np.uint64)
+
+    def agree(self, problem: Optional[str], algo_code: int, validate: bool, kind: int, slot: int,
+              same_buffers: bool, over_budget: bool, big: bool, send_bytes: int,
+              sent: Optional[np.ndarray] = None, expected: Optional[np.ndarray] = None,
+              kind_text: str = "") -> Agreed:
+        """One Allreduce; raises ``ExchangeError`` on every rank when any rank's input or setting is bad.
+
+        ``kind``: a 20-bit code of the row kind (``alltoallv``), else 0; ``slot``: this rank's cached
+        slot for the call, 0 if none; ``sent``/``expected``: byte counts to fingerprint (None: no
+        pairwise check, as with ``validate=False`` or counts learned from their senders);
+        ``kind_text`` describes the row kind for the error message.
+        """
+        rec, comm, size = self.record, self.comm, self.comm.size
+        rec.fill(0)
+        if problem:
+            rec[PROBLEMS] = 1
+        else:
+            v = 1 if validate else 0
+            kib = min(send_bytes >> 10, _KIB_CAP)
+            rec[BIG] = 1 if big else 0
+            rec[ALGO], rec[ALGO_SQ] = algo_code, algo_code * algo_code
+            rec[VALIDATE], rec[VALIDATE_SQ] = v, v
+            rec[KIND], rec[KIND_SQ] = kind, kind * kind
+            rec[SLOT], rec[SLOT_SQ] = slot, slot * slot
+            rec[SAME_BUFFERS] = 1 if same_buffers else 0
+            rec[OVER_BUDGET] = 1 if over_budget else 0
+            rec[BYTES], rec[BYTES_SQ] = send_bytes, kib * kib
+            if sent is not None:
+                fingerprint(sent, expected, comm.rank, self.key[0], self.key[1], rec, FP_A)
+        sums = self._sums
+        comm.Allreduce(rec, sums, op=MPI.SUM)
+        t = sums.tolist()
+        if t[PROBLEMS]:
+            raise_gathered(comm, problem, ExchangeError)
+        bad = [name for name, at in (("algorithm", ALGO), ("validate", VALIDATE), ("row kind", KIND))
+               if not _same(t[at], t[at + 1], size)]
+        if bad:
+            self._raise_settings(bad, algo_code, validate, kind_text)
+        if t[FP_A] or t[FP_B]:
+            raise_pair_mismatch(comm, sent, expected)
+        hit = t[SLOT] > 0 and _same(t[SLOT], t[SLOT_SQ], size)
+        return Agreed(t[BIG] > 0, slot if hit else 0, hit and t[SAME_BUFFERS] == size, t[OVER_BUDGET] > 0,
+                      t[BYTES], t[BYTES_SQ])
+
+    def _raise_settings(self, bad: list, algo_code: int, validate: bool, kind_text: str) -> None:
+        """Second pass: name the differing settings, the same text on every rank."""
+        from .exchange import ALGORITHMS  # the names of the codes; exchange imports this module
+        views = self.comm.allgather((algo_code, validate, kind_text))
+        parts = []
+        if "algorithm" in bad:
+            names = sorted({repr(ALGORITHMS[a]) if 0 <= a < len(ALGORITHMS) else "an unknown name"
+                            for a, _, _ in views})
+            parts.append("algorithm differs between ranks (" + ", ".join(names) + ")")
+        if "validate" in bad:
+            parts.append("validate differs between ranks")
+        if "row kind" in bad and not parts:
+            odd = next(r for r, v in enumerate(views) if v[2] != views[0][2])
+            parts.append(f"rank {odd} sends {views[odd][2]} but rank 0 sends {views[0][2]} "
+                         f"(dtype and row shape must match on every rank)")
+        raise ExchangeError("; ".join(parts))
+
+
+def raise_pair_mismatch(comm: MPI.Intracomm, sent: np.ndarray, expected: np.ndarray) -> None:
+    """Second pass after a non-zero fingerprint: gather every rank's counts and name the pairs that
+    disagree (collective; the same ``ExchangeError`` on every rank)."""
+    size = comm.size
+    row = np.concatenate([sent, expected]).astype(np.int64)
+    table = np.empty((size, 2 * size), dtype=np.int64)
+    comm.Allgather(row, table)
+    src, dst = np.nonzero(table[:, :size] != table[:, size:].T)
+    parts = [f"rank {int(a)} sends {int(table[a, b])} B to rank {int(b)}, which expects "
+             f"{int(table[b, size + a])} B" for a, b in zip(src[:3], dst[:3])]
+    raise ExchangeError("; ".join(parts) + (f" (+{src.size - 3} more pairs)" if src.size > 3 else ""))

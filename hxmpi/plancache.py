@@ -1,0 +1,118 @@
+"""The agreed plan cache behind one-shot calls: a repeated count pattern runs its cached plan.
+
+A cache entry holds what a call decided and planned for one count pattern (algorithm, large-count
+path, the hierarchical plan) and, once the same buffers come back, a persistent run bound to them.
+Each rank looks its own pattern up locally; the call's agreement (``hxmpi/agreement.py``) then says
+whether every rank found the same slot. Slots are numbered 1..``max_entries`` and filled, used and
+evicted only at agreed points, from agreed numbers (the call counter, the slot), so every rank's
+cache holds the same slots at every call and a hit on one slot everywhere means the whole world's
+pattern is the one that slot was made for.
+
+Bounds: ``max_entries`` entries, and ``max_bytes`` per rank of plan arrays plus the buffers its
+persistent runs keep alive (bytes). A rank over its byte budget says so in the next agreement, and
+every rank then evicts its least recently used entry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ._agree import pattern_key, same_arrays
+
+DEFAULT_ENTRIES = 16
+DEFAULT_BYTES = 256 << 20
+
+
+@dataclass(eq=False)
+class CacheEntry:
+    """One cached count pattern of one rank."""
+    slot: int                  # 1..max_entries, the same on every rank for the same agreed call
+    parts: Optional[tuple]     # this rank's int64 arrays of the pattern; None: not findable here
+    settings: tuple            # (algorithm code, validate, row kind, uniform)
+    algorithm: str             # "flat" or "hier", as agreed when it was made
+    big: bool                  # large-count path, as agreed
+    plan: Any = None           # HierPlan for hier, None for flat
+    run: Any = None            # persistent run bound to ``bound``, or None
+    bound: Optional[tuple] = None  # buffer identity the last call used (execute + exchange decide)
+    last_use: int = 0          # agreed call counter
+    key: int = 0
+    pinned: int = 0            # bytes of caller buffers the persistent run keeps alive
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this entry holds on this rank."""
+        return (self.plan.nbytes if self.plan is not None else 0) + self.pinned
+
+
+@dataclass
+class PlanCache:
+    """The cache of one ``HierComm`` (see the module docstring); ``hits``/``misses`` count calls."""
+    max_entries: int = DEFAULT_ENTRIES
+    max_bytes: int = DEFAULT_BYTES
+    entries: dict = field(default_factory=dict)   # slot -> CacheEntry
+    index: dict = field(default_factory=dict)     # pattern key -> CacheEntry
+    hits: int = 0
+    misses: int = 0
+    #: whether this rank holds more than ``max_bytes`` (recounted when an entry is added, bound or dropped)
+    over_budget: bool = False
+
+    def lookup(self, parts: tuple, settings: tuple) -> tuple[Optional[CacheEntry], int]:
+        """This rank's entry for ``parts`` (int64 arrays) and ``settings``, or None; and the key."""
+        key = pattern_key(parts)
+        entry = self.index.get(key)
+        if entry is not None and entry.settings == settings and same_arrays(entry.parts, parts):
+            return entry, key
+        return None, key
+
+    def recount(self) -> None:
+        """Recompute ``over_budget`` (off the hot path: after an insert, a bind or a drop)."""
+        self.over_budget = sum(e.nbytes for e in self.entries.values()) > self.max_bytes
+
+    def touch(self, entry: CacheEntry, tick: int) -> None:
+        """Mark ``entry`` used by the agreed call ``tick``."""
+        entry.last_use = tick
+        self.hits += 1
+
+    def insert(self, entry: CacheEntry, tick: int) -> CacheEntry:
+        """Put a new entry in the next slot (collective by construction: call on every rank at the
+        same agreed miss). Evicts the least recently used entry when full."""
+        self.misses += 1
+        if self.max_entries <= 0:
+            return entry
+        free = next((s for s in range(1, self.max_entries + 1) if s not in self.entries), None)
+        if free is None:
+            free = self._lru().slot
+            self._drop(free)
+        entry.slot, entry.last_use = free, tick
+        self.entries[free] = entry
+        if entry.parts is not None:
+            old = self.index.get(entry.key)
+            if old is not None and old is not entry:
+                old.parts = None  # still holds its slot, no longer findable here
+            self.index[entry.key] = entry
+        self.recount()
+        return entry
+
+    def evict_one(self, keep: int = 0) -> None:
+        """Drop the least recently used entry other than slot ``keep`` (agreed: same on every rank)."""
+        victim = self._lru(keep)
+        if victim is not None:
+            self._drop(victim.slot)
+
+    def clear(self) -> None:
+        """Drop every entry (collective, as eviction is)."""
+        for slot in list(self.entries):
+            self._drop(slot)
+
+    def _lru(self, keep: int = 0) -> Optional[CacheEntry]:
+        live = [e for e in self.entries.values() if e.slot != keep]
+        return min(live, key=lambda e: (e.last_use, e.slot)) if live else None
+
+    def _drop(self, slot: int) -> None:
+        entry = self.entries.pop(slot)
+        if self.index.get(entry.key) is entry:
+            del self.index[entry.key]
+        if entry.run is not None:
+            entry.run.free()
+            entry.run = None
+        self.recount()
