@@ -4,6 +4,7 @@ hxmpi._agree: the agreement's fingerprint and pattern keys).
 Metadata lives in pyproject.toml."""
 import os
 
+import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
@@ -11,7 +12,10 @@ from setuptools import Extension, setup
 _debug = os.environ.get("HXMPI_DEBUG", "0") == "1"
 
 _flags = ["-O3"] if not _debug else ["-O0", "-g"]
-extensions = [Extension(f"hxmpi.{name}", [f"csrc/{name}.pyx"], extra_compile_args=_flags)
+# _agree reads numpy arrays through their data pointers (numpy's C API: on every call's path).
+extensions = [Extension(f"hxmpi.{name}", [f"csrc/{name}.pyx"], extra_compile_args=_flags,
+                        include_dirs=[numpy.get_include()] if name == "_agree" else [],
+                        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
               for name in ("_packing", "_plan", "_agree")]
 
 setup(

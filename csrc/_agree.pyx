@@ -8,7 +8,10 @@ with independent keys make that 2**-128. Nothing here communicates.
 from libc.stdint cimport int64_t, uint64_t
 from libc.string cimport memcmp
 
+cimport numpy as cnp
 import numpy as np
+
+cnp.import_array()
 
 
 cdef inline uint64_t _mix(uint64_t z) noexcept nogil:
@@ -20,27 +23,6 @@ cdef inline uint64_t _mix(uint64_t z) noexcept nogil:
 
 cdef inline uint64_t _pair_hash(uint64_t key, uint64_t src, uint64_t dst, uint64_t nbytes) noexcept nogil:
     return _mix(_mix(key ^ (src * <uint64_t>0x9e3779b97f4a7c15 + dst)) ^ (nbytes * <uint64_t>0xd6e8feb86659fd93))
-
-
-def fingerprint(const int64_t[::1] sent not None, const int64_t[::1] expected not None,
-                Py_ssize_t me, uint64_t key_a, uint64_t key_b, uint64_t[::1] out not None,
-                Py_ssize_t at):
-    """Write this rank's two fingerprint lanes to ``out[at]`` and ``out[at + 1]``.
-
-    ``sent[d]``: bytes this rank (``me``) sends to rank d; ``expected[s]``: bytes it expects from s.
-    """
-    cdef Py_ssize_t n = sent.shape[0], p
-    if expected.shape[0] != n or out.shape[0] < at + 2 or at < 0:
-        raise ValueError("fingerprint: sent and expected differ in length, or out is too short")
-    cdef uint64_t a = 0, b = 0, m = <uint64_t>me
-    with nogil:
-        for p in range(n):
-            a += _pair_hash(key_a, m, <uint64_t>p, <uint64_t>sent[p])
-            a -= _pair_hash(key_a, <uint64_t>p, m, <uint64_t>expected[p])
-            b += _pair_hash(key_b, m, <uint64_t>p, <uint64_t>sent[p])
-            b -= _pair_hash(key_b, <uint64_t>p, m, <uint64_t>expected[p])
-    out[at] = a
-    out[at + 1] = b
 
 
 def pattern_key(tuple parts):
@@ -78,3 +60,110 @@ def buffer_id(const unsigned char[::1] send not None, const unsigned char[::1] r
     cdef size_t sa = <size_t>&send[0] if send.shape[0] else 0
     cdef size_t ra = <size_t>&recv[0] if recv.shape[0] else 0
     return (sa, send.shape[0], ra, recv.shape[0])
+
+
+cdef bint _same_shape(object now, object then):
+    """Same spec structure: lists/tuples of equal length, the same leaf objects (ints by value)."""
+    cdef Py_ssize_t i, n
+    if now is then:
+        return True
+    t = type(now)
+    if t is not type(then):
+        return False
+    if t is list or t is tuple:
+        n = len(<object>now)
+        if n != len(<object>then):
+            return False
+        for i in range(n):
+            if not _same_shape(now[i], then[i]):
+                return False
+        return True
+    if t is int:
+        return now == then
+    return False
+
+
+def spec_unchanged(now, then, tuple checks, tuple dtypes, tuple writable):
+    """Whether the spec ``now`` is the spec ``then`` of an earlier call (``then``: a copy of its lists
+    and tuples holding the same leaves): the same structure and leaf objects (ints by value); every
+    array of ``checks`` ((array, saved bytes): counts and displacements) holds the saved contents;
+    every array of ``dtypes`` ((array, dtype)) still has that dtype; every array in ``writable`` is
+    still writable. Cheap enough for every call's path."""
+    cdef cnp.ndarray a
+    cdef bytes b
+    cdef Py_ssize_t n
+    if not _same_shape(now, then):
+        return False
+    for arr, dt in dtypes:
+        if (<cnp.ndarray>arr).descr is not dt:
+            return False
+    for arr in writable:
+        if not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>arr):
+            return False
+    for arr, saved in checks:
+        a, b = <cnp.ndarray>arr, <bytes>saved
+        n = cnp.PyArray_NBYTES(a)
+        if not cnp.PyArray_IS_C_CONTIGUOUS(a) or n != len(b) or (n and memcmp(cnp.PyArray_DATA(a), <const char*>b, n) != 0):
+            return False
+    return True
+
+
+def fill_record(cnp.ndarray rec not None, bint problem, bint big, int64_t algo, bint validate,
+                int64_t kind, int64_t slot, bint same_buffers, bint over_budget, int64_t send_bytes,
+                int64_t kib_cap, sent, expected, Py_ssize_t me, uint64_t key_a, uint64_t key_b):
+    """Write one rank's agreement record (the words of ``hxmpi/agreement.py``): 16 uint64.
+
+    ``sent``/``expected``: int64 byte counts to fingerprint into words 14 and 15, or None (no
+    pairwise check). Arrays are read through their data pointers: this is on every call's path.
+    """
+    cdef int64_t kib
+    cdef uint64_t* r
+    cdef const int64_t* s
+    cdef const int64_t* e
+    cdef Py_ssize_t n, p
+    cdef uint64_t a = 0, b = 0, m = <uint64_t>me
+    if rec.dtype != np.uint64 or rec.shape[0] < 16 or not cnp.PyArray_IS_C_CONTIGUOUS(rec):
+        raise ValueError("fill_record: the record must be 16 contiguous uint64")
+    r = <uint64_t*>cnp.PyArray_DATA(rec)
+    for p in range(16):
+        r[p] = 0
+    if problem:
+        r[0] = 1
+        return
+    kib = send_bytes >> 10
+    if kib > kib_cap:
+        kib = kib_cap
+    r[1] = big
+    r[2] = <uint64_t>algo
+    r[3] = <uint64_t>(algo * algo)
+    r[4] = validate
+    r[5] = validate
+    r[6] = <uint64_t>kind
+    r[7] = <uint64_t>(kind * kind)
+    r[8] = <uint64_t>slot
+    r[9] = <uint64_t>(slot * slot)
+    r[10] = same_buffers
+    r[11] = over_budget
+    r[12] = <uint64_t>send_bytes
+    r[13] = <uint64_t>(kib * kib)
+    if sent is None:
+        return
+    n = _int64_data(sent, &s)
+    if _int64_data(expected, &e) != n:
+        raise ValueError("fill_record: sent and expected differ in length")
+    with nogil:
+        for p in range(n):
+            a += _pair_hash(key_a, m, <uint64_t>p, <uint64_t>s[p])
+            a -= _pair_hash(key_a, <uint64_t>p, m, <uint64_t>e[p])
+            b += _pair_hash(key_b, m, <uint64_t>p, <uint64_t>s[p])
+            b -= _pair_hash(key_b, <uint64_t>p, m, <uint64_t>e[p])
+    r[14] = a
+    r[15] = b
+
+
+cdef Py_ssize_t _int64_data(object arr, const int64_t** out) except -1:
+    cdef cnp.ndarray a = <cnp.ndarray?>arr
+    if a.dtype != np.int64 or a.ndim != 1 or not cnp.PyArray_IS_C_CONTIGUOUS(a):
+        raise ValueError("expected a contiguous 1-D int64 array")
+    out[0] = <const int64_t*>cnp.PyArray_DATA(a)
+    return a.shape[0]

@@ -16,18 +16,17 @@ record settles all of it:
                 subtracted by the receiver (``csrc/_agree.pyx``): zero exactly when every pair
                 agrees, up to a 2**-128 collision
 
-Sums of uint64 wrap mod 2**64, as the fingerprint needs. The diagnostic passes (``raise_problems``,
+Sums of uint64 wrap mod 2**64, as the fingerprint needs. The diagnostic passes (``raise_gathered``,
 ``raise_pair_mismatch``) run only after a failed verdict, and every rank takes them alike.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 from mpi4py import MPI
 
-from ._agree import fingerprint
+from ._agree import fill_record
 from .errors import ExchangeError, raise_gathered
 
 WORDS = 16
@@ -36,15 +35,21 @@ WORDS = 16
 _KIB_CAP = (1 << 21) - 1  # per-rank KiB are capped so that P * cap**2 stays below 2**64 up to 2**22 ranks
 
 
-@dataclass(frozen=True)
 class Agreed:
-    """What every rank of the call agreed on (identical on every rank)."""
-    big: bool            # the large-count path (Alltoallw) for every phase
-    slot: int            # cache slot every rank hit, 0 where any rank missed
-    same_buffers: bool   # every rank's cached run is bound to this call's buffers
-    over_budget: bool    # some rank's cache is over its byte budget: evict one entry
-    total_bytes: int     # bytes sent, summed over every rank
-    rank_kib_sq: int     # sum over ranks of (send KiB)^2, capped: the call's skew
+    """What every rank of the call agreed on (identical on every rank).
+
+    ``big``: the large-count path (Alltoallw) for every phase; ``slot``: the cache slot every rank
+    hit, 0 where any rank missed; ``same_buffers``: every rank's cached run is bound to this call's
+    buffers; ``over_budget``: some rank's cache is over its byte budget (evict one entry);
+    ``total_bytes``: bytes sent, summed over every rank; ``rank_kib_sq``: sum over ranks of (send
+    KiB)^2, capped (the call's skew).
+    """
+    __slots__ = ("big", "slot", "same_buffers", "over_budget", "total_bytes", "rank_kib_sq")
+
+    def __init__(self, big: bool, slot: int, same_buffers: bool, over_budget: bool, total_bytes: int,
+                 rank_kib_sq: int):
+        self.big, self.slot, self.same_buffers, self.over_budget = big, slot, same_buffers, over_budget
+        self.total_bytes, self.rank_kib_sq = total_bytes, rank_kib_sq
 
     def mean_block(self, size: int) -> int:
         """Mean block of the call in bytes (total bytes / P^2)."""
@@ -84,30 +89,17 @@ class Agreement:
         ``kind_text`` describes the row kind for the error message.
         """
         rec, comm, size = self.record, self.comm, self.comm.size
-        rec.fill(0)
-        if problem:
-            rec[PROBLEMS] = 1
-        else:
-            v = 1 if validate else 0
-            kib = min(send_bytes >> 10, _KIB_CAP)
-            rec[BIG] = 1 if big else 0
-            rec[ALGO], rec[ALGO_SQ] = algo_code, algo_code * algo_code
-            rec[VALIDATE], rec[VALIDATE_SQ] = v, v
-            rec[KIND], rec[KIND_SQ] = kind, kind * kind
-            rec[SLOT], rec[SLOT_SQ] = slot, slot * slot
-            rec[SAME_BUFFERS] = 1 if same_buffers else 0
-            rec[OVER_BUDGET] = 1 if over_budget else 0
-            rec[BYTES], rec[BYTES_SQ] = send_bytes, kib * kib
-            if sent is not None:
-                fingerprint(sent, expected, comm.rank, self.key[0], self.key[1], rec, FP_A)
+        fill_record(rec, bool(problem), big, algo_code, validate, kind, slot, same_buffers, over_budget,
+                    send_bytes, _KIB_CAP, sent, expected, comm.rank, self.key[0], self.key[1])
         sums = self._sums
         comm.Allreduce(rec, sums, op=MPI.SUM)
         t = sums.tolist()
         if t[PROBLEMS]:
             raise_gathered(comm, problem, ExchangeError)
-        bad = [name for name, at in (("algorithm", ALGO), ("validate", VALIDATE), ("row kind", KIND))
-               if not _same(t[at], t[at + 1], size)]
-        if bad:
+        if not (_same(t[ALGO], t[ALGO_SQ], size) and _same(t[VALIDATE], t[VALIDATE_SQ], size)
+                and _same(t[KIND], t[KIND_SQ], size)):
+            bad = [name for name, at in (("algorithm", ALGO), ("validate", VALIDATE), ("row kind", KIND))
+                   if not _same(t[at], t[at + 1], size)]
             self._raise_settings(bad, algo_code, validate, kind_text)
         if t[FP_A] or t[FP_B]:
             raise_pair_mismatch(comm, sent, expected)

@@ -26,7 +26,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import transfer
-from ._agree import buffer_id
+from ._agree import buffer_id, spec_unchanged
 from .agreement import Agreed, Agreement
 from .costmodel import CostModel
 from .errors import ExchangeError, HxmpiError, agree
@@ -95,6 +95,8 @@ class HierComm:
         self._count_send = np.empty(size, dtype=np.int64)  # alltoallv's count exchange, reused
         self._count_recv = np.empty(size, dtype=np.int64)
         self._count_request: Optional[ExchangeRequest] = None
+        self._memo: Optional[tuple] = None  # the last call's specs and their parse (see _parse)
+        self._last_entry: Optional[tuple] = None  # (send side, receive side, cache entry) of the last call
 
     def _agree_settings(self, requested: Optional[str], problem: Optional[str]) -> tuple[str, tuple]:
         """Agree on the constructor's settings; return the node phase every rank uses ("shm" only
@@ -121,15 +123,25 @@ class HierComm:
     # ------------------------------------------------------------------ public API
     def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather Vector, with mpi4py buffer specs (counts and displs in elements)."""
-        s, r, problem = parse_alltoallv(sendbuf, recvbuf, self.comm.size)
+        s, r, problem = self._parse(parse_alltoallv, sendbuf, recvbuf, False)
         self._one_shot(s, r, problem, algorithm, validate, False, sendbuf is not MPI.IN_PLACE)
 
     def Alltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather: equal blocks of ``len(buf) / size`` elements (or a given count).
 
         Flat runs as ``MPI_Alltoall``, so the MPI library's own algorithms for it apply."""
-        s, r, problem = parse_alltoall(sendbuf, recvbuf, self.comm.size)
+        s, r, problem = self._parse(parse_alltoall, sendbuf, recvbuf, True)
         self._one_shot(s, r, problem, algorithm, validate, True, sendbuf is not MPI.IN_PLACE)
+
+    def _parse(self, parse, sendbuf, recvbuf, uniform: bool):
+        """Both sides of a call; the previous call's result when the specs are unchanged (same
+        objects, same counts: checked in one compiled pass, see ``_spec_memo``)."""
+        memo = self._memo
+        if memo is not None and memo[0] is uniform and spec_unchanged((sendbuf, recvbuf), *memo[1:5]):
+            return memo[5], memo[6], None
+        s, r, problem = parse(sendbuf, recvbuf, self.comm.size)
+        self._memo = None if problem else _spec_memo(uniform, sendbuf, recvbuf, s, r)
+        return s, r, problem
 
     def Alltoallv_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
         """Persistent All to All Scatter/Gather Vector (MPI-4 style): validate, agree and plan once.
@@ -202,14 +214,13 @@ class HierComm:
     def _code(self, algorithm) -> int:
         return _ALGO_CODE.get(algorithm if algorithm is not None else self.algorithm, -1)
 
-    def _agree_call(self, s: Side, r: Side, problem, algorithm, validate, slot: int, same: bool,
+    def _agree_call(self, s: Side, r: Side, problem, code: int, algorithm, validate, slot: int, same: bool,
                     kind: int, kind_text: str, fingerprint: bool) -> Agreed:
-        code = self._code(algorithm)
         if problem is None and code < 0:
             problem = f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
         big = total = 0
         if not problem:
-            total = int(s.counts.sum())
+            total = s.total
             extent = max(s.view.shape[0], r.view.shape[0])
             big = transfer.needs_big(extent, total, self.comm.size)
         check = fingerprint and validate and not problem
@@ -225,31 +236,27 @@ class HierComm:
         settings = (self._code(algorithm), bool(validate), kind, uniform)
         if problem is None and cacheable and cache.max_entries:
             parts = (s.counts, s.displs, r.counts, r.displs)
-            entry, key = cache.lookup(parts, settings)
+            last = self._last_entry  # the same parsed sides as the last call: its entry, if still live
+            if last is not None and last[0] is s and last[1] is r and last[2].settings == settings \
+                    and cache.entries.get(last[2].slot) is last[2] and last[2].parts is not None:
+                entry, key = last[2], last[2].key
+            else:
+                entry, key = cache.lookup(parts, settings)
         ident = self._identity(s, r) if entry is not None else None
-        agreed = self._agree_call(s, r, problem, algorithm, validate, entry.slot if entry else 0,
+        agreed = self._agree_call(s, r, problem, settings[0], algorithm, validate, entry.slot if entry else 0,
                                   entry is not None and entry.bound == ident, kind, kind_text, fingerprint)
         self._tick += 1
-        if agreed.over_budget:
-            cache.evict_one(keep=agreed.slot)
+        # Over budget somewhere: every rank drops its least recently used entry, or, when the entry
+        # of this call is the only one, that entry after the call.
+        drop_after = agreed.over_budget and not cache.evict_one(keep=agreed.slot)
         if agreed.slot:
             cache.touch(entry, self._tick)
-            if agreed.same_buffers:
-                if entry.run is None:  # the same buffers twice in a row everywhere: bind for good
-                    entry.run = self._bind(entry, s, r, persistent=True)
-                    entry.pinned = s.view.nbytes + r.view.nbytes
-                    entry.bound = self._identity(s, r)
-                    cache.recount()
-                self._cache_state = "hit"
-                self._execute(entry.run)
-                return
-            if entry.run is not None:
-                entry.run.free()
-                entry.run, entry.pinned = None, 0
-                cache.recount()
-            self._cache_state = "hit-rebound"
-            self._run_once(entry, s, r)
-            entry.bound = self._identity(s, r)
+            self._last_entry = (s, r, entry)
+            try:
+                self._run_entry(entry, s, r, agreed.same_buffers)
+            finally:
+                if drop_after:
+                    cache.drop(entry.slot)
             return
         algo = ALGORITHMS[settings[0]]
         if algo == "auto":  # from agreed numbers only, so every rank decides alike
@@ -264,6 +271,28 @@ class HierComm:
         if cache.max_entries:  # on every rank at this agreed miss, findable or not
             fresh.bound = self._identity(s, r)
             cache.insert(fresh, self._tick)
+            self._last_entry = (s, r, fresh) if cacheable else None
+
+    def _run_entry(self, entry: CacheEntry, s: Side, r: Side, same_buffers: bool) -> None:
+        """Run a cached entry that every rank hit: its persistent run when every rank's buffers are
+        the ones it is bound to (bound on the second such call), else its plan on these buffers."""
+        cache = self.plan_cache
+        if same_buffers:
+            if entry.run is None:  # the same buffers twice in a row everywhere: bind for good
+                entry.run = self._bind(entry, s, r, persistent=True)
+                entry.pinned = s.view.nbytes + r.view.nbytes
+                entry.bound = self._identity(s, r)
+                cache.recount()
+            self._cache_state = "hit"
+            self._execute(entry.run)
+            return
+        if entry.run is not None:
+            entry.run.free()
+            entry.run, entry.pinned = None, 0
+            cache.recount()
+        self._cache_state = "hit-rebound"
+        self._run_once(entry, s, r)
+        entry.bound = self._identity(s, r)
 
     def _identity(self, s: Side, r: Side) -> tuple:
         """What a bound run depends on: the caller's buffers and the scratch it was bound to."""
@@ -301,8 +330,8 @@ class HierComm:
 
     def _init(self, parse, uniform: bool, sendbuf, recvbuf, algorithm) -> "ExchangeRequest":
         s, r, problem = parse(sendbuf, recvbuf, self.comm.size)
-        agreed = self._agree_call(s, r, problem, algorithm, True, 0, False, 0, "", True)
         code = self._code(algorithm)
+        agreed = self._agree_call(s, r, problem, code, algorithm, True, 0, False, 0, "", True)
         algo = ALGORITHMS[code] if ALGORITHMS[code] != "auto" else self._choose(agreed.mean_block(self.comm.size))
         if not self._hier_possible:
             algo = "flat"
@@ -366,6 +395,44 @@ class HierComm:
         if self._window is not None:
             self._window.free()
         self.topology.free()
+
+
+_SIMPLE_LEAVES = (int, str, type(None), MPI.Datatype)
+
+
+def _spec_memo(uniform: bool, sendbuf, recvbuf, s: Side, r: Side) -> Optional[tuple]:
+    """What ``spec_unchanged`` needs to recognise these specs in a later call, or None where a leaf
+    could change unseen: only ndarray data buffers, and counts, displacements and datatypes that are
+    ints, strings, datatypes or ndarrays (whose bytes are saved)."""
+    if sendbuf is MPI.IN_PLACE:
+        return None
+    checks, dtypes, writable = [], [], []
+
+    def copy(spec):
+        items = spec if type(spec) in (list, tuple) else [spec]
+        if type(items[0]) is not np.ndarray:
+            raise TypeError
+        dtypes.append((items[0], items[0].dtype))
+        out = [items[0]]
+        for item in items[1:]:
+            inner = item if type(item) in (list, tuple) else None
+            for leaf in (inner if inner is not None else (item,)):
+                if type(leaf) is np.ndarray:
+                    if not leaf.flags.c_contiguous:
+                        raise TypeError
+                    checks.append((leaf, leaf.tobytes()))
+                    dtypes.append((leaf, leaf.dtype))
+                elif type(leaf) not in _SIMPLE_LEAVES:
+                    raise TypeError
+            out.append(type(inner)(inner) if inner is not None else item)
+        return type(spec)(out) if type(spec) in (list, tuple) else spec
+
+    try:
+        then = (copy(sendbuf), copy(recvbuf))
+    except (TypeError, IndexError):
+        return None
+    writable.append(recvbuf[0] if type(recvbuf) in (list, tuple) else recvbuf)
+    return uniform, then, tuple(checks), tuple(dtypes), tuple(writable), s, r
 
 
 class ExchangeRequest:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import operator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Optional
 
 import numpy as np
@@ -56,8 +57,9 @@ class Side:
     elem: int = 1                   # bytes per element of the caller's datatype
     keep: Any = None                # what must outlive ``view`` (a DLPack capsule)
 
-    @property
+    @cached_property
     def total(self) -> int:
+        """Bytes of all blocks (computed once: a memoised Side serves many calls)."""
         return int(self.counts.sum()) if self.counts is not None else 0
 
 

@@ -93,11 +93,18 @@ class PlanCache:
         self.recount()
         return entry
 
-    def evict_one(self, keep: int = 0) -> None:
-        """Drop the least recently used entry other than slot ``keep`` (agreed: same on every rank)."""
+    def evict_one(self, keep: int = 0) -> bool:
+        """Drop the least recently used entry other than slot ``keep`` (agreed: same on every rank);
+        False if there is none."""
         victim = self._lru(keep)
         if victim is not None:
             self._drop(victim.slot)
+        return victim is not None
+
+    def drop(self, slot: int) -> None:
+        """Drop the entry of ``slot`` (at an agreed point, as every eviction)."""
+        if slot in self.entries:
+            self._drop(slot)
 
     def clear(self) -> None:
         """Drop every entry (collective, as eviction is)."""

@@ -1,0 +1,241 @@
+"""One-shot calls: the one-Allreduce agreement and the agreed plan cache, against comm.Alltoallv."""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from hxmpi import ExchangeError, HierComm
+from test_exchange import layouts
+
+pytestmark = pytest.mark.mpi
+
+LAYOUTS = ["regular", "irregular", "round_robin", "irregular_3_3_1", "round_robin_3", "one_node", "real"]
+
+
+@pytest.fixture(scope="module")
+def cached():
+    """HierComms per (layout, node phase) with a small plan cache (4 entries), so eviction is exercised."""
+    comm = MPI.COMM_WORLD
+    made = {}
+    for name in LAYOUTS:
+        for phase in ("shm", "mpi"):
+            try:
+                made[name, phase] = HierComm(comm, **layouts(comm.size)[name], node_phase=phase, cache_entries=4)
+            except ExchangeError:  # shm where a node spans hosts: refused on every rank alike
+                made[name, phase] = None
+    yield made
+    for hc in made.values():
+        if hc is not None:
+            hc.free()
+
+
+def _hc(cached, layout, phase):
+    hc = cached[layout, phase]
+    if hc is None:
+        pytest.skip("the ranks of a node share no memory here")
+    return hc
+
+
+def _case(comm, rng, dtype=np.float64):
+    """Random counts of at least one element per pair, rank-dependent data, and the flat reference."""
+    sc = rng.integers(1, 7, comm.size).astype(np.int64)
+    rc = np.empty_like(sc)
+    comm.Alltoall(sc, rc)
+    sbuf = (rng.random(int(sc.sum())) * 1000).astype(dtype)
+    ref = np.zeros(int(rc.sum()), dtype)
+    comm.Alltoallv([sbuf, sc], [ref, rc])
+    return sc, rc, sbuf, ref
+
+
+def _mismatch(comm, case):
+    """Counts where sender and receiver disagree (``case``), with the pair the error must name."""
+    size, me = comm.size, comm.rank
+    sc = np.full(size, 3, np.int64)
+    rc = np.full(size, 3, np.int64)
+    if case == "one_byte":          # rank 1 expects one byte more from rank 0
+        if me == 1 % size:
+            rc[0] += 1
+        pair = (0, 1 % size)
+    elif case == "cancelling":      # rank 0 sends one more to rank 1 and one less to rank 2
+        if me == 0:
+            sc[1 % size] += 1
+            sc[2 % size] -= 1
+        pair = (0, 1 % size)
+    else:                           # "all_zeros": the last rank expects nothing from anyone
+        if me == size - 1:
+            rc[:] = 0
+        pair = (0, size - 1)
+    return sc, rc, pair
+
+
+@pytest.mark.parametrize("case", ["one_byte", "cancelling", "all_zeros"])
+@pytest.mark.parametrize("algorithm", ["flat", "hier"])
+def test_count_mismatch_caught_on_every_rank(comm, cached, case, algorithm):
+    if case == "cancelling" and comm.size < 3:
+        pytest.skip("two pairs need three ranks")
+    hc = _hc(cached, "irregular", "mpi")
+    sc, rc, (src, dst) = _mismatch(comm, case)
+    send = np.zeros(int(sc.sum()), np.uint8)
+    recv = np.zeros(int(rc.sum()), np.uint8)
+    for attempt in range(2):  # the second time a good call of the same shape came first (a cached slot)
+        with pytest.raises(ExchangeError, match=rf"rank {src} sends \d+ B to rank {dst}, which expects \d+ B"):
+            hc.Alltoallv([send, sc], [recv, rc], algorithm=algorithm)
+        good = np.full(comm.size, 3, np.int64)
+        hc.Alltoallv([np.zeros(3 * comm.size, np.uint8), good], [np.zeros(3 * comm.size, np.uint8), good],
+                     algorithm=algorithm)
+
+
+def test_validate_false_skips_only_the_pairwise_check(comm, cached):
+    """validate=False still agrees on settings and local problems (so nothing hangs)."""
+    hc = _hc(cached, "regular", "mpi")
+    counts = np.full(comm.size, 2, np.int64)
+    bad = counts.copy()
+    if comm.rank == 0:
+        bad[0] = -1
+    with pytest.raises(ExchangeError, match="rank 0: .*negative"):
+        hc.Alltoallv([np.zeros(2 * comm.size, np.uint8), bad], [np.zeros(2 * comm.size, np.uint8), counts],
+                     validate=False)
+    if comm.size > 1:
+        with pytest.raises(ExchangeError, match="validate differs"):
+            hc.Alltoallv([np.zeros(2 * comm.size, np.uint8), counts],
+                         [np.zeros(2 * comm.size, np.uint8), counts], validate=comm.rank != 0)
+
+
+@pytest.mark.parametrize("phase", ["shm", "mpi"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_one_shot_cached_and_persistent_are_byte_exact(comm, cached, layout, phase):
+    hc = _hc(cached, layout, phase)
+    rng = np.random.default_rng(11 + comm.rank)
+    sc, rc, sbuf, ref = _case(comm, rng)
+    out = np.full_like(ref, np.nan)
+    states = []
+    for call in range(4):  # miss, hit on new buffers, then the persistent run twice
+        out.fill(np.nan)
+        hc.Alltoallv([sbuf, sc], [out, rc], algorithm="hier")
+        assert out.tobytes() == ref.tobytes(), f"call {call}"
+        states.append(hc.last_stats["plan_cache"])
+    possible = hc.topology.num_nodes > 1 and hc.topology.max_node_size > 1
+    assert hc.last_stats["algorithm"] == ("hier" if possible else "flat")
+    assert states[0] == "miss" and states[-1] == "hit", states
+    other = np.full_like(ref, np.nan)  # the same counts into another buffer: the plan, bound anew
+    hc.Alltoallv([sbuf, sc], [other, rc], algorithm="hier")
+    assert other.tobytes() == ref.tobytes()
+    assert hc.last_stats["plan_cache"] == "hit-rebound"
+    with hc.Alltoallv_init([sbuf, sc], [out, rc], algorithm="hier") as req:
+        for _ in range(2):
+            out.fill(np.nan)
+            req.Start()
+            req.Wait()
+            assert out.tobytes() == ref.tobytes()
+
+
+def test_changed_pattern_on_one_rank_misses_everywhere(comm, cached):
+    hc = _hc(cached, "irregular", "mpi")
+    size = comm.size
+    counts = np.full(size, 4, np.int64)
+    sbuf = np.arange(4 * size, dtype=np.uint8) + comm.rank
+    rbuf = np.zeros(4 * size + 8, np.uint8)
+    displs = np.arange(size, dtype=np.int64) * 4
+    for _ in range(3):
+        hc.Alltoallv([sbuf, (counts, displs)], [rbuf, (counts, displs)], algorithm="hier")
+    assert hc.last_stats["plan_cache"] == "hit"
+    # The last rank alone shifts its receive blocks: every rank must miss, and the data land right.
+    moved = displs + (8 if comm.rank == size - 1 else 0)
+    rbuf.fill(0)
+    hc.Alltoallv([sbuf, (counts, displs)], [rbuf, (counts, moved)], algorithm="hier")
+    states = comm.allgather(hc.last_stats["plan_cache"])
+    assert states == ["miss"] * size
+    want = np.concatenate([np.arange(4 * comm.rank, 4 * comm.rank + 4, dtype=np.uint8) + src for src in range(size)])
+    assert rbuf[moved[0]:moved[0] + 4 * size].tobytes() == want.tobytes()
+
+
+def test_moved_buffer_is_never_written_through_a_stale_plan(comm, cached):
+    """Same counts, buffers replaced between calls: only the new buffer receives."""
+    hc = _hc(cached, "regular", "shm" if cached["regular", "shm"] is not None else "mpi")
+    rng = np.random.default_rng(5 + comm.rank)
+    sc, rc, sbuf, ref = _case(comm, rng, np.int32)
+    old = np.zeros_like(ref)
+    for _ in range(3):  # bind a persistent run to ``old``
+        hc.Alltoallv([sbuf, sc], [old, rc])
+    assert hc.last_stats["plan_cache"] == "hit"
+    old.fill(-7)
+    new = np.zeros_like(ref)
+    send2 = sbuf.copy()
+    hc.Alltoallv([send2, sc], [new, rc])
+    assert new.tobytes() == ref.tobytes()
+    assert (old == -7).all()  # the stale binding never ran
+    assert hc.last_stats["plan_cache"] == "hit-rebound"
+
+
+def test_eviction_under_many_patterns_keeps_ranks_in_step(comm, cached):
+    """More patterns than cache entries, in an order that differs per rank count: every call exact,
+    every rank with the same slots and the same hit or miss."""
+    hc = _hc(cached, "round_robin", "mpi")
+    size = comm.size
+    sbuf = (np.arange(64 * size) % 251).astype(np.uint8)
+    rbuf = np.zeros(64 * size, np.uint8)
+    rng = np.random.default_rng(99)  # the same sequence on every rank
+    seen = []
+    for step in range(40):
+        pattern = int(rng.integers(0, 7))  # 7 patterns, 4 entries: evictions all the time
+        counts = np.full(size, 1 + pattern, np.int64)
+        rbuf.fill(0)
+        hc.Alltoallv([sbuf, counts], [rbuf, counts], algorithm="auto")
+        ref = np.zeros_like(rbuf)
+        comm.Alltoallv([sbuf, counts], [ref, counts])
+        assert rbuf.tobytes() == ref.tobytes(), f"step {step}"
+        seen.append(hc.last_stats["plan_cache"])
+    slots = sorted(hc.plan_cache.entries)
+    assert comm.allgather(slots) == [slots] * size
+    assert comm.allgather(seen) == [seen] * size
+    assert len(slots) <= 4 and "miss" in seen and any(s.startswith("hit") for s in seen)
+
+
+def test_count_exchange_of_alltoallv_rows(comm, cached):
+    """alltoallv learns its receive counts from the senders; a repeated call hits the plan cache."""
+    hc = _hc(cached, "irregular_3_3_1", "mpi")
+    size = comm.size
+    counts = (np.arange(size) + comm.rank) % 3
+    rows = np.repeat(np.arange(counts.sum(), dtype=np.float64)[:, None] + comm.rank * 100, 2, axis=1)
+    for _ in range(2):
+        out, rcounts = hc.alltoallv(rows, counts)
+        assert rcounts.tolist() == [(comm.rank + src) % 3 for src in range(size)]
+        ref = np.zeros((int(rcounts.sum()), 2))
+        comm.Alltoallv([rows, counts * 2], [ref, rcounts * 2])
+        assert out.tobytes() == ref.tobytes()
+    assert hc.last_stats["plan_cache"] in ("hit-rebound", "hit")
+
+
+def test_cache_bound_and_off(comm):
+    hc = HierComm(comm, ranks_per_node=2, cache_entries=0)
+    counts = np.full(comm.size, 2, np.int64)
+    buf = np.zeros(2 * comm.size, np.uint8)
+    hc.Alltoallv([buf, counts], [buf.copy(), counts])
+    assert hc.last_stats["plan_cache"] == "off" and not hc.plan_cache.entries
+    hc.free()
+    # A byte budget below one bound run: once the run pins the buffers (second call), the next call
+    # finds the cache over budget and drops the entry after running it, on every rank alike.
+    hc = HierComm(comm, ranks_per_node=2, cache_bytes=1)
+    send, recv = np.zeros(2 * comm.size, np.uint8), np.zeros(2 * comm.size, np.uint8)
+    states = []
+    for _ in range(4):
+        hc.Alltoallv([send, counts], [recv, counts], algorithm="flat")
+        states.append(hc.last_stats["plan_cache"])
+        if len(states) == 3:
+            assert not hc.plan_cache.entries
+    assert states == ["miss", "hit", "hit", "miss"]
+    hc.free()
+    with pytest.raises(ExchangeError, match="cache_entries and cache_bytes"):
+        HierComm(comm, cache_entries=-1 if comm.rank == 0 else 4)
+
+
+def test_uniform_alltoall_runs_mpi_alltoall(comm, cached):
+    hc = _hc(cached, "one_node", "mpi")
+    size = comm.size
+    send = np.arange(3 * size, dtype=np.int16) + 10 * comm.rank
+    recv = np.zeros_like(send)
+    for _ in range(3):
+        hc.Alltoall(send, recv, algorithm="flat")
+        ref = np.zeros_like(send)
+        comm.Alltoall(send, ref)
+        assert recv.tobytes() == ref.tobytes()
+    assert hc.last_stats["algorithm"] == "flat"

@@ -1,0 +1,100 @@
+"""The agreement record without MPI: every rank's record summed as MPI_SUM would, for whole count matrices."""
+import numpy as np
+import pytest
+
+from hxmpi import agreement
+from hxmpi._agree import fill_record, pattern_key, same_arrays
+
+KEY = (0x1234_5678_9ABC_DEF1, 0x0FED_CBA9_8765_4321)
+
+
+def world_sum(counts: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """Sum (mod 2**64) of every rank's record: rank a sends counts[a] and expects expected[a]."""
+    total = np.zeros(agreement.WORDS, dtype=np.uint64)
+    rec = np.zeros(agreement.WORDS, dtype=np.uint64)
+    for me in range(counts.shape[0]):
+        fill_record(rec, False, False, 1, True, 0, 0, False, False, int(counts[me].sum()), 1 << 20,
+                    np.ascontiguousarray(counts[me]), np.ascontiguousarray(expected[me]), me, *KEY)
+        total += rec  # numpy's uint64 addition wraps, as MPI_SUM on uint64 does
+    return total
+
+
+def fingerprint_of(counts, expected) -> tuple[int, int]:
+    t = world_sum(counts, expected)
+    return int(t[agreement.FP_A]), int(t[agreement.FP_B])
+
+
+@pytest.mark.parametrize("p", [1, 2, 5, 16])
+def test_consistent_counts_sum_to_zero(p):
+    rng = np.random.default_rng(p)
+    counts = rng.integers(0, 1 << 40, (p, p)).astype(np.int64)
+    assert fingerprint_of(counts, np.ascontiguousarray(counts.T)) == (0, 0)
+
+
+def _mismatches(p):
+    rng = np.random.default_rng(7)
+    counts = rng.integers(0, 100, (p, p)).astype(np.int64)
+    good = np.ascontiguousarray(counts.T)
+    one = good.copy()
+    one[1, 0] += 1                      # rank 1 expects one byte more from rank 0
+    cancel = good.copy()
+    cancel[1, 0] += 5                   # two pairs whose errors cancel in a plain sum
+    cancel[2, 0] -= 5
+    zeros = good.copy()
+    zeros[3] = 0                        # rank 3 expects nothing at all
+    swapped = good.copy()
+    swapped[1, 0], swapped[1, 2] = good[1, 2] + 1, good[1, 0] - 1  # same total, other pairs
+    return counts, {"one byte": one, "cancelling pairs": cancel, "all zeros": zeros, "swapped": swapped}
+
+
+@pytest.mark.parametrize("case", ["one byte", "cancelling pairs", "all zeros", "swapped"])
+def test_every_kind_of_mismatch_is_seen(case):
+    counts, cases = _mismatches(5)
+    assert fingerprint_of(counts, cases[case]) != (0, 0)
+    # A plain sum of the counts would not see the cancelling pairs: the fingerprint must.
+    if case == "cancelling pairs":
+        assert cases[case].sum() == counts.sum()
+
+
+def test_settings_words_are_sums_and_squares():
+    rec = np.zeros(agreement.WORDS, dtype=np.uint64)
+    fill_record(rec, False, True, 2, True, 77, 3, True, False, 5 << 10, 1 << 20, None, None, 0, *KEY)
+    assert rec[agreement.BIG] == 1
+    assert (rec[agreement.ALGO], rec[agreement.ALGO_SQ]) == (2, 4)
+    assert (rec[agreement.KIND], rec[agreement.KIND_SQ]) == (77, 77 * 77)
+    assert (rec[agreement.SLOT], rec[agreement.SLOT_SQ]) == (3, 9)
+    assert (rec[agreement.BYTES], rec[agreement.BYTES_SQ]) == (5 << 10, 25)
+    assert rec[agreement.FP_A] == rec[agreement.FP_B] == 0  # no counts given: no pairwise check
+    fill_record(rec, True, True, 2, True, 77, 3, True, False, 5 << 10, 1 << 20, None, None, 0, *KEY)
+    assert rec.tolist() == [1] + [0] * (agreement.WORDS - 1)  # a problem rank says only that
+
+
+def test_record_refuses_bad_arrays():
+    with pytest.raises(ValueError, match="16 contiguous uint64"):
+        fill_record(np.zeros(8, np.uint64), False, False, 0, True, 0, 0, False, False, 0, 1, None, None, 0, 1, 2)
+    with pytest.raises(ValueError, match="differ in length"):
+        fill_record(np.zeros(16, np.uint64), False, False, 0, True, 0, 0, False, False, 0, 1,
+                    np.zeros(3, np.int64), np.zeros(4, np.int64), 0, 1, 2)
+    with pytest.raises(ValueError, match="int64"):
+        fill_record(np.zeros(16, np.uint64), False, False, 0, True, 0, 0, False, False, 0, 1,
+                    np.zeros(3, np.int32), np.zeros(3, np.int32), 0, 1, 2)
+
+
+def test_pattern_keys_tell_patterns_apart():
+    a = np.arange(6, dtype=np.int64)
+    b = a.copy()
+    b[5] += 1
+    assert pattern_key((a, a)) == pattern_key((a.copy(), a.copy()))
+    assert pattern_key((a, a)) != pattern_key((a, b))
+    assert pattern_key((a[:3], a[3:])) != pattern_key((a, np.zeros(0, np.int64)))  # lengths count
+    assert same_arrays((a, a), (a.copy(), a.copy()))
+    assert not same_arrays((a, a), (a, b))
+    assert not same_arrays((a,), (a, a))
+
+
+def test_skew_estimate_from_moments():
+    # One heavy rank of 8: the largest rank's bytes are recovered from the sum and sum of squares.
+    kib = np.array([1, 1, 1, 1, 1, 1, 1, 64])
+    agreed = agreement.Agreed(False, 0, False, False, int(kib.sum()) << 10, int((kib ** 2).sum()))
+    assert agreed.largest_rank_bytes(8) == pytest.approx(64 << 10, rel=0.02)
+    assert agreed.mean_block(8) == (int(kib.sum()) << 10) // 64
