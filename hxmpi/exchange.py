@@ -280,16 +280,15 @@ class HierComm:
         if same_buffers:
             if entry.run is None:  # the same buffers twice in a row everywhere: bind for good
                 entry.run = self._bind(entry, s, r, persistent=True)
-                entry.pinned = s.view.nbytes + r.view.nbytes
+                cache.pin(entry, s.view.nbytes + r.view.nbytes)
                 entry.bound = self._identity(s, r)
-                cache.recount()
             self._cache_state = "hit"
             self._execute(entry.run)
             return
         if entry.run is not None:
             entry.run.free()
-            entry.run, entry.pinned = None, 0
-            cache.recount()
+            entry.run = None
+            cache.pin(entry, 0)
         self._cache_state = "hit-rebound"
         self._run_once(entry, s, r)
         entry.bound = self._identity(s, r)

@@ -53,8 +53,8 @@ class PlanCache:
     index: dict = field(default_factory=dict)     # pattern key -> CacheEntry
     hits: int = 0
     misses: int = 0
-    #: whether this rank holds more than ``max_bytes`` (recounted when an entry is added, bound or dropped)
-    over_budget: bool = False
+    #: bytes the entries hold on this rank (plan arrays and pinned buffers)
+    held: int = 0
 
     def lookup(self, parts: tuple, settings: tuple) -> tuple[Optional[CacheEntry], int]:
         """This rank's entry for ``parts`` (int64 arrays) and ``settings``, or None; and the key."""
@@ -64,9 +64,15 @@ class PlanCache:
             return entry, key
         return None, key
 
-    def recount(self) -> None:
-        """Recompute ``over_budget`` (off the hot path: after an insert, a bind or a drop)."""
-        self.over_budget = sum(e.nbytes for e in self.entries.values()) > self.max_bytes
+    @property
+    def over_budget(self) -> bool:
+        """Whether this rank holds more than ``max_bytes``."""
+        return self.held > self.max_bytes
+
+    def pin(self, entry: CacheEntry, nbytes: int) -> None:
+        """Record that ``entry``'s persistent run keeps ``nbytes`` of caller buffers alive (0: none)."""
+        self.held += nbytes - entry.pinned
+        entry.pinned = nbytes
 
     def touch(self, entry: CacheEntry, tick: int) -> None:
         """Mark ``entry`` used by the agreed call ``tick``."""
@@ -90,7 +96,7 @@ class PlanCache:
             if old is not None and old is not entry:
                 old.parts = None  # still holds its slot, no longer findable here
             self.index[entry.key] = entry
-        self.recount()
+        self.held += entry.nbytes
         return entry
 
     def evict_one(self, keep: int = 0) -> bool:
@@ -122,4 +128,4 @@ class PlanCache:
         if entry.run is not None:
             entry.run.free()
             entry.run = None
-        self.recount()
+        self.held -= entry.nbytes
