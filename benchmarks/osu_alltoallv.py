@@ -6,7 +6,10 @@ Sizes are bytes per block (per destination rank), as in osu_alltoallv. Latency i
 per call in microseconds over ``-i`` iterations after ``-x`` warm-up calls, averaged over ranks
 (``-f`` adds min and max over ranks). Columns: "bare" is ``comm.Alltoallv`` on prebuilt specs (C int
 counts, MPI.BYTE), the floor for any wrapper; "flat", "hier", "auto" are ``HierComm.Alltoallv`` calls
-(validated unless ``--no-validate``); "flat-plan", "hier-plan" are persistent requests
+(validated unless ``--no-validate``) with the same specs every call, so from the third call on they
+run their cached persistent plan; "flat-new", "hier-new" are the same calls with a new count pattern
+every call (the receive displacements shift through 32 patterns, more than the plan cache holds, so
+every call agrees, plans and binds anew); "flat-plan", "hier-plan" are persistent requests
 (``HierComm.Alltoallv_init`` once, then Start/Wait); "naive" is what a user without hxmpi writes:
 per-destination numpy arrays, ``np.concatenate``, ``comm.Alltoallv``, ``np.split``.
 ``-c`` checks one extra, untimed call of every column per size against ``MPI_Alltoallv``, with the
@@ -24,8 +27,9 @@ import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (
 from mpi4py import MPI
 
 
-COLUMNS = ("bare", "flat", "hier", "auto", "flat-plan", "hier-plan", "naive")
+COLUMNS = ("bare", "flat", "hier", "auto", "flat-new", "hier-new", "flat-plan", "hier-plan", "naive")
 POISON = 0xA5
+PATTERNS = 32  # receive-displacement shifts of the "-new" columns (more than the plan cache's entries)
 
 
 def parse_range(text: str) -> tuple[int, int]:
@@ -52,6 +56,10 @@ def run_size(hc: hxmpi.HierComm, nbytes: int, args, rng) -> dict:
     sbuf = rng.integers(0, 256, int(sc.sum()), dtype=np.uint8)
     rbuf = np.empty(int(rc.sum()), np.uint8)
     ref = np.empty_like(rbuf)
+    shifted_buf = np.empty(int(rc.sum()) + PATTERNS, np.uint8)
+    rd = np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.int64)
+    shifts = [rd + k for k in range(PATTERNS)]
+    tick = [0]
     comm.Alltoallv([sbuf, sc, MPI.BYTE], [ref, rc, MPI.BYTE])
     pieces = np.split(sbuf, np.cumsum(sc)[:-1])  # the naive user's per-destination arrays
     iters = args.iterations if nbytes <= args.large_threshold else args.iterations_large
@@ -74,6 +82,11 @@ def run_size(hc: hxmpi.HierComm, nbytes: int, args, rng) -> dict:
             elif col in plans:
                 plans[col].Start()
                 plans[col].Wait()
+            elif col.endswith("-new"):
+                k = tick[0] = (tick[0] + 1) % PATTERNS
+                hc.Alltoallv([sbuf, sc, MPI.BYTE], [shifted_buf, (rc, shifts[k]), MPI.BYTE],
+                             algorithm=col[:-4], validate=args.validate_input)
+                return shifted_buf[k:k + rbuf.shape[0]]
             else:
                 hc.Alltoallv([sbuf, sc, MPI.BYTE], [rbuf, rc, MPI.BYTE], algorithm=col,
                              validate=args.validate_input)
@@ -87,13 +100,14 @@ def run_size(hc: hxmpi.HierComm, nbytes: int, args, rng) -> dict:
         local = (time.perf_counter() - t0) / iters * 1e6
         if args.check:  # one more call into a poisoned buffer: an exchange that moves nothing fails
             rbuf.fill(POISON)
+            shifted_buf.fill(POISON)
             result["check"][col] = bool(np.array_equal(once(), ref))
         times = comm.allgather(local)
         result[col] = {"avg_us": float(np.mean(times)), "min_us": float(np.min(times)),
                        "max_us": float(np.max(times))}
         if col == "auto":
             result["auto_choice"] = hc.last_stats["algorithm"]
-        if col in ("flat", "hier"):
+        if col in ("flat", "hier", "flat-new", "hier-new"):
             result[f"{col}_stats"] = hc.last_stats
     for plan in plans.values():
         plan.Free()
@@ -147,8 +161,8 @@ def main(argv=None) -> int:
         if args.check:
             print(f"# check passed: {len(COLUMNS)} columns x {len(rows)} sizes equal MPI_Alltoallv on every rank")
         ratios = {f"{a}/{b} @ {r['size']} B": r[a]["avg_us"] / r[b]["avg_us"] for r in rows
-                  for a, b in (("flat", "bare"), ("flat-plan", "bare"), ("hier-plan", "bare"), ("hier", "flat"),
-                               ("hier-plan", "flat-plan"))}
+                  for a, b in (("flat", "bare"), ("flat-new", "bare"), ("hier", "bare"), ("flat-plan", "bare"),
+                               ("hier-plan", "bare"), ("hier", "flat"), ("hier-plan", "flat-plan"))}
         for r in ({rows[0]['size']: rows[0], rows[-1]['size']: rows[-1]}.values()):
             print(f"# ratios @ {r['size']} B: " + ", ".join(f"{k.split(' @')[0]} {v:.2f}x" for k, v in ratios.items()
                                                            if k.endswith(f"@ {r['size']} B")))

@@ -76,6 +76,18 @@ class Agreement:
         self.comm, self.key = comm, key
         self.record = np.zeros(WORDS, dtype=np.uint64)
         self._sums = np.zeros(WORDS, dtype=np.uint64)
+        # An MPI-4 persistent Allreduce where the library has one (bound once to the record): Open MPI
+        # starts a bound collective faster than it runs a blocking one. Collective, as construction is.
+        try:
+            self._request = comm.Allreduce_init(self.record, self._sums, op=MPI.SUM)
+        except (NotImplementedError, AttributeError):
+            self._request = None
+
+    def free(self) -> None:
+        """Release the persistent Allreduce."""
+        if self._request is not None:
+            self._request.Free()
+            self._request = None
 
     def agree(self, problem: Optional[str], algo_code: int, validate: bool, kind: int, slot: int,
               same_buffers: bool, over_budget: bool, big: bool, send_bytes: int,
@@ -91,8 +103,12 @@ class Agreement:
         rec, comm, size = self.record, self.comm, self.comm.size
         fill_record(rec, bool(problem), big, algo_code, validate, kind, slot, same_buffers, over_budget,
                     send_bytes, _KIB_CAP, sent, expected, comm.rank, self.key[0], self.key[1])
-        sums = self._sums
-        comm.Allreduce(rec, sums, op=MPI.SUM)
+        sums, request = self._sums, self._request
+        if request is not None:
+            request.Start()
+            request.Wait()
+        else:
+            comm.Allreduce(rec, sums, op=MPI.SUM)
         t = sums.tolist()
         if t[PROBLEMS]:
             raise_gathered(comm, problem, ExchangeError)

@@ -391,6 +391,7 @@ class HierComm:
             self._count_request.Free()
             self._count_request = None
         self.plan_cache.clear()
+        self._agreement.free()
         if self._window is not None:
             self._window.free()
         self.topology.free()
