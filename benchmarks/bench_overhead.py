@@ -16,6 +16,12 @@ minus the MPI-only columns it contains (flat: flat-new - allreduce - bare; flat_
 allreduce - bare-plan; hier: hier-new - allreduce - hier-plan; hier_hit: hier-repeat - allreduce -
 hier-plan; flat_plan: flat-plan - bare-plan; hier_plan: 0, its messages are all in hier-plan), clamped
 at 0 (seconds). ``hxmpi.simulate`` charges these instead of fitted constants.
+
+``--breakdown`` also times, on each rank alone (no communication, so no waiting inside), the local
+stages of one call (us, mean over ranks): parsing two new specs; recognising unchanged specs; the
+plan-cache lookup of a pattern; filling the agreement record with its fingerprint; planning the
+hierarchical exchange (``HierPlan``, the node counts given); binding a flat and a hier run and
+freeing it.
 """
 from __future__ import annotations
 
@@ -38,6 +44,7 @@ def main(argv=None) -> int:
     p.add_argument("-x", "--warmup", type=int, default=200, help="untimed calls first (default 200)")
     p.add_argument("--repeats", type=int, default=3, help="rounds over all columns; the median is kept (default 3)")
     p.add_argument("--ranks-per-node", type=int, default=None, help="virtual nodes of this many ranks (default: real nodes)")
+    p.add_argument("--breakdown", action="store_true", help="also time each local stage of a call (see above)")
     p.add_argument("--json", default=None, help="write results here (rank 0)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
@@ -75,6 +82,8 @@ def main(argv=None) -> int:
         else:
             hc.Alltoallv(send_spec, [rbuf, (counts, displs), MPI.BYTE], algorithm=col[:-7])
 
+    breakdown = stage_times(hc, send_spec, [rbuf, (counts, displs), MPI.BYTE], args.iterations) \
+        if args.breakdown else {}
     rounds, states = [], {}
     for _ in range(args.repeats):
         result = {}
@@ -108,14 +117,56 @@ def main(argv=None) -> int:
             path = " ".join(states.get(c, ()))
             print(f"{c:<14}{m[c]:10.2f}{m[c] / m['bare']:10.2f}  {path}")
         print("# hxmpi's own work per call (us): " + ", ".join(f"{k} {v:.2f}" for k, v in cpu_us.items()))
+        if breakdown:
+            print(f"{'# local stage':<28}{'us/call':>10}")
+            for k, v in breakdown.items():
+                print(f"{k:<28}{v:10.2f}")
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump({"benchmark": "overhead", "world_size": size, "block": block,
                            "node_sizes": list(hc.topology.node_sizes), "node_phase": hc.node_phase,
                            "median_us": median, "rounds_us": rounds, "paths": states,
-                           "cpu_s_per_call": cpu_s}, fh, indent=1)
+                           "cpu_s_per_call": cpu_s, "stages_us": breakdown}, fh, indent=1)
     hc.free()
     return 0
+
+
+def stage_times(hc, send_spec, recv_spec, iterations: int) -> dict:
+    """Local stages of one call, each timed alone on this rank (us, mean over ranks; see --breakdown)."""
+    from hxmpi._agree import fill_record, spec_unchanged
+    from hxmpi.exchange import _spec_memo
+    from hxmpi.execute import FlatRun, HierPlan, HierRun, Scratch
+    from hxmpi.msgspec import parse_alltoallv
+    from hxmpi.plancache import CacheEntry
+    comm, size = hc.comm, hc.comm.size
+    s, r, _ = parse_alltoallv(send_spec, recv_spec, size)
+    memo = _spec_memo(False, send_spec, recv_spec, s, r)
+    parts = (s.counts, s.displs, r.counts, r.displs)
+    rec = np.zeros(16, np.uint64)
+    rc_node = np.empty((len(hc.layout.members[hc.topology.node]), size), np.int64)
+    hc.topology.intra.Allgather(r.counts, rc_node)
+    stages = {"parse two new specs": lambda: parse_alltoallv(send_spec, recv_spec, size),
+              "recognise unchanged specs": lambda: spec_unchanged((send_spec, recv_spec), *memo[1:5]),
+              "plan-cache lookup": lambda: hc.plan_cache.lookup(parts, (0, True, 0, False)),
+              "agreement record": lambda: fill_record(rec, False, False, 0, True, 0, 1, True, False, s.total,
+                                                      1 << 20, s.counts, r.counts, comm.rank, 1, 2),
+              "bind + free flat run": lambda: FlatRun(comm, s, r, False, False).free()}
+    if hc.layout.hier_possible:
+        plan = HierPlan(hc.layout.planner(comm.rank), hc._mode, s, r, rc_node, comm.rank)
+        hier = CacheEntry(0, None, (1, True, 0, False), "hier", False, plan=plan)
+        scratch = Scratch()
+        stages["plan hier (HierPlan)"] = lambda: HierPlan(hc.layout.planner(comm.rank), hc._mode, s, r,
+                                                          rc_node, comm.rank)
+        stages["bind + free hier run"] = lambda: hc._bind(hier, s, r, False, scratch).free()
+    out = {}
+    for name, fn in stages.items():
+        for _ in range(20):
+            fn()
+        t0 = MPI.Wtime()
+        for _ in range(iterations):
+            fn()
+        out[name] = comm.allreduce((MPI.Wtime() - t0) / iterations * 1e6) / size
+    return out
 
 
 if __name__ == "__main__":
