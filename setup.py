@@ -12,9 +12,9 @@ from setuptools import Extension, setup
 _debug = os.environ.get("HXMPI_DEBUG", "0") == "1"
 
 _flags = ["-O3"] if not _debug else ["-O0", "-g"]
-# _agree reads numpy arrays through their data pointers (numpy's C API: on every call's path).
+# The kernels read numpy arrays' flags and data pointers through numpy's C API (every call's path).
 extensions = [Extension(f"hxmpi.{name}", [f"csrc/{name}.pyx"], extra_compile_args=_flags,
-                        include_dirs=[numpy.get_include()] if name == "_agree" else [],
+                        include_dirs=[numpy.get_include()],
                         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
               for name in ("_packing", "_plan", "_agree")]
 

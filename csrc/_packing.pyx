@@ -6,7 +6,10 @@ Python-object work per block; bounds are checked once per call, before any byte 
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 
+cimport numpy as cnp
 import numpy as np
+
+cnp.import_array()
 
 
 def copy_blocks(const unsigned char[::1] src not None, const int64_t[::1] src_off not None,
@@ -91,3 +94,43 @@ def side_bytes(const int64_t[::1] counts not None, displs, int64_t elem, int64_t
                     else:
                         prev_end = od[i] + oc[i]
     return out_c, out_d, kind, where
+
+
+cdef inline bint _int64_vector(object values, Py_ssize_t size):
+    if type(values) is not np.ndarray:
+        return False
+    cdef cnp.ndarray a = <cnp.ndarray>values
+    return (cnp.PyArray_TYPE(a) == cnp.NPY_INT64 and cnp.PyArray_NDIM(a) == 1 and a.shape[0] == size
+            and cnp.PyArray_IS_C_CONTIGUOUS(a))
+
+
+def common_vector(spec, Py_ssize_t size, bint writable, dict predefined, object datatype_type):
+    """The form hot loops pass, ``[ndarray, int64 counts or (counts, displs), predefined datatype]``,
+    read in one compiled pass: (uint8 view, count bytes, displacement bytes, element bytes), or
+    None when the spec is not that form or not valid (the general reader then says why).
+
+    ``predefined``: element bytes by datatype handle; ``datatype_type``: ``MPI.Datatype``.
+    """
+    if type(spec) is not list or len(<list>spec) != 3:
+        return None
+    buf, counts, datatype = <list>spec
+    if type(buf) is not np.ndarray or type(datatype) is not datatype_type:
+        return None
+    cdef cnp.ndarray a = <cnp.ndarray>buf
+    cdef Py_ssize_t nbytes = cnp.PyArray_NBYTES(a)
+    if not cnp.PyArray_IS_C_CONTIGUOUS(a) or nbytes == 0 or (writable and not cnp.PyArray_ISWRITEABLE(a)):
+        return None
+    elem = predefined.get(datatype.handle)
+    if elem is None:
+        return None
+    displs = None
+    if type(counts) is tuple and len(<tuple>counts) == 2:
+        counts, displs = <tuple>counts
+        if displs is not None and not _int64_vector(displs, size):
+            return None
+    if not _int64_vector(counts, size):
+        return None
+    cb, db, kind, _ = side_bytes(counts, displs, elem, nbytes, writable)
+    if kind != 0:
+        return None
+    return np.frombuffer(buf, np.uint8), cb, db, elem

@@ -124,14 +124,16 @@ class HierComm:
     def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather Vector, with mpi4py buffer specs (counts and displs in elements)."""
         s, r, problem = self._parse(parse_alltoallv, sendbuf, recvbuf, False)
-        self._one_shot(s, r, problem, algorithm, validate, False, sendbuf is not MPI.IN_PLACE)
+        self._one_shot(s, r, problem, algorithm, validate, False, sendbuf is not MPI.IN_PLACE,
+                       specs=(sendbuf, recvbuf))
 
     def Alltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather: equal blocks of ``len(buf) / size`` elements (or a given count).
 
         Flat runs as ``MPI_Alltoall``, so the MPI library's own algorithms for it apply."""
         s, r, problem = self._parse(parse_alltoall, sendbuf, recvbuf, True)
-        self._one_shot(s, r, problem, algorithm, validate, True, sendbuf is not MPI.IN_PLACE)
+        self._one_shot(s, r, problem, algorithm, validate, True, sendbuf is not MPI.IN_PLACE,
+                       specs=(sendbuf, recvbuf))
 
     def _parse(self, parse, sendbuf, recvbuf, uniform: bool):
         """Both sides of a call; the previous call's result when the specs are unchanged (same
@@ -140,7 +142,9 @@ class HierComm:
         if memo is not None and memo[0] is uniform and spec_unchanged((sendbuf, recvbuf), *memo[1:5]):
             return memo[5], memo[6], None
         s, r, problem = parse(sendbuf, recvbuf, self.comm.size)
-        self._memo = None if problem else _spec_memo(uniform, sendbuf, recvbuf, s, r)
+        # The memo is built only once the pattern is seen again (``_one_shot``): a new pattern every
+        # call should not pay for it.
+        self._memo = None
         return s, r, problem
 
     def Alltoallv_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
@@ -229,8 +233,11 @@ class HierComm:
                                      kind_text)
 
     def _one_shot(self, s: Side, r: Side, problem, algorithm, validate, uniform: bool, cacheable: bool,
-                  kind: int = 0, kind_text: str = "", fingerprint: bool = True) -> None:
-        """Agree, then run the cached plan of this pattern or plan a new one (cached for next time)."""
+                  kind: int = 0, kind_text: str = "", fingerprint: bool = True, specs=None) -> None:
+        """Agree, then run the cached plan of this pattern or plan a new one (cached for next time).
+
+        ``specs``: the (send, receive) specs the sides were parsed from, remembered for the next call
+        once the pattern is seen again (None: nothing to remember)."""
         cache = self.plan_cache
         entry = key = parts = None
         settings = (self._code(algorithm), bool(validate), kind, uniform)
@@ -242,6 +249,8 @@ class HierComm:
                 entry, key = last[2], last[2].key
             else:
                 entry, key = cache.lookup(parts, settings)
+                if entry is not None and specs is not None:  # seen again: remember the specs
+                    self._memo = _spec_memo(uniform, *specs, s, r)
         ident = self._identity(s, r) if entry is not None else None
         agreed = self._agree_call(s, r, problem, settings[0], algorithm, validate, entry.slot if entry else 0,
                                   entry is not None and entry.bound == ident, kind, kind_text, fingerprint)

@@ -21,7 +21,6 @@ A run is bound to its buffers' addresses: ``Scratch`` and ``NodeWindow`` count t
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -98,18 +97,19 @@ class Scratch:
         return sum(b.nbytes for b in self.buffers.values())
 
 
-@dataclass(frozen=True)
 class ExchangeStats:
     """What one run moves on this rank (bytes): its algorithm, per-peer sends, copies.
 
     ``flat_counts``: bytes to each world rank (flat); ``node_bytes``: phase-1 bytes to each node and
     ``node_sends``: phase-2 bytes to each local rank, None with shm (hier); ``copied``: kernel copies.
     """
-    algorithm: str
-    flat_counts: Optional[np.ndarray] = None
-    node_bytes: Optional[np.ndarray] = None
-    node_sends: Optional[np.ndarray] = None
-    copied: int = 0
+    __slots__ = ("algorithm", "flat_counts", "node_bytes", "node_sends", "copied")
+
+    def __init__(self, algorithm: str, flat_counts: Optional[np.ndarray] = None,
+                 node_bytes: Optional[np.ndarray] = None, node_sends: Optional[np.ndarray] = None,
+                 copied: int = 0):
+        self.algorithm, self.flat_counts, self.node_bytes = algorithm, flat_counts, node_bytes
+        self.node_sends, self.copied = node_sends, copied
 
 
 class _Phase:

@@ -20,13 +20,12 @@ from __future__ import annotations
 import ctypes
 import operator
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, Optional
 
 import numpy as np
 from mpi4py import MPI
 
-from ._packing import side_bytes
+from ._packing import common_vector, side_bytes
 from .errors import ExchangeError, ExchangeKeyError, ExchangeTypeError
 
 
@@ -56,11 +55,14 @@ class Side:
     displs: Optional[np.ndarray]    # int64 byte offsets per peer
     elem: int = 1                   # bytes per element of the caller's datatype
     keep: Any = None                # what must outlive ``view`` (a DLPack capsule)
+    _total: int = -1
 
-    @cached_property
+    @property
     def total(self) -> int:
         """Bytes of all blocks (computed once: a memoised Side serves many calls)."""
-        return int(self.counts.sum()) if self.counts is not None else 0
+        if self._total < 0:
+            self._total = int(self.counts.sum()) if self.counts is not None else 0
+        return self._total
 
 
 _EMPTY = np.empty(0, dtype=np.uint8)
@@ -350,32 +352,11 @@ def parse_vector(spec, size: int, writable: bool, name: str) -> tuple[Side, Opti
 
 def _common_vector(spec, size: int, writable: bool) -> Optional[Side]:
     """The form hot loops pass, ``[ndarray, int64 counts or (counts, displs), predefined datatype]``,
-    read without the general reader (it is on every call's path). None: not that form, or not valid
-    (the general reader then says why); same result as the general reader otherwise."""
-    if type(spec) is not list or len(spec) != 3:
-        return None
-    buf, counts, datatype = spec
-    if type(buf) is not np.ndarray or not buf.flags.c_contiguous or not buf.nbytes \
-            or (writable and not buf.flags.writeable) or type(datatype) is not MPI.Datatype:
-        return None
-    elem = _PREDEFINED.get(datatype.handle)
-    displs = None
-    if type(counts) is tuple and len(counts) == 2:
-        counts, displs = counts
-        if displs is not None and not _int64_vector(displs, size):
-            return None
-    if elem is None or not _int64_vector(counts, size):
-        return None
-    cb, db, kind, _ = side_bytes(counts, displs, elem, buf.nbytes, writable)
-    return Side(np.frombuffer(buf, np.uint8), cb, db, elem) if kind == 0 else None
-
-
-_INT64 = np.dtype(np.int64)
-
-
-def _int64_vector(values, size: int) -> bool:
-    return type(values) is np.ndarray and values.dtype is _INT64 and values.ndim == 1 \
-        and values.shape[0] == size and values.flags.c_contiguous
+    read without the general reader, in one compiled pass (``_packing.common_vector``; it is on
+    every call's path). None: not that form, or not valid (the general reader then says why); same
+    result as the general reader otherwise."""
+    got = common_vector(spec, size, writable, _PREDEFINED, MPI.Datatype)
+    return None if got is None else Side(*got)
 
 
 def _parse_vector(spec, size: int, writable: bool, name: str) -> tuple[Side, Optional[Problem]]:

@@ -49,7 +49,7 @@ class PlanCache:
     """The cache of one ``HierComm`` (see the module docstring); ``hits``/``misses`` count calls."""
     max_entries: int = DEFAULT_ENTRIES
     max_bytes: int = DEFAULT_BYTES
-    entries: dict = field(default_factory=dict)   # slot -> CacheEntry
+    entries: dict = field(default_factory=dict)   # slot -> CacheEntry, least recently used first
     index: dict = field(default_factory=dict)     # pattern key -> CacheEntry
     hits: int = 0
     misses: int = 0
@@ -77,6 +77,7 @@ class PlanCache:
     def touch(self, entry: CacheEntry, tick: int) -> None:
         """Mark ``entry`` used by the agreed call ``tick``."""
         entry.last_use = tick
+        self.entries[entry.slot] = self.entries.pop(entry.slot)  # now the most recently used
         self.hits += 1
 
     def insert(self, entry: CacheEntry, tick: int) -> CacheEntry:
@@ -85,8 +86,9 @@ class PlanCache:
         self.misses += 1
         if self.max_entries <= 0:
             return entry
-        free = next((s for s in range(1, self.max_entries + 1) if s not in self.entries), None)
-        if free is None:
+        if len(self.entries) < self.max_entries:
+            free = next(s for s in range(1, self.max_entries + 1) if s not in self.entries)
+        else:
             free = self._lru().slot
             self._drop(free)
         entry.slot, entry.last_use = free, tick
@@ -118,8 +120,8 @@ class PlanCache:
             self._drop(slot)
 
     def _lru(self, keep: int = 0) -> Optional[CacheEntry]:
-        live = [e for e in self.entries.values() if e.slot != keep]
-        return min(live, key=lambda e: (e.last_use, e.slot)) if live else None
+        # ``entries`` is kept in order of use (touch and insert move an entry to the end).
+        return next((e for e in self.entries.values() if e.slot != keep), None)
 
     def _drop(self, slot: int) -> None:
         entry = self.entries.pop(slot)
