@@ -7,19 +7,7 @@ import pytest
 from hxmpi.data.cache import READY, ShardCache
 from hxmpi.data.sources import FetchError, open_source
 from hxmpi.data.staging import assign_shards, parse_bytes
-from hxmpi.data.store import make_synthetic, sha256_file, split_train_test, write_store
-from test_store import FaultServer
-
-
-@pytest.fixture(scope="module")
-def shop(tmp_path_factory):
-    """A store of 8 train shards (~20 KB each) behind a real HTTP server."""
-    root = tmp_path_factory.mktemp("store")
-    X, y = make_synthetic(2000, 16, 4, seed=5)
-    index = write_store(str(root), split_train_test(X, y, 0.2, 5), 4, shard_mb=0.02)
-    server = FaultServer(root)
-    yield root, index["splits"]["train"]["shards"], server
-    server.close()
+from hxmpi.data.store import sha256_file
 
 
 def belady_misses(uses, sizes, limit):

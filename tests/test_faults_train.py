@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from mpilaunch import mpirun_command, run_job
+from support import epochs_logged, kill_session, session
 
 MPIRUN = mpirun_command()
 needs_mpirun = pytest.mark.skipif(not MPIRUN, reason="no mpirun on this machine")
@@ -31,21 +32,6 @@ def start(n, *args):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
-def session(sid):
-    """Pids of every process in session ``sid`` (mpirun and its ranks)."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[3]) == sid:
-                pids.append(int(d.name))
-    return pids
-
-
 def rank_pid(sid, rank, deadline=60):
     """The pid of MPI rank ``rank`` of the job in session ``sid``."""
     t0 = time.monotonic()
@@ -59,20 +45,6 @@ def rank_pid(sid, rank, deadline=60):
                 return pid
         time.sleep(0.1)
     raise AssertionError(f"rank {rank} of session {sid} not found")
-
-
-def kill_session(sid):
-    for pid in session(sid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def epochs_logged(log):
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines() if '"event": "epoch"' in line]
 
 
 # ---------------------------------------------------------------------------- item 4 and 9: flags
