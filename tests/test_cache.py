@@ -151,6 +151,6 @@ def test_cache_limit_defaults_and_refusals(tmp_path):
     assert cache_limit(None, [], 80, tmp_path) == (0, None)  # a node without shards needs no room
     assert cache_limit(100, [30], 80, tmp_path) == (100, None)
     limit, problem = cache_limit(79, [30], 80, tmp_path)
-    assert problem == "--cache-limit 79 B is below the largest shard (80 B) of the store"
+    assert problem == "cache_limit 79 B is below the largest shard (80 B) of the store"
     limit, problem = cache_limit(None, [1 << 62], 1 << 62, tmp_path)  # more than any disk holds
-    assert problem.startswith(f"{tmp_path} has room for ") and "free space or set --cache-dir" in problem
+    assert problem.startswith(f"{tmp_path} has room for ") and "free space or set cache_dir" in problem

@@ -57,8 +57,8 @@ def rank_pid(sid, rank, deadline=60):
     (["--clip-norm", "inf"], "--clip-norm must be >= 0, got inf"),
     (["--stall-timeout", "-1"], "--stall-timeout must be >= 0, got -1.0"),
     (["--b1", "0.8", "--b2", "0.5"], "--b1 0.8 is above b2 (0.5)"),
-    (["--retries", "-1"], "argument --retries: must be >= 0, got -1"),
-    (["--keep-checkpoints", "0"], "argument --keep-checkpoints: must be >= 1, got 0"),
+    (["--retries", "-1"], "--retries must be >= 0, got -1"),
+    (["--keep-checkpoints", "0"], "--keep-checkpoints must be >= 1, got 0"),
 ])
 def test_numeric_flags_are_checked_when_parsed(flags, message):
     from hxmpi.errors import SettingError

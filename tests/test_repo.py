@@ -145,3 +145,22 @@ def test_test_files_import_no_other_test_file():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             imports += [f"{f.name} imports {n}" for n in names if n.split(".")[0].startswith("test_")]
     assert not imports, imports
+
+
+def test_every_hxmpi_error_derives_from_hxmpi_error():
+    """``except hxmpi.HxmpiError`` catches every error hxmpi defines (errors.py promises it)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import hxmpi
+    from hxmpi.errors import HxmpiError
+    defined = []
+    for info in pkgutil.walk_packages(hxmpi.__path__, "hxmpi."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        defined += [cls for _, cls in inspect.getmembers(module, inspect.isclass)
+                    if issubclass(cls, BaseException) and cls.__module__ == module.__name__]
+    assert len(defined) >= 10  # the walk found the package's errors
+    assert [c.__qualname__ for c in defined if not issubclass(c, HxmpiError)] == []

@@ -121,7 +121,7 @@ def test_distributed_mode_progress_is_logged(comm, http_store, tmp_path_factory)
 def test_cache_limit_below_largest_shard_is_rejected_on_every_rank(comm, http_store):
     _, url, root = http_store
     largest = max(s["bytes"] for s in json.loads((root / "index.json").read_text())["splits"]["train"]["shards"])
-    with pytest.raises(ValueError, match=f"--cache-limit {largest - 1} B is below the largest shard \\({largest} B\\)"):
+    with pytest.raises(ValueError, match=f"cache_limit {largest - 1} B is below the largest shard \\({largest} B\\)"):
         Trainer(run_args(url, fresh_dir(comm), "--staging", "distributed", "--cache-limit", str(largest - 1)), comm)
 
 
