@@ -58,10 +58,8 @@ class _TrainConfigBase:
 
 
 def _field(s):
-    if s.factory is not None:
-        return field(default_factory=s.factory)
-    if isinstance(s.default, list):
-        return field(default_factory=lambda: list(s.default))
+    if s.factory is not None or isinstance(s.default, list):
+        return field(default_factory=s.make_default)  # a fresh object per config
     return field(default=s.default)
 
 

@@ -68,7 +68,9 @@ class Setting:
 
     def make_default(self):
         """The default value (a fresh object for settings with a factory)."""
-        return self.factory() if self.factory is not None else self.default
+        if self.factory is not None:
+            return self.factory()
+        return list(self.default) if isinstance(self.default, list) else self.default
 
     def shown_default(self) -> str:
         """The default as the help and the README show it."""
@@ -156,10 +158,6 @@ def _int_list(text: str) -> list:
     return values
 
 
-def _size(text: str) -> int:
-    return parse_bytes(text)
-
-
 def _threshold(text: str) -> Optional[float]:
     if text == "auto":
         return None
@@ -215,13 +213,13 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _S("staging", str, "auto", "store staging mode; auto picks memory below --capacity-threshold, else distributed",
        choices="hxmpi.data.staging:STAGING_MODES"),
     _S("capacity_threshold", int, None, "train bytes (suffixes K, M, G) below which a store goes to memory "
-       "(rank 0's value is used)", rule=">= 0", parse=_size, metavar="BYTES", default_text="1/4 of available memory"),
+       "(rank 0's value is used)", rule=">= 0", parse=parse_bytes, metavar="BYTES", default_text="1/4 of available memory"),
     _S("cache_dir", str, None, "node-local staging directory (one nodeK folder per node); one live run per "
        "directory: a second run is refused (README: *Failure behaviour*)", metavar="DIR",
        default_text="$TMPDIR/hxmpi-cache-JOB"),
     _S("cache_limit", int, None, "distributed mode: local storage for train shards per node (suffixes K, M, G; the "
        "small test split's files are not counted); evicts the shard whose next use is furthest away; below the "
-       "largest shard is an error", rule=">= 0", parse=_size, metavar="BYTES",
+       "largest shard is an error", rule=">= 0", parse=parse_bytes, metavar="BYTES",
        default_text="the node's shards, at most 90% of the free disk"),
     _S("prefetch_shards", int, 2, "distributed mode: shards staged ahead of the one being trained on", rule=">= 0",
        metavar="K"),
