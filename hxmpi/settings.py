@@ -277,7 +277,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        "times as long for their compute (they sleep the extra time)", parse=_straggle,
        metavar="RANKS:SECONDS|RANKS:xF", default_text="none", factory=_no_straggle),
     _S("balance", str, "off", "sync mode: split each global batch over the ranks in proportion to their measured "
-       "speed (README: *Load-balanced sync*); auto: once the rule finds stragglers and stays sync. Off unless asked, "
+       "speed, the gradient staying the global mean (README: *Load-balanced sync*); auto: once the rule finds stragglers and stays sync. Off unless asked, "
        "because the split then depends on timings, so runs are no longer bit-reproducible",
        choices="hxmpi.updates:BALANCE_MODES"),
     # performance
