@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from .errors import HxmpiError
+
 STATE_BASE = Path(os.environ.get("HXMPI_CLUSTER_DIR", "/run/hxmpi-cluster"))
 DEFAULT_SUBNET = "10.213.7.0/24"
 DEFAULT_NAME = "hx"
@@ -36,7 +38,7 @@ def state_dir(name: str) -> Path:
     return STATE_BASE / name
 
 
-class ClusterError(RuntimeError):
+class ClusterError(HxmpiError, RuntimeError):
     """The cluster cannot be built or used here (privileges, conflicts, bad arguments)."""
 
 

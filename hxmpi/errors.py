@@ -5,9 +5,10 @@ others waiting in the next collective forever.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
-from mpi4py import MPI
+if TYPE_CHECKING:  # importing this module does not start MPI
+    from mpi4py import MPI
 
 
 class HxmpiError(Exception):
@@ -57,6 +58,7 @@ def agree(comm: MPI.Comm, problem: Optional[str], error: type = HxmpiError) -> N
     Costs one int Allreduce when all is well; the messages are gathered only on failure, so the
     raised text names every failing rank and its reason.
     """
+    from mpi4py import MPI
     flag = comm.allreduce(1 if problem else 0, op=MPI.MAX)
     if flag:
         raise_gathered(comm, problem, error)

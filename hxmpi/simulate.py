@@ -39,6 +39,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .costmodel import CostModel, alltoallv_algorithm
+from .errors import HxmpiError
 from .plan import Copy, Exchange, Layout, rank_schedule
 
 REPLAY_MAIN = "/usr/lib/x86_64-linux-gnu/simgrid/smpireplaymain"
@@ -60,7 +61,7 @@ PHASE_TAG = {"flat": 0, "lane": 1, "node": 2, "barrier": 3}
 TAG_STRIDE = 1000  # tag = phase * TAG_STRIDE + n-th message to the same peer within the phase
 
 
-class SimulateError(Exception):
+class SimulateError(HxmpiError):
     """A flag, file or replay that cannot work; the CLI prints it as one ``error:`` line."""
 
 

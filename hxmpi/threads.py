@@ -11,6 +11,8 @@ import os
 
 from mpi4py import MPI
 
+from .settings import check
+
 
 def usable_cores() -> int:
     """Cores this process may run on (its CPU affinity; the CPU count where that is unknown)."""
@@ -38,8 +40,7 @@ def default_threads(comm: MPI.Comm) -> int:
 def limit_threads(threads: int) -> list[dict]:
     """Limit every BLAS/OpenMP thread pool of this process to ``threads``; returns the pools after
     the change (see ``thread_pools``)."""
-    if threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}")
+    check("threads", threads)
     from threadpoolctl import threadpool_limits
     threadpool_limits(limits=threads)
     return thread_pools()

@@ -44,10 +44,6 @@ class Trainer:
         if cfg.batch_size < self.size:
             raise SettingError("batch_size", f"{cfg.batch_size} is smaller than the {self.size} ranks: "
                                              f"every rank needs at least one sample per step")
-        if cfg.dtype not in DTYPES:
-            raise SettingError("dtype", f"must be one of {', '.join(DTYPES)}, got {cfg.dtype!r}")
-        if cfg.threads is not None and cfg.threads < 1:
-            raise SettingError("threads", f"must be >= 1, got {cfg.threads}")
         self.t_start = time.perf_counter()
         self.threads = cfg.threads or default_threads(comm)
         self.thread_pools = limit_threads(self.threads)
@@ -257,7 +253,7 @@ class Trainer:
             bad_step = self.comm.allreduce(np.inf if bad_step is None else bad_step, op=MPI.MIN)
         if np.isfinite(bad_step):  # the same on every rank: raised everywhere, the run ends with exit 1
             raise NonFiniteLoss(f"training loss is not finite in epoch {epoch + 1} at step {int(bad_step)} "
-                                f"(steps counted from the start of the run); lower --lr or check the data")
+                                f"(steps counted from the start of the run); lower lr or check the data")
         return {"train_loss": stats[0] / max(stats[2], 1), "train_accuracy": stats[1] / max(stats[2], 1),
                 "train_time_s": elapsed, "samples": int(stats[3]), "processed_samples": int(stats[2]),
                 "update": self.updates.mode, **({"pretrain_expired": True} if expired else {})}

@@ -22,7 +22,7 @@ missing from it after the timeout on every rank, and aborts the job if asked to.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
 import numpy as np
@@ -30,7 +30,8 @@ from mpi4py import MPI
 
 from .errors import SettingError
 from .balance import proportional_counts
-from .policy import MODES, decide
+from .policy import decide
+from .settings import check_fields, default
 from .stall import NoWatch
 
 SPIN_S = 200e-6   # a wait polls MPI this long before it starts sleeping between polls
@@ -67,18 +68,20 @@ class Straggle:
 
 @dataclass
 class UpdateConfig:
-    """Policy and update settings (seconds for times)."""
-    update: str = "sync"                  # auto | sync | async
-    b1: float = 0.3
-    b2: float = 0.7
-    threshold: Optional[float] = None     # straggler threshold in seconds; None = auto
-    window: int = 10                      # rounds between policy decisions
-    max_staleness: int = 4                # local steps per async round before a rank blocks
-    straggle: Straggle = Straggle()
-    stall_timeout: float = 0.0            # 0: off
-    stall_abort: bool = False
-    balance: str = "off"                  # on | off | auto: split sync batches by rank speed
-    batch_size: int = 64                  # global batch (samples): the reference for rebalancing
+    """Policy and update settings (``settings.SETTINGS`` names them and gives their defaults and
+    ranges, checked when this is built); seconds for times."""
+    update: str = default("update")                    # auto | sync | async
+    b1: float = default("b1")
+    b2: float = default("b2")
+    straggler_threshold: Optional[float] = default("straggler_threshold")  # seconds; None = auto
+    policy_window: int = default("policy_window")      # rounds between policy decisions
+    max_staleness: int = default("max_staleness")      # local steps per async round before a rank blocks
+    straggle: Straggle = field(default_factory=Straggle)
+    balance: str = default("balance")                  # on | off | auto: split sync batches by rank speed
+    batch_size: int = default("batch_size")            # global batch (samples): the reference for rebalancing
+
+    def __post_init__(self):
+        check_fields(self)
 
 
 BALANCE_MODES = ("on", "off", "auto")
@@ -96,13 +99,6 @@ class UpdateEngine:
     """Runs the rounds of an epoch in the mode the policy chose; collects timings and events."""
 
     def __init__(self, cfg: UpdateConfig, comm: MPI.Intracomm, model, opt, emit: Callable[[dict], None]):
-        if cfg.update not in MODES:
-            raise SettingError("update", f"must be one of {', '.join(MODES)}, got {cfg.update!r}")
-        for name, value in (("max_staleness", cfg.max_staleness), ("policy_window", cfg.window)):
-            if value < 1:
-                raise SettingError(name, f"must be >= 1, got {value}")
-        if cfg.balance not in BALANCE_MODES:
-            raise SettingError("balance", f"must be one of {', '.join(BALANCE_MODES)}, got {cfg.balance!r}")
         if cfg.update == "async" and model.collective_steps:
             raise SettingError("update", f"async needs a model whose steps are local; "
                                          f"{type(model).__name__} steps are collective")
@@ -222,7 +218,7 @@ class UpdateEngine:
         (almost) no samples, which is then the fastest split.
         """
         self.round = round_index
-        if self._window_rounds < self.cfg.window:
+        if self._window_rounds < self.cfg.policy_window:
             return
         mine = (self._window_time, self._window_steps, self._window_samples)
         with self.watch.waiting("policy gather", round_index):
@@ -231,7 +227,7 @@ class UpdateEngine:
         seconds, steps, samples = gathered.T
         times = [float(t / max(k, 1.0)) for t, k in zip(seconds, steps)]
         self.last_step_times = times
-        decision = decide(times, self.cfg.b1, self.cfg.b2, self.cfg.threshold, self.cfg.update)
+        decision = decide(times, self.cfg.b1, self.cfg.b2, self.cfg.straggler_threshold, self.cfg.update)
         mode, scale, note = decision.mode, decision.grad_scale, None
         if mode == "async" and self.model.collective_steps:
             mode, note = "sync", "the model's steps are collective: async not possible, staying sync"

@@ -87,3 +87,10 @@ def large_count_path(monkeypatch):
     import hxmpi.transfer as transfer
     monkeypatch.setattr(transfer, "INT_LIMIT", 40)
     monkeypatch.setattr(transfer, "CHUNK_BYTES", 16)
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory):
+    """A store of 8 train shards (~20 KB each) behind a real HTTP server: (root, shards, server)."""
+    from support import serve_shards
+    yield from serve_shards(tmp_path_factory)

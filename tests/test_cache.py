@@ -7,19 +7,7 @@ import pytest
 from hxmpi.data.cache import READY, ShardCache
 from hxmpi.data.sources import FetchError, open_source
 from hxmpi.data.staging import assign_shards, parse_bytes
-from hxmpi.data.store import make_synthetic, sha256_file, split_train_test, write_store
-from test_store import FaultServer
-
-
-@pytest.fixture(scope="module")
-def shop(tmp_path_factory):
-    """A store of 8 train shards (~20 KB each) behind a real HTTP server."""
-    root = tmp_path_factory.mktemp("store")
-    X, y = make_synthetic(2000, 16, 4, seed=5)
-    index = write_store(str(root), split_train_test(X, y, 0.2, 5), 4, shard_mb=0.02)
-    server = FaultServer(root)
-    yield root, index["splits"]["train"]["shards"], server
-    server.close()
+from hxmpi.data.store import sha256_file
 
 
 def belady_misses(uses, sizes, limit):
@@ -163,6 +151,6 @@ def test_cache_limit_defaults_and_refusals(tmp_path):
     assert cache_limit(None, [], 80, tmp_path) == (0, None)  # a node without shards needs no room
     assert cache_limit(100, [30], 80, tmp_path) == (100, None)
     limit, problem = cache_limit(79, [30], 80, tmp_path)
-    assert problem == "--cache-limit 79 B is below the largest shard (80 B) of the store"
+    assert problem == "cache_limit 79 B is below the largest shard (80 B) of the store"
     limit, problem = cache_limit(None, [1 << 62], 1 << 62, tmp_path)  # more than any disk holds
-    assert problem.startswith(f"{tmp_path} has room for ") and "free space or set --cache-dir" in problem
+    assert problem.startswith(f"{tmp_path} has room for ") and "free space or set cache_dir" in problem

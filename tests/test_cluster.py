@@ -13,34 +13,15 @@ from pathlib import Path
 import pytest
 
 from hxmpi import cluster
+from support import cluster_unavailable, cluster_up
 
 TESTS = Path(__file__).resolve().parent
 NAME, SUBNET = "hxt", "10.213.11.0/24"
 # A hung suite ends by this subprocess timeout (the ranks' own watchdogs usually end it sooner), so
 # the module fixture still takes the cluster down; the outer watchdog only backs that up.
 SUITE_TIMEOUT_S = 1200
-
-
-def _privileged():
-    try:
-        cluster.check_privileges()
-        return None
-    except cluster.ClusterError as exc:
-        return str(exc)
-
-
-SKIP = _privileged()
+SKIP = cluster_unavailable()
 pytestmark = pytest.mark.skipif(SKIP is not None, reason=f"emulated cluster unavailable: {SKIP}")
-
-
-def cluster_up(tmp_path_factory, name, subnet, slots):
-    """Yield the state of emulated hosts ``slots`` (state kept in a temp dir), then take them down."""
-    old = cluster.STATE_BASE
-    cluster.STATE_BASE = tmp_path_factory.mktemp("cluster")
-    cluster.down(name)
-    yield cluster.up(len(slots), slots, subnet, name=name)
-    cluster.down(name)
-    cluster.STATE_BASE = old
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +46,7 @@ def _run_suite_on_hosts(files, env_extra, *pytest_args):
 @pytest.mark.watchdog(SUITE_TIMEOUT_S + 60)
 def test_exchange_suite_on_three_hosts(hosts):
     """Every exchange, persistent-request and topology MPI test, on real separate nodes 2+2+1 over TCP."""
-    _run_suite_on_hosts(["test_exchange.py", "test_plans.py", "test_topology.py"], {"HXMPI_EXPECT_NODE_SIZES": "2,2,1"},
+    _run_suite_on_hosts(["test_exchange.py", "test_persistent_mpi.py", "test_topology.py"], {"HXMPI_EXPECT_NODE_SIZES": "2,2,1"},
                         "-k", "not 2GiB")
 
 

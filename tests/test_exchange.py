@@ -8,6 +8,7 @@ from mpi4py import MPI
 import hxmpi.exchange as exchange
 import hxmpi.transfer as transfer
 from hxmpi import ExchangeError, HierComm
+from support import LAYOUT_NAMES, assert_exchange_works, exchange_case, hier_comms, mpi_type
 
 pytestmark = pytest.mark.mpi
 
@@ -15,60 +16,20 @@ STRUCT = np.dtype([("id", np.int32), ("w", np.float64), ("tag", "S3")])
 DTYPES = [np.float64, np.int32, np.uint8, np.complex128, STRUCT]
 
 
-def layouts(size):
-    return {
-        "real": {},  # the nodes Topology finds by itself (one on one host; real hosts on a cluster)
-        "regular": {"ranks_per_node": 2},
-        "irregular": {"ranks_per_node": 3},
-        "round_robin": {"node_of": [r % 2 for r in range(size)]},
-        "irregular_3_3_1": {"node_of": [min(r // 3, 2) for r in range(size)]},
-        "round_robin_3": {"node_of": [(r * 7) % 3 for r in range(size)]},
-        "one_per_node": {"node_of": list(range(size))},
-        "one_node": {"node_of": [0] * size},
-    }
-
-
 @pytest.fixture(scope="module")
 def hcs():
-    comm = MPI.COMM_WORLD
-    made = {name: HierComm(comm, **kw) for name, kw in layouts(comm.size).items()}
-    yield made
-    for hc in made.values():
-        hc.free()
-
-
-def random_data(dtype, n, rng):
-    raw = rng.integers(0, 256, n * np.dtype(dtype).itemsize, dtype=np.uint8)
-    return raw.view(dtype)
-
-
-def exchange_case(comm, rng, dtype, row=1, zero_frac=0.3, max_count=6):
-    """Random counts (zeros included), rank-dependent data, and the flat reference result."""
-    size = comm.size
-    sc = rng.integers(0, max_count, size).astype(np.int64) * row
-    sc[rng.random(size) < zero_frac] = 0
-    rc = np.empty(size, np.int64)
-    comm.Alltoall(sc, rc)
-    sbuf = random_data(dtype, int(sc.sum()), rng)
-    ref = np.zeros(int(rc.sum()), dtype)
-    comm.Alltoallv([sbuf, sc, _mpi_type(dtype)], [ref, rc, _mpi_type(dtype)])
-    return sc, rc, sbuf, ref
-
-
-def _mpi_type(dtype):
-    return MPI.BYTE.Create_contiguous(np.dtype(dtype).itemsize).Commit() \
-        if np.dtype(dtype).kind == "V" else MPI._typedict[np.dtype(dtype).char]
+    yield from hier_comms()
 
 
 @pytest.mark.parametrize("algorithm", ["flat", "hier", "auto"])
-@pytest.mark.parametrize("layout", list(layouts(1)))
+@pytest.mark.parametrize("layout", LAYOUT_NAMES)
 def test_random_counts_all_layouts(comm, hcs, layout, algorithm):
     hc = hcs[layout]
     for trial, dtype in enumerate(DTYPES):
         rng = np.random.default_rng(1000 * trial + comm.rank)
         sc, rc, sbuf, ref = exchange_case(comm, rng, dtype)
         out = np.zeros_like(ref)
-        t = _mpi_type(dtype)
+        t = mpi_type(dtype)
         hc.Alltoallv([sbuf, (sc, None), t], [out, (rc, None), t], algorithm=algorithm)
         assert out.tobytes() == ref.tobytes(), (layout, algorithm, dtype)
     t = hc.topology
@@ -199,10 +160,13 @@ def test_last_stats_counts_inter_node_messages(comm, hcs):
     remote = sum(1 for r in range(size) if topo.node_of[r] != topo.node)
     assert hc.last_stats["inter_node"] == {"messages": remote, "bytes": remote * 32}
     hc.Alltoall(sbuf, out, algorithm="hier")
-    if hc.last_stats["algorithm"] == "hier":
-        # One lane message per other node, carrying all of that node's blocks.
-        assert hc.last_stats["inter"]["messages"] == topo.num_nodes - 1
-        assert hc.last_stats["inter"]["bytes"] == remote * 32
+    # Forced hier runs hier wherever the layout has one: more than one node, one with two ranks.
+    expect = "hier" if topo.num_nodes > 1 and max(topo.node_sizes) > 1 else "flat"
+    assert hc.last_stats["algorithm"] == expect
+    if expect == "hier":  # one lane message per other node, carrying all of that node's blocks
+        assert hc.last_stats["inter"] == {"messages": topo.num_nodes - 1, "bytes": remote * 32}
+    else:
+        assert hc.last_stats["inter_node"] == {"messages": remote, "bytes": remote * 32}
 
 
 # ---------------------------------------------------------------- bad input, raised on every rank
@@ -271,8 +235,7 @@ def test_bad_input_raises_on_every_rank(comm, hcs, case, layout, agreement):
         assert re.search(rf"rank {culprit}\b", str(info.value))
     else:
         assert f"rank {culprit}:" in str(info.value)
-    # The communicator is still usable: nothing is left half-done.
-    assert comm.allreduce(1) == comm.size
+    assert_exchange_works(comm, hcs[layout])  # nothing is left half-done
 
 
 def test_rows_shape_mismatch_raises_on_every_rank(comm, hcs):

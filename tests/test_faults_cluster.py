@@ -12,9 +12,9 @@ import time
 import pytest
 
 from hxmpi import cluster
-from test_faults_train import epochs_logged, kill_session
-from test_cluster import SKIP, cluster_up
+from support import cluster_unavailable, cluster_up, epochs_logged, kill_session
 
+SKIP = cluster_unavailable()
 pytestmark = pytest.mark.skipif(SKIP is not None, reason=f"emulated cluster unavailable: {SKIP}")
 NAME, SUBNET = "hxf", "10.213.12.0/24"
 

@@ -15,12 +15,12 @@ from hxmpi.data.cache import ShardCache
 from hxmpi.data.sources import FetchError, FetchStats, fetch_verified, open_source
 from hxmpi.data.staging import StagingConfig
 from hxmpi.data.store import load_shard, make_synthetic, write_store
-from test_cache import shop  # noqa: F401 - the module fixture this file's store uses
+from support import rewrite_shard
 
 
 @pytest.fixture(scope="module")
 def store(shop):
-    """test_cache's store behind a real HTTP server: (root, train shards, server)."""
+    """conftest's shop store behind a real HTTP server: (root, train shards, server)."""
     return shop
 
 
@@ -93,18 +93,6 @@ def test_stale_part_files_are_removed_and_counted(store, tmp_path):
     cache = ShardCache(open_source(server.url), shards, [0, 1], str(tmp_path), limit=10**9, prefetch=0, workers=1)
     cache.close()
     assert not any(p.exists() for p in stale) and other.read_text() == "keep"
-
-
-def rewrite_shard(root, index, shard, X, y):
-    """Replace a shard's files by (X, y), keeping the index's sample count but fixing sizes and
-    checksums, so only the content check can notice (a store writer with a bug)."""
-    from hxmpi.data.store import sha256_file
-    for part, arr in (("x", X), ("y", y)):
-        f = shard["files"][part]
-        with open(root / f["name"], "wb") as fh:
-            np.save(fh, arr, allow_pickle=False)
-        f["bytes"], f["sha256"] = (root / f["name"]).stat().st_size, sha256_file(root / f["name"])
-    shard["bytes"] = shard["files"]["x"]["bytes"] + shard["files"]["y"]["bytes"]
 
 
 @pytest.mark.parametrize("fault,message", [

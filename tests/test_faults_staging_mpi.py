@@ -8,8 +8,7 @@ from hxmpi.data.lock import CacheDirBusy
 from hxmpi.data.sources import FetchError
 from hxmpi.data.store import StoreError, load_shard
 from hxmpi.train import Trainer, parse_config
-from test_faults_data import rewrite_shard
-from test_staging_mpi import _serve, fresh_dir, injected
+from support import fresh_dir, injected, rewrite_shard, serve_store
 
 pytestmark = pytest.mark.mpi
 BAD = 1  # the train shard each faulty store damages
@@ -29,18 +28,18 @@ def _damage(kind):
 @pytest.fixture(scope="module")
 def short_store():
     """Shard 1 holds 7 rows fewer than the index says (sizes and checksums fit the short file)."""
-    yield from _serve(6, 2.0, _damage("rows"))
+    yield from serve_store(6, 2.0, _damage("rows"))
 
 
 @pytest.fixture(scope="module")
 def narrow_store():
     """Shard 1 holds 11 features where the index says 12."""
-    yield from _serve(7, 2.0, _damage("features"))
+    yield from serve_store(7, 2.0, _damage("features"))
 
 
 @pytest.fixture(scope="module")
 def good_store():
-    yield from _serve(8, 2.0)
+    yield from serve_store(8, 2.0)
 
 
 def args(url, cache, *extra):

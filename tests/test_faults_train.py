@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from mpilaunch import mpirun_command, run_job
+from support import epochs_logged, kill_session, session
 
 MPIRUN = mpirun_command()
 needs_mpirun = pytest.mark.skipif(not MPIRUN, reason="no mpirun on this machine")
@@ -29,21 +30,6 @@ def start(n, *args):
     """An mpirun job in a session of its own (so every rank can be found and killed)."""
     return subprocess.Popen(MPIRUN + ["-n", str(n), sys.executable, "-m", "hxmpi.train", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-
-def session(sid):
-    """Pids of every process in session ``sid`` (mpirun and its ranks)."""
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            if int(fields[3]) == sid:
-                pids.append(int(d.name))
-    return pids
 
 
 def rank_pid(sid, rank, deadline=60):
@@ -61,20 +47,6 @@ def rank_pid(sid, rank, deadline=60):
     raise AssertionError(f"rank {rank} of session {sid} not found")
 
 
-def kill_session(sid):
-    for pid in session(sid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def epochs_logged(log):
-    if not log.exists():
-        return []
-    return [json.loads(line) for line in log.read_text().splitlines() if '"event": "epoch"' in line]
-
-
 # ---------------------------------------------------------------------------- item 4 and 9: flags
 @pytest.mark.parametrize("flags,message", [
     (["--lr", "nan"], "--lr must be > 0, got nan"),
@@ -85,8 +57,8 @@ def epochs_logged(log):
     (["--clip-norm", "inf"], "--clip-norm must be >= 0, got inf"),
     (["--stall-timeout", "-1"], "--stall-timeout must be >= 0, got -1.0"),
     (["--b1", "0.8", "--b2", "0.5"], "--b1 0.8 is above b2 (0.5)"),
-    (["--retries", "-1"], "argument --retries: must be >= 0, got -1"),
-    (["--keep-checkpoints", "0"], "argument --keep-checkpoints: must be >= 1, got 0"),
+    (["--retries", "-1"], "--retries must be >= 0, got -1"),
+    (["--keep-checkpoints", "0"], "--keep-checkpoints must be >= 1, got 0"),
 ])
 def test_numeric_flags_are_checked_when_parsed(flags, message):
     from hxmpi.errors import SettingError

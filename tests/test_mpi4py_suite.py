@@ -39,16 +39,16 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-import hxmpi
 from hxmpi import ExchangeTypeError, HierComm
 from hxmpi.costmodel import CostModel
+from support import assert_exchange_works, layouts
+from support import node_of as layout_node_of
 
 pytestmark = pytest.mark.mpi
 
 COLLECTIVE_RANK_COUNTS = (1, 3, 4)
 MSGSPEC_RANK_COUNTS = (1,)
-LAYOUTS = {"rpn1": {"ranks_per_node": 1}, "rpn2": {"ranks_per_node": 2}, "rpn3": {"ranks_per_node": 3},
-           "round_robin": "round_robin"}
+LAYOUTS = ("one_per_node", "regular", "irregular", "round_robin")  # names in support.layouts
 ALGORITHMS = ("auto", "hier")
 # Collective tests: they depend on the layout and the algorithm, so they run in every configuration.
 COLLECTIVE = {
@@ -156,16 +156,8 @@ class ProxyMPI:
         return getattr(MPI, name)
 
 
-def _node_of(layout, size: int) -> list[int]:
-    if layout == "round_robin":
-        return [r % 2 for r in range(size)]
-    return [r // layout["ranks_per_node"] for r in range(size)]
-
-
-def _hier_factory(layout, algorithm):
-    if layout == "round_robin":
-        return lambda comm: HierComm(comm, node_of=_node_of(layout, comm.size), algorithm=algorithm)
-    return lambda comm: HierComm(comm, algorithm=algorithm, **layout)
+def _hier_factory(layout: str, algorithm: str):
+    return lambda comm: HierComm(comm, algorithm=algorithm, **layouts(comm.size)[layout])
 
 
 def _behaviour(layout_name: str, algorithm: str, size: int):
@@ -174,7 +166,7 @@ def _behaviour(layout_name: str, algorithm: str, size: int):
     A layout with one node or one rank per node always runs flat, and "auto" runs flat where the
     cost model never prefers hier on the layout (crossover 0), whatever the message size.
     """
-    node_of = _node_of(LAYOUTS[layout_name], size)
+    node_of = layout_node_of(layouts(size)[layout_name], size)
     nodes, widest = max(node_of) + 1, max(node_of.count(n) for n in set(node_of))
     degenerate = nodes == 1 or widest == 1
     if degenerate or (algorithm == "auto" and CostModel.from_env_or_default().crossover(nodes, widest) == 0):
@@ -240,7 +232,7 @@ def _check(selection, modules, layout, algorithm, rank_counts) -> None:
     """Run a selection in one configuration; every failure must be an expected one."""
     if MPI.COMM_WORLD.size not in rank_counts:
         pytest.skip(f"runs at -n {', '.join(map(str, rank_counts))} only (cost)")
-    proxy = ProxyMPI(_hier_factory(LAYOUTS[layout], algorithm))
+    proxy = ProxyMPI(_hier_factory(layout, algorithm))
     local = _run_selected(modules, selection, proxy)
     world = MPI.COMM_WORLD
     every = world.allgather(local)
@@ -259,7 +251,7 @@ def _check(selection, modules, layout, algorithm, rank_counts) -> None:
 
 @pytest.mark.watchdog(600)
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
-@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_mpi4py_collective_tests(mpi4py_tests, without_cai_backends, layout, algorithm):
     same = _first_with_same_behaviour(layout, algorithm, MPI.COMM_WORLD.size)
     if same:  # identical calls, identical outcome: run each distinct behaviour once
@@ -268,15 +260,16 @@ def test_mpi4py_collective_tests(mpi4py_tests, without_cai_backends, layout, alg
 
 
 def test_mpi4py_msgspec_vector_tests(mpi4py_tests, without_cai_backends):
-    _check(MSGSPEC, mpi4py_tests[0], "rpn2", "hier", MSGSPEC_RANK_COUNTS)
+    _check(MSGSPEC, mpi4py_tests[0], "regular", "hier", MSGSPEC_RANK_COUNTS)
 
 
 def test_cai_buffers_refused(mpi4py_tests):
     """The buffers taken out of the backend loop get the documented refusal, on every rank."""
     _, arrayimpl = mpi4py_tests
     fake = arrayimpl.FakeGPUArrayBasic(1, "i", MPI.COMM_WORLD.size)
-    hc = HierComm(MPI.COMM_WORLD, ranks_per_node=2)
+    world = MPI.COMM_WORLD
+    hc = HierComm(world, ranks_per_node=2)
     with pytest.raises(ExchangeTypeError, match="__cuda_array_interface__.*host memory only"):
-        hc.Alltoall(fake, np.zeros(MPI.COMM_WORLD.size, np.int32))
+        hc.Alltoall(fake, np.zeros(world.size, np.int32))
+    assert_exchange_works(world, hc)  # refused before anything moved
     hc.free()
-    assert hxmpi.ExchangeError in ExchangeTypeError.__mro__

@@ -75,3 +75,92 @@ def test_plot_without_matplotlib_prints_one_line_hint(tmp_path):
                           capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(tmp_path)})
     assert proc.returncode == 2
     assert proc.stderr == "plot.py: needs matplotlib: pip install -e '.[bench]'\n"
+
+
+def _asserting_functions(trees) -> tuple[dict, set]:
+    """Every function defined in the test files, by name, and the names of those that assert."""
+    defs = {}
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                defs.setdefault(node.name, []).append(node)
+
+    def called(node) -> str:
+        f = node.func
+        return f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+
+    def direct(fn) -> bool:
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assert):
+                return True
+            if isinstance(node, ast.Raise) and "AssertionError" in ast.unparse(node.exc or ast.Constant(None)):
+                return True
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and ast.unparse(node.func) in ("pytest.raises", "pytest.warns", "pytest.fail"):
+                return True
+        return False
+
+    asserting = {name for name, fns in defs.items() if any(direct(fn) for fn in fns)}
+    changed = True
+    while changed:  # a call of an asserting helper asserts too (transitively)
+        changed = False
+        for name, fns in defs.items():
+            if name not in asserting and any(isinstance(n, ast.Call) and called(n) in asserting
+                                             for fn in fns for n in ast.walk(fn)):
+                asserting.add(name)
+                changed = True
+    return defs, asserting
+
+
+def test_every_test_function_asserts():
+    """A test that checks nothing cannot fail. The rule: every ``test_*`` function of tests/ holds
+    (in its body, nested functions included) an ``assert`` statement, a ``pytest.raises``,
+    ``pytest.warns`` or ``pytest.fail`` call, a ``raise AssertionError``, or a call of a function
+    defined in tests/ that does so by the same rule (transitively: ``support.assert_exchange_works``
+    asserts, so a test calling it asserts). Helpers are matched by name."""
+    files = sorted((ROOT / "tests").glob("*.py"))
+    trees = {f.name: ast.parse(f.read_text()) for f in files}
+    _, asserting = _asserting_functions(trees.values())
+    silent = [f"{name}:{node.lineno} {node.name}" for name, tree in trees.items() if name.startswith("test_")
+              for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+              and node.name.startswith("test_") and node.name not in asserting]
+    assert not silent, f"test functions that assert nothing: {silent}"
+
+
+def test_the_assertion_check_catches_a_silent_test():
+    """The rule above, on a test that only computes, one that asserts, and one that calls a helper."""
+    tree = ast.parse("def helper(x):\n    assert x\n\ndef test_silent():\n    y = 1 + 1\n\n"
+                     "def test_direct():\n    assert 1\n\ndef test_via_helper():\n    helper(1)\n\n"
+                     "def test_raises():\n    with pytest.raises(ValueError):\n        int('x')\n")
+    _, asserting = _asserting_functions([tree])
+    assert asserting == {"helper", "test_direct", "test_via_helper", "test_raises"}
+
+
+def test_test_files_import_no_other_test_file():
+    """Shared helpers live in tests/support.py (and fixtures in conftest.py), never in a test file."""
+    imports = []
+    for f in sorted((ROOT / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            imports += [f"{f.name} imports {n}" for n in names if n.split(".")[0].startswith("test_")]
+    assert not imports, imports
+
+
+def test_every_hxmpi_error_derives_from_hxmpi_error():
+    """``except hxmpi.HxmpiError`` catches every error hxmpi defines (errors.py promises it)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import hxmpi
+    from hxmpi.errors import HxmpiError
+    defined = []
+    for info in pkgutil.walk_packages(hxmpi.__path__, "hxmpi."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        defined += [cls for _, cls in inspect.getmembers(module, inspect.isclass)
+                    if issubclass(cls, BaseException) and cls.__module__ == module.__name__]
+    assert len(defined) >= 10  # the walk found the package's errors
+    assert [c.__qualname__ for c in defined if not issubclass(c, HxmpiError)] == []

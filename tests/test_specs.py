@@ -9,25 +9,11 @@ from mpi4py import MPI
 
 from hxmpi.errors import ExchangeError, ExchangeKeyError, ExchangeTypeError
 from hxmpi.msgspec import parse_alltoall, parse_alltoallv, parse_uniform, parse_vector
+from support import DLPackOnly
 
 
 def elems(side, elem):
     return (side.counts // elem).tolist(), (side.displs // elem).tolist()
-
-
-class DLPackOnly:
-    """Exposes a numpy array through DLPack only (no buffer protocol), as a tensor library would."""
-
-    def __init__(self, arr, v0=False):
-        self.arr, self.v0 = arr, v0
-
-    def __dlpack_device__(self):
-        return self.arr.__dlpack_device__()
-
-    def __dlpack__(self, **kwargs):
-        if self.v0 and kwargs:
-            raise TypeError("DLPack 0.x: no keywords")
-        return self.arr.__dlpack__(**kwargs)
 
 
 class CudaOnly:

@@ -1,9 +1,6 @@
 """Staging from a real HTTP store: memory mode (one verified download and one shared copy per node),
 distributed mode (disjoint shards per node, bounded cache) and the pre-train switch between them."""
 import json
-import shutil
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -11,39 +8,16 @@ import pytest
 from mpi4py import MPI
 
 from hxmpi.data.sources import FetchError
-from hxmpi.data.store import make_synthetic, split_train_test, write_store
 from hxmpi.train import Trainer, parse_config
-from test_store import FaultServer
+from support import fresh_dir, injected, serve_store
 
 pytestmark = pytest.mark.mpi
-_scratch = []  # cache directories of this module's jobs, removed with the store
-
-
-def _serve(seed, separation, prepare=None):
-    """Rank 0 writes a store (3000 samples of 12 features, 4 classes, ~20 KB shards), lets
-    ``prepare(root, index)`` change it, and serves it over HTTP; yields (server, url, root)."""
-    comm = MPI.COMM_WORLD
-    server, root = None, None
-    if comm.rank == 0:
-        root = Path(tempfile.mkdtemp(prefix="hxmpi-store-"))
-        X, y = make_synthetic(3000, 12, 4, seed=seed, separation=separation)
-        index = write_store(str(root), split_train_test(X, y, 0.2, seed), 4, shard_mb=0.02)
-        if prepare:
-            prepare(root, index)
-        server = FaultServer(root)
-    url, root = comm.bcast((server.url if server else None, str(root) if root else None), root=0)
-    yield server, url, Path(root)
-    comm.Barrier()
-    if server:
-        server.close()
-        for path in [root, *_scratch]:
-            shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def http_store():
     """A well separated store served over HTTP; every rank gets (server or None, url, root)."""
-    yield from _serve(3, 2.0)
+    yield from serve_store(3, 2.0)
 
 
 def trainer(comm, url, cache, *extra):
@@ -83,30 +57,9 @@ def test_corrupt_store_file_fails_on_every_rank(comm, http_store, shared_tmp):
             trainer(comm, url, str(shared_tmp), "--retries", "1", "--timeout", "5")
 
 
-@contextmanager
-def injected(comm, server, name, plan):
-    """The store serves ``name`` by ``plan`` (FaultServer faults) inside the block, on every rank."""
-    if server:
-        server.faults[name] = list(plan)
-    comm.Barrier()
-    try:
-        yield
-    finally:
-        comm.Barrier()
-        if server:
-            server.faults[name] = []
-
-
 def run_args(url, cache, *extra):
     return parse_config(["--quiet", "--dataset", url, "--ranks-per-node", "2", "--cache-dir", cache,
                                       "--epochs", "3", "--update", "sync", *extra])
-
-
-def fresh_dir(comm):
-    """An empty cache directory for one job of a test (removed with the module's store)."""
-    path = comm.bcast(tempfile.mkdtemp(prefix="hxmpi-cache-") if comm.rank == 0 else None)
-    _scratch.append(path)
-    return path
 
 
 def train_requests(server, comm):
@@ -168,7 +121,7 @@ def test_distributed_mode_progress_is_logged(comm, http_store, tmp_path_factory)
 def test_cache_limit_below_largest_shard_is_rejected_on_every_rank(comm, http_store):
     _, url, root = http_store
     largest = max(s["bytes"] for s in json.loads((root / "index.json").read_text())["splits"]["train"]["shards"])
-    with pytest.raises(ValueError, match=f"--cache-limit {largest - 1} B is below the largest shard \\({largest} B\\)"):
+    with pytest.raises(ValueError, match=f"cache_limit {largest - 1} B is below the largest shard \\({largest} B\\)"):
         Trainer(run_args(url, fresh_dir(comm), "--staging", "distributed", "--cache-limit", str(largest - 1)), comm)
 
 
@@ -200,7 +153,7 @@ def _small_index(root, index):
 def growing_store():
     """A store with overlapping classes (best accuracy ~0.88) whose index, after
     ``first_read_small``, first lists only two train shards, and the full store on later reads."""
-    yield from _serve(4, 1.0, _small_index)
+    yield from serve_store(4, 1.0, _small_index)
 
 
 def first_read_small(comm, server):

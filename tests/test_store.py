@@ -1,12 +1,7 @@
 """Store format and verified fetching, against a real HTTP server on 127.0.0.1 with injected faults."""
 import json
-import os
 import subprocess
 import sys
-import threading
-import time
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +9,7 @@ import pytest
 from hxmpi.data.sources import FetchError, FetchStats, fetch_verified, open_source
 from hxmpi.data.store import (StoreError, capacity, load_shard, make_synthetic, parse_index,
                               split_train_test, write_store)
+from support import FaultServer
 
 
 @pytest.fixture(scope="module")
@@ -22,70 +18,6 @@ def store(tmp_path_factory):
     X, y = make_synthetic(3000, 16, 4, seed=1)
     index = write_store(str(root), split_train_test(X, y, 0.2, 1), 4, shard_mb=0.05)
     return root, index, X, y
-
-
-class FaultServer:
-    """A real HTTP server for a store directory; ``faults[name]`` lists what the next requests get:
-    "500", "slow", "truncate", "corrupt", "die" (a chunked body cut off mid-chunk: the client sees
-    http.client.IncompleteRead), or "as:OTHER" (OTHER's bytes)."""
-
-    def __init__(self, directory: Path):
-        self.faults: dict[str, list] = {}
-        self.requests: dict[str, int] = {}
-        server = self
-
-        class Handler(SimpleHTTPRequestHandler):
-            def __init__(self, *a, **kw):
-                super().__init__(*a, directory=str(directory), **kw)
-
-            def log_message(self, *args):
-                pass
-
-            def do_GET(self):
-                name = self.path.lstrip("/")
-                server.requests[name] = server.requests.get(name, 0) + 1
-                plan = server.faults.get(name)
-                fault = plan.pop(0) if plan else "ok"
-                if fault == "500":
-                    self.send_error(500, "injected")
-                    return
-                if fault.startswith("as:"):  # serve another file under this name (a store that changes)
-                    name, fault = fault[3:], "ok"
-                body = (directory / name).read_bytes() if (directory / name).exists() else None
-                if body is None:
-                    self.send_error(404)
-                    return
-                if fault == "slow":
-                    time.sleep(1.5)
-                if fault == "die":  # the server dies mid-body: half of a chunk, then the connection goes
-                    self.protocol_version = "HTTP/1.1"
-                    self.send_response(200)
-                    self.send_header("Transfer-Encoding", "chunked")
-                    self.end_headers()
-                    self.wfile.write(f"{len(body):x}\r\n".encode() + body[: len(body) // 2])
-                    self.close_connection = True
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                if fault == "truncate":
-                    self.wfile.write(body[: len(body) // 2])
-                    self.close_connection = True
-                elif fault == "corrupt":
-                    self.wfile.write(bytes([body[0] ^ 0xFF]) + body[1:])
-                else:
-                    self.wfile.write(body)
-
-        # Loopback by default; the emulated-cluster tier passes host 0's address so other hosts reach it.
-        host = os.environ.get("HXMPI_TEST_HTTP_HOST", "127.0.0.1")
-        self.httpd = ThreadingHTTPServer((host, 0), Handler)
-        self.url = f"http://{host}:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture

@@ -2,10 +2,10 @@
 import os
 
 import pytest
-from mpi4py import MPI
 
 import hxmpi
 from hxmpi import Topology, TopologyError
+from support import VIRTUAL_LAYOUTS, layouts, node_of
 
 pytestmark = pytest.mark.mpi
 
@@ -22,24 +22,11 @@ def expected(node_of):
     return dense, sizes, local
 
 
-def layouts(size):
-    return {
-        "regular": {"ranks_per_node": 2},
-        "irregular_last_small": {"ranks_per_node": 3},
-        "round_robin": {"node_of": [r % 2 for r in range(size)]},
-        "one_rank_per_node": {"node_of": list(range(size))},
-        "one_node": {"node_of": [7] * size},
-        "irregular_explicit": {"node_of": [min(r // 3, 2) for r in range(size)]},
-        "sparse_ids": {"node_of": [100 * (r % 3) for r in range(size)]},
-    }
-
-
-@pytest.mark.parametrize("name", list(layouts(1)))
+@pytest.mark.parametrize("name", VIRTUAL_LAYOUTS)
 def test_layout_fields(comm, name):
     size, rank = comm.size, comm.rank
     kw = layouts(size)[name]
-    node_of = kw.get("node_of") or [r // kw["ranks_per_node"] for r in range(size)]
-    dense, sizes, local = expected(node_of)
+    dense, sizes, local = expected(node_of(kw, size))
     topo = Topology(comm, **kw)
     assert topo.node == dense[rank]
     assert topo.local_rank == local[rank]
@@ -126,5 +113,11 @@ def test_error_names_the_rank(comm):
 
 
 def test_public_names():
-    assert hxmpi.Topology is Topology and hxmpi.__version__
-    assert MPI.Is_initialized()
+    """The names ARCHITECTURE.md's public API promises, documented, and the installed version."""
+    from importlib.metadata import version
+    promised = {"Topology", "HierComm", "ExchangeError", "ExchangeTypeError", "ExchangeKeyError",
+                "TopologyError", "HxmpiError", "__version__"}
+    assert promised <= set(hxmpi.__all__)
+    assert all(getattr(hxmpi, name).__doc__ for name in promised - {"__version__"})
+    assert hxmpi.__version__ == version("hxmpi")
+    assert all(issubclass(getattr(hxmpi, name), hxmpi.HxmpiError) for name in promised if name.endswith("Error"))

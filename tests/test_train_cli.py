@@ -42,8 +42,8 @@ def test_failing_rank_ends_the_job_with_its_message(n):
 
 
 BAD_FLAGS = [
-    (["--epochs", "0"], "argument --epochs: must be >= 1"),
-    (["--model", "cnn"], "argument --model: invalid choice"),
+    (["--epochs", "0"], "--epochs must be >= 1, got 0"),
+    (["--model", "cnn"], "--model must be one of softmax, mlp, moe, got 'cnn'"),
     (["--dataset", "nope"], "unknown dataset 'nope': not a bundled dataset (digits) nor a store"),
     (["--model", "moe", "--experts", "3", "--ranks-per-node", "1"], None),
     (["--hidden", "a,b"], "expected comma-separated integers"),
@@ -52,12 +52,12 @@ BAD_FLAGS = [
     (["--straggle", "x"], "argument --straggle: expects RANKS:SECONDS (e.g. 3:0.02) or RANKS:xF"),
     (["--straggle", "1:x0.5"], "needs ranks >= 0 and a delay >= 0 or a factor >= 1"),
     (["--model", "moe", "--update", "async"], "--update async needs a model whose steps are local; MoE"),
-    (["--straggler-threshold", "-1"], "argument --straggler-threshold: must be > 0 seconds"),
+    (["--straggler-threshold", "-1"], "--straggler-threshold must be > 0, got -1.0"),
     (["--target-accuracy", "2"], "--target-accuracy must lie in [0, 1], got 2.0"),
     (["--batch-size", "1", "--epochs", "1"], None),
-    (["--dtype", "float16"], "argument --dtype: invalid choice: 'float16'"),
-    (["--threads", "0"], "argument --threads: must be >= 1"),
-    (["--balance", "maybe"], "argument --balance: invalid choice: 'maybe'"),
+    (["--dtype", "float16"], "--dtype must be one of float32, float64, got 'float16'"),
+    (["--threads", "0"], "--threads must be >= 1, got 0"),
+    (["--balance", "maybe"], "--balance must be one of on, off, auto, got 'maybe'"),
 ]
 
 
@@ -100,19 +100,85 @@ def test_straggle_takes_a_delay_or_a_factor(text, ranks, delay, factor):
     assert parse_config(["--straggle", text]).straggle == Straggle(ranks, delay, factor)
 
 
-def test_help_documents_every_flag():
+def help_text():
     out = subprocess.run([sys.executable, "-m", "hxmpi.train", "--help"], capture_output=True, text=True)
-    assert out.returncode == 0
-    for flag in ("--model", "--dataset", "--epochs", "--batch-size", "--lr", "--seed", "--ranks-per-node",
-                 "--log", "--checkpoint", "--resume", "--quiet", "--shuffle"):
-        assert flag in out.stdout
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_help_documents_every_setting():
+    """One flag per setting and no other (but --help and --version), each with the schema's help."""
+    from hxmpi.settings import SETTINGS
+    text = help_text()
+    options = text.split("options:")[1]
+    listed = set(re.findall(r"^  (?:-h, )?(--[a-z0-9-]+)", options, re.M))
+    assert listed == {s.flag for s in SETTINGS.values()} | {"--help", "--version"}
     # One "(default: ...)" per flag at most, and no references to documents outside the repository.
-    entries = re.split(r"\n  (?=-)", out.stdout.split("options:")[1])
-    assert len(entries) > 40
+    entries = re.split(r"\n  (?=-)", options)
     for entry in entries:
         assert entry.count("default") <= 1, entry
+    flat = "".join(options.split())  # argparse wraps lines (at hyphens too)
+    for s in SETTINGS.values():
+        assert "".join(s.help.split()) in flat, s.name
     for stale in ("claim", "CLAIMS", "source B"):
-        assert stale not in out.stdout
+        assert stale not in text
+
+
+def test_trainconfig_is_the_schema():
+    """TrainConfig's fields are the settings, in order, with the schema's defaults; sub-configs take
+    theirs from the schema too (the policy window was 20 on the command line and 10 in UpdateConfig)."""
+    from dataclasses import fields
+    from hxmpi.config import TrainConfig
+    from hxmpi.data.staging import StagingConfig
+    from hxmpi.settings import SETTINGS
+    from hxmpi.updates import UpdateConfig
+    cfg = TrainConfig()
+    assert [f.name for f in fields(TrainConfig)] == list(SETTINGS)
+    assert all(getattr(cfg, name) == s.make_default() for name, s in SETTINGS.items())
+    for sub in (StagingConfig(), UpdateConfig()):
+        for f in fields(sub):
+            assert f.name in SETTINGS or f.name == "progress", f.name
+            assert getattr(sub, f.name) == (SETTINGS[f.name].make_default() if f.name in SETTINGS else False)
+    assert cfg.update_config() == UpdateConfig() and cfg.update_config().policy_window == 20
+    assert cfg.staging_config() == StagingConfig(progress=True)
+    changed = TrainConfig(policy_window=3, fetch_workers=2, straggler_threshold=0.5, quiet=True)
+    assert changed.update_config().policy_window == 3 and changed.update_config().straggler_threshold == 0.5
+    assert changed.staging_config() == StagingConfig(fetch_workers=2)
+
+
+@pytest.mark.parametrize("build,setting,message", [
+    (lambda: __import__("hxmpi.config").config.TrainConfig(epochs=0), "epochs", "must be >= 1, got 0"),
+    (lambda: __import__("hxmpi.config").config.TrainConfig(epochs=2.5), "epochs", "must be an integer, got 2.5"),
+    (lambda: __import__("hxmpi.config").config.TrainConfig(model="cnn"), "model", "must be one of softmax, mlp, moe"),
+    (lambda: __import__("hxmpi.config").config.TrainConfig(hidden=[64, 0]), "hidden", "must be non-empty, with every value >= 1, got [64, 0]"),
+    (lambda: __import__("hxmpi.config").config.TrainConfig(hidden=[]), "hidden", "must be non-empty"),
+    (lambda: __import__("hxmpi.config").config.TrainConfig(lr=float("nan")), "lr", "must be > 0, got nan"),
+    (lambda: __import__("hxmpi.updates").updates.UpdateConfig(policy_window=0), "policy_window", "must be >= 1"),
+    (lambda: __import__("hxmpi.updates").updates.UpdateConfig(update="later"), "update", "must be one of auto"),
+    (lambda: __import__("hxmpi.data.staging").data.staging.StagingConfig(fetch_workers=0), "fetch_workers",
+     "must be >= 1, got 0"),
+    (lambda: __import__("hxmpi.data.staging").data.staging.StagingConfig(staging="disk"), "staging",
+     "must be one of auto, memory, distributed, got 'disk'"),
+])
+def test_every_config_checks_its_settings_when_built(build, setting, message):
+    """The same check, naming the setting (never a flag), whichever config is built."""
+    from hxmpi.errors import SettingError
+    with pytest.raises(SettingError, match=re.escape(message)) as info:
+        build()
+    assert info.value.setting == setting and "--" not in str(info.value)
+
+
+def test_readme_flag_table_is_the_schemas():
+    """The README's flag table is generated from the schema, and lists exactly the flags of --help."""
+    from pathlib import Path
+    from hxmpi.train import flags_markdown
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert flags_markdown() in readme, ("README's flag table is stale; regenerate it with "
+                                        "python -c 'from hxmpi.train import flags_markdown; print(flags_markdown())'")
+    table = readme[readme.index("| flag | default | range | meaning |"):].split("\n\n")[0]
+    in_readme = set(re.findall(r"^\| `(?:-h`, `)?(--[a-z0-9-]+)", table, re.M))
+    in_help = set(re.findall(r"^  (?:-h, )?(--[a-z0-9-]+)", help_text().split("options:")[1], re.M))
+    assert in_readme == in_help
 
 
 @needs_mpirun

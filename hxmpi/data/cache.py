@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..settings import check
 from .sources import FetchError, FetchStats, Source, fetch_verified
 from .store import sha256_file
 
@@ -40,9 +41,8 @@ class ShardCache:
         largest = max((shards[s]["bytes"] for s in set(uses)), default=0)
         if limit < largest:
             raise ValueError(f"cache limit {limit} B is below the largest shard ({largest} B); "
-                             f"raise --cache-limit")
-        if prefetch < 0:
-            raise ValueError(f"prefetch must be >= 0 shards, got {prefetch}")
+                             f"raise cache_limit")
+        check("prefetch_shards", prefetch)
         self.source, self.shards, self.uses = source, list(shards), list(uses)
         self.dir, self.limit, self.prefetch = Path(directory), int(limit), int(prefetch)
         self.retries, self.timeout = retries, timeout

@@ -14,10 +14,12 @@ import fcntl
 import os
 from pathlib import Path
 
+from ..errors import HxmpiError
+
 LOCK_NAME = ".hxmpi.lock"
 
 
-class CacheDirBusy(OSError):
+class CacheDirBusy(HxmpiError, OSError):
     """The cache directory is held by another live run."""
 
 
@@ -46,7 +48,7 @@ def hold_cache_dir(directory) -> CacheDirLock:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
         raise CacheDirBusy(f"cache directory {directory} is in use by a live run (pid {holder}); "
-                           f"runs cannot share one: give this run another --cache-dir") from None
+                           f"runs cannot share one: give this run another cache_dir") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return CacheDirLock(directory, fd)

@@ -17,6 +17,7 @@ from typing import Iterator
 import numpy as np
 
 from ..exchange import HierComm
+from ..settings import check
 
 SHUFFLES = ("hier", "flat", "none")
 
@@ -68,10 +69,8 @@ class GlobalShuffle:
 
     def __init__(self, hc: HierComm, X: np.ndarray, y: np.ndarray, batch_size: int, seed: int,
                  mode: str = "hier"):
-        if mode not in SHUFFLES:
-            raise ValueError(f"unknown shuffle {mode!r}; choose from {', '.join(SHUFFLES)}")
-        if batch_size < 1:
-            raise ValueError(f"batch size must be >= 1, got {batch_size}")
+        check("shuffle", mode)
+        check("batch_size", batch_size)
         self.hc, self.mode, self.seed, self.batch_size = hc, mode, seed, batch_size
         size, rank = hc.comm.size, hc.comm.rank
         self.n = X.shape[0]
@@ -123,8 +122,7 @@ class ShardStream:
         if mode not in ("hier", "flat"):
             raise ValueError(f"distributed staging needs a global shuffle (hier or flat), not {mode!r}: "
                              f"nodes hold disjoint shards")
-        if batch_size < 1:
-            raise ValueError(f"batch size must be >= 1, got {batch_size}")
+        check("batch_size", batch_size)
         self.hc, self.store, self.batch_size, self.seed, self.mode = hc, store, batch_size, seed, mode
         self.bytes_moved = 0
 

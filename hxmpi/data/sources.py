@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from ..errors import HxmpiError
+from ..settings import check
 from .store import INDEX, parse_index, sha256_file
 
 
-class FetchError(OSError):
+class FetchError(HxmpiError, OSError):
     """A file could not be fetched intact after every retry."""
 
 
@@ -118,8 +120,7 @@ def open_source(location: str) -> Source:
 
 
 def _check_retries(retries: int) -> None:
-    if retries < 0:
-        raise ValueError(f"retries must be >= 0, got {retries}")
+    check("retries", retries)
 
 
 def part_name(name: str) -> str:

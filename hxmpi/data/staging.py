@@ -24,7 +24,6 @@ being filled after the ranks have agreed on its size.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -37,6 +36,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import agree
+from ..settings import check, check_fields, default, parse_bytes  # noqa: F401 - parse_bytes: public here too
 from ..runlog import Progress
 from . import Dataset
 from .cache import ShardCache
@@ -49,32 +49,20 @@ STAGING_MODES = ("auto", "memory", "distributed")
 
 @dataclass
 class StagingConfig:
-    """How to stage a store (the CLI's staging flags); sizes in bytes, times in seconds."""
-    staging: str = "auto"
-    threshold: Optional[int] = None  # memory mode below this train capacity
-    cache_dir: Optional[str] = None
-    cache_limit: Optional[int] = None  # distributed mode: local storage bound per node
-    prefetch: int = 2  # distributed mode: shards staged ahead of the one in use
-    retries: int = 3
-    timeout: float = 30.0
-    workers: int = 8
+    """How to stage a store: the staging settings (``settings.SETTINGS`` names them and gives their
+    defaults and ranges, checked when this is built); sizes in bytes, times in seconds."""
+    staging: str = default("staging")
+    capacity_threshold: Optional[int] = default("capacity_threshold")  # memory mode below this train capacity
+    cache_dir: Optional[str] = default("cache_dir")
+    cache_limit: Optional[int] = default("cache_limit")  # distributed mode: local storage bound per node
+    prefetch_shards: int = default("prefetch_shards")  # distributed mode: shards staged ahead of the one in use
+    retries: int = default("retries")
+    timeout: float = default("timeout")
+    fetch_workers: int = default("fetch_workers")
     progress: bool = False  # rank 0 reports download progress on stderr
 
     def __post_init__(self):
-        for name, value, ok, rule in (("retries", self.retries, self.retries >= 0, ">= 0"),
-                                      ("timeout", self.timeout, self.timeout > 0, "> 0 seconds"),
-                                      ("workers", self.workers, self.workers >= 1, ">= 1"),
-                                      ("prefetch", self.prefetch, self.prefetch >= 0, ">= 0 shards")):
-            if not ok:
-                raise ValueError(f"{name} must be {rule}, got {value}")
-
-
-def parse_bytes(text: str) -> int:
-    """``"512M"``, ``"1.5GiB"``, ``"1000"`` -> bytes (binary suffixes K, M, G, T)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
-    if not m:
-        raise ValueError(f"expected a size like 1000, 64M or 2G, got {text!r}")
-    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " "))
+        check_fields(self)
 
 
 def default_capacity_threshold() -> int:
@@ -90,8 +78,7 @@ def default_capacity_threshold() -> int:
 
 def choose_mode(train_bytes: int, threshold: int, forced: str = "auto") -> str:
     """"memory" or "distributed" for a train split of ``train_bytes``."""
-    if forced not in STAGING_MODES:
-        raise ValueError(f"--staging must be one of {STAGING_MODES}, got {forced!r}")
+    check("staging", forced)
     if forced != "auto":
         return forced
     return "memory" if train_bytes < threshold else "distributed"
@@ -119,13 +106,13 @@ def cache_limit(requested: Optional[int], node_shard_bytes: Sequence[int], large
     keeps all its shards, or 90% of the free disk if that is less (and still holds its largest)."""
     if requested is not None:
         if requested < largest:
-            return requested, f"--cache-limit {requested} B is below the largest shard ({largest} B) of the store"
+            return requested, f"cache_limit {requested} B is below the largest shard ({largest} B) of the store"
         return requested, None
     node_dir.mkdir(parents=True, exist_ok=True)
     room = int(0.9 * shutil.disk_usage(node_dir).free)
     if room < max(node_shard_bytes, default=0):
         return room, (f"{node_dir} has room for {room} B, less than the largest shard of this node "
-                      f"({max(node_shard_bytes)} B); free space or set --cache-dir elsewhere")
+                      f"({max(node_shard_bytes)} B); free space or set cache_dir elsewhere")
     return min(sum(node_shard_bytes), room), None
 
 
@@ -178,7 +165,7 @@ def _fetch_all(source: Source, files: list[dict], node_dir: Path, cfg: StagingCo
         fetch_verified(source, f, str(node_dir), cfg.retries, cfg.timeout, stats=own)
         return own
 
-    with ThreadPoolExecutor(max_workers=max(1, cfg.workers)) as pool:
+    with ThreadPoolExecutor(max_workers=cfg.fetch_workers) as pool:
         f_bytes = {pool.submit(one, f): f["bytes"] for f in files}
         for i, fut in enumerate(as_completed(f_bytes), 1):
             own = fut.result()
@@ -252,8 +239,8 @@ class DistributedTrain:
         if intra.rank == 0:
             uses = [s for e in epochs for s in self.node_order(node, e)]
             try:
-                self.cache = ShardCache(source, self.shards, uses, str(node_dir), limit, cfg.prefetch,
-                                        cfg.workers, cfg.retries, cfg.timeout)
+                self.cache = ShardCache(source, self.shards, uses, str(node_dir), limit, cfg.prefetch_shards,
+                                        cfg.fetch_workers, cfg.retries, cfg.timeout)
             except Exception as exc:  # noqa: BLE001 - agreed below
                 problem = f"node {node}: cannot set up the cache in {node_dir}: {exc}"
         try:
@@ -351,12 +338,10 @@ def stage(location: str, comm: MPI.Intracomm, intra: MPI.Intracomm, node: int, n
     Memory mode: the dataset's arrays are views into the node's shared window. Distributed mode:
     ``dataset.X_train`` is None and ``dataset.train_stream`` streams the train split for ``epochs``.
     """
-    if cfg.staging not in STAGING_MODES:
-        raise ValueError(f"--staging must be one of {STAGING_MODES}, got {cfg.staging!r}")
     t0 = time.perf_counter()
     source, index = read_index(location, comm, cfg)
     # Rank 0's threshold for everyone: nodes may differ in free memory, the decision must not.
-    threshold = comm.bcast(default_capacity_threshold() if cfg.threshold is None else cfg.threshold, root=0)
+    threshold = comm.bcast(default_capacity_threshold() if cfg.capacity_threshold is None else cfg.capacity_threshold, root=0)
     mode = choose_mode(capacity(index), threshold, cfg.staging)
     stats = FetchStats()
     node_dir = Path(cfg.cache_dir or default_cache_dir()) / f"node{node}"
@@ -403,7 +388,7 @@ def stage(location: str, comm: MPI.Intracomm, intra: MPI.Intracomm, node: int, n
             "train_shards": len(index["splits"]["train"]["shards"]),
             "staging_s": comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)}
     if stream is not None:
-        info.update(cache_limit_bytes=comm.allreduce(stream.limit, op=MPI.MIN), prefetch_shards=cfg.prefetch,
+        info.update(cache_limit_bytes=comm.allreduce(stream.limit, op=MPI.MIN), prefetch_shards=cfg.prefetch_shards,
                     shards_per_node=[len(ids) for ids in stream.assignment],
                     bytes_per_node=[sum(stream.shards[s]["bytes"] for s in ids) for ids in stream.assignment])
     return dataset, info

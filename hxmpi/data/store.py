@@ -26,11 +26,13 @@ from typing import Optional
 
 import numpy as np
 
+from ..errors import HxmpiError
+
 FORMAT_VERSION = 1
 INDEX = "index.json"
 
 
-class StoreError(ValueError):
+class StoreError(HxmpiError, ValueError):
     """A malformed store or index."""
 
 

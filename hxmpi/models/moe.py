@@ -17,6 +17,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import SettingError
+from ..settings import check
 from ..exchange import HierComm
 from .base import FlatParams, glorot, softmax_xent
 
@@ -55,8 +56,7 @@ class MoE:
         size, rank = hc.comm.size, hc.comm.rank
         if num_experts < 1 or num_experts % size:
             raise SettingError("experts", f"{num_experts} must be a positive multiple of the {size} ranks")
-        if capacity_factor <= 0:
-            raise SettingError("capacity_factor", f"must be > 0, got {capacity_factor}")
+        check("capacity_factor", capacity_factor)
         self.hc, self.E, self.H = hc, num_experts, hidden
         self.local = num_experts // size
         self.first = rank * self.local

@@ -6,7 +6,7 @@ from mpi4py import MPI
 import hxmpi.exchange as exchange
 from hxmpi import ExchangeError, HierComm
 from hxmpi.exchange import PlanStateError
-from test_exchange import exchange_case, layouts
+from support import assert_exchange_works, exchange_case, layouts
 
 pytestmark = pytest.mark.mpi
 
@@ -182,7 +182,7 @@ def test_one_rank_with_another_setting_fails_everywhere(comm, phased, setting, a
     if "algorithm" in kwargs:  # the persistent form agrees on the algorithm too
         with pytest.raises(ExchangeError, match=expected):
             hc.Alltoall_init(buf, out, **kwargs)
-    assert comm.allreduce(1) == comm.size  # nothing left half-done
+    assert_exchange_works(comm, hc)  # nothing left half-done
 
 
 def test_rows_of_another_dtype_fail_everywhere(comm, phased, agreement):
@@ -201,7 +201,9 @@ def test_bad_algorithm_at_construction_fails_everywhere(comm):
     """One rank's unknown default algorithm: every rank raises (it used to leave the others waiting)."""
     with pytest.raises(ExchangeError, match=rf"rank {comm.size - 1}: algorithm must be one of"):
         HierComm(comm, ranks_per_node=2, algorithm=_odd_one(comm, "auto", "ring"))
-    assert comm.allreduce(1) == comm.size
+    hc = HierComm(comm, ranks_per_node=2)  # the refused construction left nothing behind
+    assert_exchange_works(comm, hc)
+    hc.free()
 
 
 def test_node_phase_must_agree(comm):

@@ -3,16 +3,9 @@ import numpy as np
 import pytest
 
 from hxmpi.plan import Copy, Exchange, Layout, NodeBarrier, rank_schedule
+from support import VIRTUAL_LAYOUTS, layouts, node_of
 
-LAYOUTS = {
-    "2x2": [0, 0, 1, 1],
-    "3+3+1": [0, 0, 0, 1, 1, 1, 2],
-    "round_robin": [r % 2 for r in range(7)],
-    "round_robin_3": [(r * 7) % 3 for r in range(8)],
-    "one_per_node": list(range(5)),
-    "one_node": [0] * 4,
-    "4+1+2 shuffled": [2, 0, 0, 1, 0, 2, 0],
-}
+SIZES = (4, 7, 8)  # world sizes the planner is checked at: even, odd with a small node, past 7
 
 
 def _counts(p, seed):
@@ -23,9 +16,10 @@ def _counts(p, seed):
 
 
 @pytest.mark.parametrize("node_phase", ["shm", "mpi"])
-@pytest.mark.parametrize("name", list(LAYOUTS))
-def test_messages_pair_up_and_carry_every_remote_byte(name, node_phase):
-    layout = Layout(LAYOUTS[name])
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("name", VIRTUAL_LAYOUTS)
+def test_messages_pair_up_and_carry_every_remote_byte(name, size, node_phase):
+    layout = Layout(node_of(layouts(size)[name], size))
     p = layout.size
     counts = _counts(p, 3)
     sent, received = {}, {}
@@ -51,7 +45,7 @@ def test_messages_pair_up_and_carry_every_remote_byte(name, node_phase):
 
 
 def test_shm_phase_copies_every_received_byte_once():
-    layout = Layout(LAYOUTS["3+3+1"])
+    layout = Layout(node_of(layouts(7)["irregular_3_3_1"], 7))
     counts = _counts(7, 4)
     for rank in range(7):
         steps = rank_schedule(layout, counts, rank, "hier", "shm")
@@ -66,9 +60,9 @@ def test_flat_and_degenerate_layouts():
     flat = rank_schedule(Layout([0, 0, 1, 1]), counts, 1, "flat")
     assert [type(s) for s in flat][0] is Exchange and flat[0].phase == "flat"
     assert flat[0].sends == tuple((d, int(counts[1, d])) for d in range(4) if d != 1 and counts[1, d])
-    for node_of in ([0] * 4, [0, 1, 2, 3]):
+    for ids in ([0] * 4, [0, 1, 2, 3]):
         assert all(not isinstance(s, Exchange) or s.phase == "flat"
-                   for s in rank_schedule(Layout(node_of), counts, 0, "hier"))
+                   for s in rank_schedule(Layout(ids), counts, 0, "hier"))
 
 
 def test_bad_arguments():

@@ -1,0 +1,296 @@
+"""The settings schema: every setting of a training run, defined once (name, type, range, default, help).
+
+Everything else is generated from ``SETTINGS``: ``config.TrainConfig``'s fields, the flags of
+``python -m hxmpi.train`` (``--batch-size`` for ``batch_size``), its ``--help`` and the README's
+flag table (``flags_markdown``). Sub-configs (``StagingConfig``, ``UpdateConfig``) name their
+fields after the settings they hold and take their defaults from here.
+
+``check`` is the one place a value's type, range or choice is checked: ``TrainConfig`` and every
+sub-config call it when they are built, so a bad value raises ``SettingError`` naming the setting
+(never a flag; the CLI prints the flag) whether it came from the command line or from code.
+
+Adding a setting is one entry below (and a field in the sub-config that uses it, if any). This
+module sits below every other (it imports only ``errors``): a registry of choices that lives in a
+higher module is named as ``"module:NAME"`` and read when a value is checked.
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import numbers
+import os
+import re
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Optional
+
+from .errors import SettingError
+
+__all__ = ["Setting", "SETTINGS", "check", "check_fields", "default", "flag", "parse_bytes"]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting. ``kind`` is its Python type (int, float, str, bool, list, tuple or object);
+    ``rule`` its range (">= 0", "> 0", "in [0, 1)"); ``choices`` its allowed values (a tuple, or
+    "module:NAME" of one); ``parse`` turns a flag's text into a value (default: ``kind``);
+    ``default_text`` describes a default that is worked out at run time (shown where it is None)."""
+    name: str
+    kind: type
+    default: Any
+    help: str
+    rule: Optional[str] = None
+    choices: Any = None
+    parse: Optional[Callable[[str], Any]] = None
+    metavar: Optional[str] = None
+    default_text: Optional[str] = None
+    factory: Optional[Callable[[], Any]] = None  # for defaults that are objects (made per config)
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag of this setting."""
+        return flag(self.name)
+
+    def shown_metavar(self) -> Optional[str]:
+        """The flag's value as the help and the README show it (None for an on/off flag)."""
+        if self.kind is bool:
+            return None
+        allowed = self.allowed()
+        if self.metavar or allowed:
+            return self.metavar or "|".join(allowed)
+        return {int: "N", float: "X"}.get(self.kind, "TEXT")
+
+    def allowed(self) -> Optional[tuple]:
+        """The allowed values (None: any value of the kind within the rule)."""
+        if isinstance(self.choices, str):
+            module, name = self.choices.split(":")
+            return tuple(getattr(importlib.import_module(module), name))
+        return self.choices
+
+    def make_default(self):
+        """The default value (a fresh object for settings with a factory)."""
+        if self.factory is not None:
+            return self.factory()
+        return list(self.default) if isinstance(self.default, list) else self.default
+
+    def shown_default(self) -> str:
+        """The default as the help and the README show it."""
+        if self.default_text is not None:
+            return self.default_text
+        if self.kind is bool:
+            return "off"
+        if isinstance(self.default, list):
+            return ",".join(str(v) for v in self.default)
+        return str(self.default)
+
+
+def flag(setting: str) -> str:
+    """The command-line flag of a setting (``batch_size`` -> ``--batch-size``)."""
+    return "--" + setting.replace("_", "-")
+
+
+def parse_bytes(text: str) -> int:
+    """``"512M"``, ``"1.5GiB"``, ``"1000"`` -> bytes (binary suffixes K, M, G, T)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", str(text), re.IGNORECASE)
+    if not m:
+        raise ValueError(f"expected a size like 1000, 64M or 2G, got {text!r}")
+    return int(float(m.group(1)) * 1024 ** " kmgt".index(m.group(2).lower() or " "))
+
+
+def _within(value, rule: str) -> bool:
+    """Whether ``value`` satisfies ``rule`` (">= 0", "> 0", "in [0, 1)", ...); False for NaN/inf."""
+    if not math.isfinite(value):
+        return False
+    if rule.startswith("in "):
+        lo_closed, hi_closed = rule[3] == "[", rule[-1] == "]"
+        lo, hi = (float(v) for v in rule[4:-1].split(","))
+        return (value >= lo if lo_closed else value > lo) and (value <= hi if hi_closed else value < hi)
+    op, bound = rule.split()
+    return value >= float(bound) if op == ">=" else value > float(bound)
+
+
+def _rule_text(rule: str) -> str:
+    return f"{'lie' if rule.startswith('in ') else 'be'} {rule}"
+
+
+def check(name: str, value) -> None:
+    """Raise SettingError unless ``value`` is of setting ``name``'s type, within its range and
+    among its choices (None passes where the default is None)."""
+    s = SETTINGS[name]
+    if value is None and s.default is None:
+        return
+    if s.kind is int and not (isinstance(value, numbers.Integral) and not isinstance(value, bool)):
+        raise SettingError(name, f"must be an integer, got {value!r}")
+    if s.kind is float and not (isinstance(value, numbers.Real) and not isinstance(value, bool)):
+        raise SettingError(name, f"must be a number, got {value!r}")
+    if s.kind in (str, bool, list, tuple) and not isinstance(value, s.kind) \
+            and not (s.kind is str and isinstance(value, os.PathLike)):
+        raise SettingError(name, f"must be a {s.kind.__name__}, got {value!r}")
+    allowed = s.allowed()
+    if allowed is not None and value not in allowed:
+        raise SettingError(name, f"must be one of {', '.join(map(str, allowed))}, got {value!r}")
+    if s.rule is not None:
+        items = value if s.kind in (list, tuple) else [value]
+        if (s.kind is list and not items) or not all(_within(v, s.rule) for v in items):
+            detail = f"must be non-empty, with every value {s.rule}" if s.kind in (list, tuple) \
+                else f"must {_rule_text(s.rule)}"
+            raise SettingError(name, f"{detail}, got {value}")
+
+
+def check_fields(config) -> None:
+    """``check`` every field of a dataclass that is named after a setting (call in __post_init__)."""
+    for f in fields(config):
+        if f.name in SETTINGS:
+            check(f.name, getattr(config, f.name))
+
+
+def default(name: str):
+    """Setting ``name``'s default, for sub-config fields (objects: use ``dataclasses.field``
+    with ``default_factory=SETTINGS[name].make_default``)."""
+    return SETTINGS[name].default
+
+
+# ----------------------------------------------------------------------------- flag text parsers
+def _int_list(text: str) -> list:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"expected comma-separated integers, got {text!r}") from None
+    return values
+
+
+def _threshold(text: str) -> Optional[float]:
+    if text == "auto":
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"expects seconds or 'auto', got {text!r}") from None
+
+
+def _fail_at(text: str) -> tuple:
+    try:
+        rank, step = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise ValueError(f"expects RANK:STEP, got {text!r}") from None
+    return rank, step
+
+
+def _straggle(text: str):
+    """``"1,3:0.02"``: ranks 1 and 3 sleep 0.02 s per step; ``"3:x3"``: rank 3 computes 3x slower."""
+    from .updates import Straggle
+    usage = f"expects RANKS:SECONDS (e.g. 3:0.02) or RANKS:xF (e.g. 3:x3), got {text!r}"
+    try:
+        ranks, amount = text.split(":")
+        parsed = tuple(int(r) for r in ranks.split(",") if r.strip())
+        factor = amount.strip().lower().startswith("x")
+        value = float(amount.strip()[1:] if factor else amount)
+    except ValueError:
+        raise ValueError(usage) from None
+    if not parsed or min(parsed) < 0 or value < (1.0 if factor else 0.0):
+        raise ValueError(f"needs ranks >= 0 and a delay >= 0 or a factor >= 1; {usage}")
+    return Straggle(parsed, 0.0, value) if factor else Straggle(parsed, value)
+
+
+def _no_straggle():
+    from .updates import Straggle
+    return Straggle()
+
+
+# ----------------------------------------------------------------------------------- the schema
+_S = Setting
+SETTINGS: dict[str, Setting] = {s.name: s for s in (
+    # model
+    _S("model", str, "mlp", "numpy model", choices="hxmpi.models:MODELS"),
+    _S("hidden", list, [64], "hidden layer sizes, comma-separated (MLP); MoE uses the first", rule=">= 1",
+       parse=_int_list, metavar="64[,32...]"),
+    _S("experts", int, None, "MoE experts in total, a multiple of the rank count", rule=">= 1",
+       default_text="smallest multiple of the rank count >= 4"),
+    _S("capacity_factor", float, 1.25, "MoE expert capacity, as a multiple of the even share of a rank's tokens",
+       rule="> 0", metavar="F"),
+    # data and staging
+    _S("dataset", str, "digits", "bundled dataset (UCI digits, 80/20 split by seed), or a store directory / URL "
+       "(README: *Dataset store*)", metavar="NAME|DIR|URL"),
+    _S("staging", str, "auto", "store staging mode; auto picks memory below --capacity-threshold, else distributed",
+       choices="hxmpi.data.staging:STAGING_MODES"),
+    _S("capacity_threshold", int, None, "train bytes (suffixes K, M, G) below which a store goes to memory "
+       "(rank 0's value is used)", rule=">= 0", parse=parse_bytes, metavar="BYTES", default_text="1/4 of available memory"),
+    _S("cache_dir", str, None, "node-local staging directory (one nodeK folder per node); one live run per "
+       "directory: a second run is refused (README: *Failure behaviour*)", metavar="DIR",
+       default_text="$TMPDIR/hxmpi-cache-JOB"),
+    _S("cache_limit", int, None, "distributed mode: local storage for train shards per node (suffixes K, M, G; the "
+       "small test split's files are not counted); evicts the shard whose next use is furthest away; below the "
+       "largest shard is an error", rule=">= 0", parse=parse_bytes, metavar="BYTES",
+       default_text="the node's shards, at most 90% of the free disk"),
+    _S("prefetch_shards", int, 2, "distributed mode: shards staged ahead of the one being trained on", rule=">= 0",
+       metavar="K"),
+    _S("pretrain_time", float, None, "memory mode: after this many seconds of training evaluate; below "
+       "--target-accuracy switch to distributed staging (re-reading the index) and keep training, else stop",
+       rule="> 0", metavar="SECONDS", default_text="none"),
+    _S("retries", int, 3, "download retries per file (exponential backoff)", rule=">= 0"),
+    _S("timeout", float, 30.0, "seconds per download request", rule="> 0", metavar="SECONDS"),
+    _S("fetch_workers", int, 8, "parallel downloads per node", rule=">= 1"),
+    # optimisation
+    _S("epochs", int, 20, "training epochs", rule=">= 1"),
+    _S("batch_size", int, 64, "global batch size, in samples", rule=">= 1"),
+    _S("lr", float, 0.1, "base learning rate", rule="> 0", metavar="X"),
+    _S("momentum", float, 0.9, "SGD momentum", rule="in [0, 1)", metavar="X"),
+    _S("weight_decay", float, 1e-4, "L2 weight decay", rule=">= 0", metavar="X"),
+    _S("schedule", str, "cosine", "learning-rate schedule", choices="hxmpi.optim:SCHEDULES"),
+    _S("warmup_epochs", float, 1.0, "linear warm-up, in epochs", rule=">= 0", metavar="X"),
+    _S("step_epochs", float, 10.0, "'step' schedule: multiply the rate by --gamma every this many epochs",
+       rule="> 0", metavar="X"),
+    _S("gamma", float, 0.1, "'step' schedule decay factor", rule="in (0, 1]", metavar="X"),
+    _S("clip_norm", float, 0.0, "clip the global gradient L2 norm (0: off)", rule=">= 0", metavar="X"),
+    _S("seed", int, 0, "seed of the split, the model and every shuffle"),
+    _S("shuffle", str, "hier", "per-epoch global shuffle exchange; none keeps each rank's shard",
+       choices="hxmpi.data.shuffle:SHUFFLES"),
+    _S("ranks_per_node", int, None, "virtual nodes of this many consecutive ranks (also env HXMPI_RANKS_PER_NODE)",
+       rule=">= 1", metavar="K", default_text="real nodes"),
+    # run control
+    _S("log", str, None, "JSONL file: one record per epoch, then a summary (README: *Summary*)",
+       metavar="FILE", default_text="none"),
+    _S("checkpoint", str, None, "checkpoint after every epoch into DIR/epoch-NNNNNN/ (a shard per rank, then "
+       "meta.json), committed by renaming DIR/LATEST; DIR is checked writable before training", metavar="DIR",
+       default_text="none"),
+    _S("resume", bool, False, "continue from the newest complete checkpoint in --checkpoint (logged: which, and "
+       "why); the final parameters equal an uninterrupted run's"),
+    _S("keep_checkpoints", int, 2, "complete checkpoints kept in --checkpoint (older epoch directories are "
+       "deleted)", rule=">= 1", metavar="K"),
+    _S("stop_after", int, None, "stop after this many epochs of this run (time-limited jobs), continue later "
+       "with --resume", rule=">= 1", default_text="none"),
+    # update policy
+    _S("update", str, "auto", "update mode; auto applies the straggler rule every --policy-window steps",
+       choices="hxmpi.policy:MODES"),
+    _S("b1", float, 0.3, "straggler fraction up to which auto goes async (b1 <= b2)", rule="in [0, 1]",
+       metavar="X"),
+    _S("b2", float, 0.7, "straggler fraction above which gradients are scaled by 1 - (B - b2)", rule="in [0, 1]",
+       metavar="X"),
+    _S("straggler_threshold", float, None, "step time in seconds above which a rank straggles, or auto: 2x the "
+       "lower median", rule="> 0", parse=_threshold, metavar="SECONDS|auto", default_text="auto"),
+    _S("policy_window", int, 20, "steps between policy decisions", rule=">= 1", metavar="W"),
+    _S("max_staleness", int, 4, "async: local steps a rank may take in one round before it waits for the "
+       "average", rule=">= 1"),
+    _S("target_accuracy", float, None, "the summary reports time_to_target_s and epoch_at_target; after each "
+       "epoch the step size is scaled by the gradient coefficient (docs/method.md); with --pretrain-time, the "
+       "switch criterion", rule="in [0, 1]", metavar="A", default_text="none"),
+    _S("straggle", object, None, "testing aid: these ranks (comma-separated) sleep SECONDS per step, or take F "
+       "times as long for their compute (they sleep the extra time)", parse=_straggle,
+       metavar="RANKS:SECONDS|RANKS:xF", default_text="none", factory=_no_straggle),
+    _S("balance", str, "off", "sync mode: split each global batch over the ranks in proportion to their measured "
+       "speed, the gradient staying the global mean (README: *Load-balanced sync*); auto: once the rule finds stragglers and stays sync. Off unless asked, "
+       "because the split then depends on timings, so runs are no longer bit-reproducible",
+       choices="hxmpi.updates:BALANCE_MODES"),
+    # performance
+    _S("threads", int, None, "BLAS/OpenMP threads per rank, applied to every pool with threadpoolctl; shown in "
+       "the summary and by python -m hxmpi", rule=">= 1", default_text="host's usable cores / its ranks, at least 1"),
+    _S("dtype", str, "float32", "type of parameters, gradients and data", choices="hxmpi.trainer:DTYPES"),
+    # failure handling and testing aids
+    _S("stall_timeout", float, 0.0, "after this many seconds in any blocking collective of the run, name the "
+       "ranks missing from it (a 'stall' record from rank 0; 0: off); README: *Failure behaviour*", rule=">= 0",
+       metavar="SECONDS"),
+    _S("stall_abort", bool, False, "abort the job when a stall is detected (every rank that sees it aborts)"),
+    _S("fail_at", tuple, None, "testing aid: raise an error on RANK at global step STEP", parse=_fail_at,
+       metavar="RANK:STEP", default_text="none"),
+    _S("quiet", bool, False, "no progress output"),
+)}
+del _S

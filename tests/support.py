@@ -1,0 +1,307 @@
+"""Helpers shared by the test files: test files import from here, never from each other.
+
+- ``layouts``: the one catalogue of node layouts (``Topology`` / ``HierComm`` keyword arguments by
+  name) that every MPI test draws from; ``node_of`` gives a layout's node id per rank.
+- Exchange cases with their flat reference (``exchange_case``), message-spec objects (``DLPackOnly``).
+- A real HTTP store with injected faults (``FaultServer``, ``serve_store``, ``serve_shards``,
+  ``injected``, ``rewrite_shard``), scratch cache directories (``fresh_dir``).
+- Jobs: processes of an mpirun session (``session``, ``kill_session``), run logs (``epochs_logged``),
+  the emulated cluster (``cluster_unavailable``, ``cluster_up``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+
+from hxmpi.data.store import make_synthetic, split_train_test, write_store
+
+_SCRATCH = []  # cache directories made by fresh_dir, removed with the store that serve_store made
+
+
+def layouts(size: int) -> dict:
+    """Every node layout the MPI tests use, by name, for a world of ``size`` ranks."""
+    return {
+        "real": {},  # the nodes Topology finds by itself (one on one host; real hosts on a cluster)
+        "regular": {"ranks_per_node": 2},
+        "irregular": {"ranks_per_node": 3},  # the last node may be smaller
+        "round_robin": {"node_of": [r % 2 for r in range(size)]},
+        "irregular_3_3_1": {"node_of": [min(r // 3, 2) for r in range(size)]},
+        "round_robin_3": {"node_of": [(r * 7) % 3 for r in range(size)]},
+        "one_per_node": {"node_of": list(range(size))},
+        "one_node": {"node_of": [7] * size},
+        "sparse_ids": {"node_of": [100 * (r % 3) for r in range(size)]},
+        "shuffled": {"node_of": [(2, 0, 0, 1, 0, 2, 0)[r % 7] for r in range(size)]},  # 4+1+2 at 7 ranks
+    }
+
+
+LAYOUT_NAMES = tuple(layouts(1))
+VIRTUAL_LAYOUTS = tuple(name for name in LAYOUT_NAMES if name != "real")  # node ids known without MPI
+
+
+def hier_comms(names=LAYOUT_NAMES, **options):
+    """Yield a HierComm over COMM_WORLD per layout in ``names`` (``options`` passed to each), then
+    free them: the body of a module fixture."""
+    from mpi4py import MPI
+
+    from hxmpi import HierComm
+    world = MPI.COMM_WORLD
+    made = {name: HierComm(world, **layouts(world.size)[name], **options) for name in names}
+    yield made
+    for hc in made.values():
+        hc.free()
+
+
+def node_of(layout: dict, size: int) -> list:
+    """The node id of every rank under a virtual ``layout`` (not "real")."""
+    if "node_of" in layout:
+        return list(layout["node_of"])
+    return [r // layout["ranks_per_node"] for r in range(size)]
+
+
+class FaultServer:
+    """A real HTTP server for a store directory; ``faults[name]`` lists what the next requests get:
+    "500", "slow", "truncate", "corrupt", "die" (a chunked body cut off mid-chunk: the client sees
+    http.client.IncompleteRead), or "as:OTHER" (OTHER's bytes)."""
+
+    def __init__(self, directory: Path):
+        self.faults: dict[str, list] = {}
+        self.requests: dict[str, int] = {}
+        server = self
+
+        class Handler(SimpleHTTPRequestHandler):
+            def __init__(self, *a, **kw):
+                super().__init__(*a, directory=str(directory), **kw)
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                name = self.path.lstrip("/")
+                server.requests[name] = server.requests.get(name, 0) + 1
+                plan = server.faults.get(name)
+                fault = plan.pop(0) if plan else "ok"
+                if fault == "500":
+                    self.send_error(500, "injected")
+                    return
+                if fault.startswith("as:"):  # serve another file under this name (a store that changes)
+                    name, fault = fault[3:], "ok"
+                body = (directory / name).read_bytes() if (directory / name).exists() else None
+                if body is None:
+                    self.send_error(404)
+                    return
+                if fault == "slow":
+                    time.sleep(1.5)
+                if fault == "die":  # the server dies mid-body: half of a chunk, then the connection goes
+                    self.protocol_version = "HTTP/1.1"
+                    self.send_response(200)
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    self.wfile.write(f"{len(body):x}\r\n".encode() + body[: len(body) // 2])
+                    self.close_connection = True
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if fault == "truncate":
+                    self.wfile.write(body[: len(body) // 2])
+                    self.close_connection = True
+                elif fault == "corrupt":
+                    self.wfile.write(bytes([body[0] ^ 0xFF]) + body[1:])
+                else:
+                    self.wfile.write(body)
+
+        # Loopback by default; the emulated-cluster tier passes host 0's address so other hosts reach it.
+        host = os.environ.get("HXMPI_TEST_HTTP_HOST", "127.0.0.1")
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
+        self.url = f"http://{host}:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class DLPackOnly:
+    """Exposes a numpy array through DLPack only (no buffer protocol), as a tensor library would."""
+
+    def __init__(self, arr, v0=False):
+        self.arr, self.v0 = arr, v0
+
+    def __dlpack_device__(self):
+        return self.arr.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs):
+        if self.v0 and kwargs:
+            raise TypeError("DLPack 0.x: no keywords")
+        return self.arr.__dlpack__(**kwargs)
+
+
+def random_data(dtype, n, rng):
+    """``n`` elements of ``dtype`` with random bytes."""
+    raw = rng.integers(0, 256, n * np.dtype(dtype).itemsize, dtype=np.uint8)
+    return raw.view(dtype)
+
+
+def exchange_case(comm, rng, dtype, row=1, zero_frac=0.3, max_count=6):
+    """Random counts (zeros included), rank-dependent data, and the flat reference result."""
+    size = comm.size
+    sc = rng.integers(0, max_count, size).astype(np.int64) * row
+    sc[rng.random(size) < zero_frac] = 0
+    rc = np.empty(size, np.int64)
+    comm.Alltoall(sc, rc)
+    sbuf = random_data(dtype, int(sc.sum()), rng)
+    ref = np.zeros(int(rc.sum()), dtype)
+    comm.Alltoallv([sbuf, sc, mpi_type(dtype)], [ref, rc, mpi_type(dtype)])
+    return sc, rc, sbuf, ref
+
+
+def assert_exchange_works(comm, hc, algorithm="hier"):
+    """A random Alltoallv through ``hc`` equals the flat one on ``comm``: after a refused call,
+    nothing was left half-done (a stray message or collective would mix into this one or hang)."""
+    rng = np.random.default_rng(4242 + comm.rank)
+    sc, rc, sbuf, ref = exchange_case(comm, rng, np.float64)
+    out = np.full_like(ref, np.nan)
+    hc.Alltoallv([sbuf, sc], [out, rc], algorithm=algorithm)
+    assert out.tobytes() == ref.tobytes()
+
+
+def mpi_type(dtype):
+    """The MPI datatype of numpy ``dtype`` (a committed byte block for structured dtypes)."""
+    from mpi4py import MPI
+    return MPI.BYTE.Create_contiguous(np.dtype(dtype).itemsize).Commit() \
+        if np.dtype(dtype).kind == "V" else MPI._typedict[np.dtype(dtype).char]
+
+
+def rewrite_shard(root, index, shard, X, y):
+    """Replace a shard's files by (X, y), keeping the index's sample count but fixing sizes and
+    checksums, so only the content check can notice (a store writer with a bug)."""
+    from hxmpi.data.store import sha256_file
+    for part, arr in (("x", X), ("y", y)):
+        f = shard["files"][part]
+        with open(root / f["name"], "wb") as fh:
+            np.save(fh, arr, allow_pickle=False)
+        f["bytes"], f["sha256"] = (root / f["name"]).stat().st_size, sha256_file(root / f["name"])
+    shard["bytes"] = shard["files"]["x"]["bytes"] + shard["files"]["y"]["bytes"]
+
+
+def serve_store(seed, separation, prepare=None):
+    """Rank 0 writes a store (3000 samples of 12 features, 4 classes, ~20 KB shards), lets
+    ``prepare(root, index)`` change it, and serves it over HTTP; yields (server, url, root)."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    server, root = None, None
+    if comm.rank == 0:
+        root = Path(tempfile.mkdtemp(prefix="hxmpi-store-"))
+        X, y = make_synthetic(3000, 12, 4, seed=seed, separation=separation)
+        index = write_store(str(root), split_train_test(X, y, 0.2, seed), 4, shard_mb=0.02)
+        if prepare:
+            prepare(root, index)
+        server = FaultServer(root)
+    url, root = comm.bcast((server.url if server else None, str(root) if root else None), root=0)
+    yield server, url, Path(root)
+    comm.Barrier()
+    if server:
+        server.close()
+        for path in [root, *_SCRATCH]:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@contextmanager
+def injected(comm, server, name, plan):
+    """The store serves ``name`` by ``plan`` (FaultServer faults) inside the block, on every rank."""
+    if server:
+        server.faults[name] = list(plan)
+    comm.Barrier()
+    try:
+        yield
+    finally:
+        comm.Barrier()
+        if server:
+            server.faults[name] = []
+
+
+def fresh_dir(comm):
+    """An empty cache directory for one job of a test (removed with the module's store)."""
+    path = comm.bcast(tempfile.mkdtemp(prefix="hxmpi-cache-") if comm.rank == 0 else None)
+    _SCRATCH.append(path)
+    return path
+
+
+def session(sid):
+    """Pids of every process in session ``sid`` (mpirun and its ranks)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[3]) == sid:
+                pids.append(int(d.name))
+    return pids
+
+
+def kill_session(sid):
+    """SIGKILL every process of session ``sid``."""
+    for pid in session(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def epochs_logged(log):
+    """The epoch records of a JSONL run log (none if the file does not exist)."""
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if '"event": "epoch"' in line]
+
+
+def cluster_unavailable():
+    """Why the emulated cluster cannot run here (no root, no namespaces), or None; probed once."""
+    global _CLUSTER_SKIP
+    if _CLUSTER_SKIP is _UNPROBED:
+        from hxmpi import cluster
+        try:
+            cluster.check_privileges()
+            _CLUSTER_SKIP = None
+        except cluster.ClusterError as exc:
+            _CLUSTER_SKIP = str(exc)
+    return _CLUSTER_SKIP
+
+
+_UNPROBED = object()
+_CLUSTER_SKIP = _UNPROBED
+
+
+def cluster_up(tmp_path_factory, name, subnet, slots):
+    """Yield the state of emulated hosts ``slots`` (state kept in a temp dir), then take them down."""
+    from hxmpi import cluster
+    old = cluster.STATE_BASE
+    cluster.STATE_BASE = tmp_path_factory.mktemp("cluster")
+    cluster.down(name)
+    yield cluster.up(len(slots), slots, subnet, name=name)
+    cluster.down(name)
+    cluster.STATE_BASE = old
+
+
+def serve_shards(tmp_path_factory):
+    """A store of 8 train shards (~20 KB each) behind a real HTTP server; yields (root, shards, server)."""
+    root = tmp_path_factory.mktemp("store")
+    X, y = make_synthetic(2000, 16, 4, seed=5)
+    index = write_store(str(root), split_train_test(X, y, 0.2, 5), 4, shard_mb=0.02)
+    server = FaultServer(root)
+    yield root, index["splits"]["train"]["shards"], server
+    server.close()
