@@ -4,7 +4,7 @@ import pytest
 from mpi4py import MPI
 
 from hxmpi import ExchangeError, HierComm
-from test_exchange import layouts
+from support import layouts
 
 pytestmark = pytest.mark.mpi
 
