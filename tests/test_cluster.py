@@ -45,8 +45,9 @@ def _run_suite_on_hosts(files, env_extra, *pytest_args):
 
 @pytest.mark.watchdog(SUITE_TIMEOUT_S + 60)
 def test_exchange_suite_on_three_hosts(hosts):
-    """Every exchange, persistent-request and topology MPI test, on real separate nodes 2+2+1 over TCP."""
-    _run_suite_on_hosts(["test_exchange.py", "test_persistent_mpi.py", "test_agreement.py", "test_topology.py"], {"HXMPI_EXPECT_NODE_SIZES": "2,2,1"},
+    """Every exchange, persistent-request, agreement and topology MPI test, on real separate nodes 2+2+1 over TCP."""
+    _run_suite_on_hosts(["test_exchange.py", "test_persistent_mpi.py", "test_agreement.py", "test_topology.py"],
+                        {"HXMPI_EXPECT_NODE_SIZES": "2,2,1"},
                         "-k", "not 2GiB")
 
 
