@@ -187,8 +187,8 @@ class HierComm:
         out = np.empty((int(rcounts.sum()) if problem is None else 0,) + row_shape, dtype=array.dtype)
         r = Side(out.reshape(-1).view(np.uint8) if out.nbytes else np.empty(0, np.uint8),
                  rcounts * row_bytes, exclusive_cumsum(rcounts) * row_bytes)
-        # The receive counts came from their senders: nothing to fingerprint.
-        self._one_shot(s, r, problem, algorithm, validate, False, True, kind, kind_text, fingerprint=False)
+        # The counts came from their senders; the fingerprint still checks the bytes (row sizes).
+        self._one_shot(s, r, problem, algorithm, validate, False, True, kind, kind_text)
         return out, rcounts
 
     @property
@@ -219,7 +219,7 @@ class HierComm:
         return _ALGO_CODE.get(algorithm if algorithm is not None else self.algorithm, -1)
 
     def _agree_call(self, s: Side, r: Side, problem, code: int, algorithm, validate, slot: int, same: bool,
-                    kind: int, kind_text: str, fingerprint: bool) -> Agreed:
+                    kind: int, kind_text: str) -> Agreed:
         if problem is None and code < 0:
             problem = f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
         big = total = 0
@@ -227,13 +227,13 @@ class HierComm:
             total = s.total
             extent = max(s.view.shape[0], r.view.shape[0])
             big = transfer.needs_big(extent, total, self.comm.size)
-        check = fingerprint and validate and not problem
+        check = validate and not problem
         return self._agreement.agree(problem, code, validate, kind, slot, same, self.plan_cache.over_budget,
                                      big, total, s.counts if check else None, r.counts if check else None,
                                      kind_text)
 
     def _one_shot(self, s: Side, r: Side, problem, algorithm, validate, uniform: bool, cacheable: bool,
-                  kind: int = 0, kind_text: str = "", fingerprint: bool = True, specs=None) -> None:
+                  kind: int = 0, kind_text: str = "", specs=None) -> None:
         """Agree, then run the cached plan of this pattern or plan a new one (cached for next time).
 
         ``specs``: the (send, receive) specs the sides were parsed from, remembered for the next call
@@ -253,7 +253,7 @@ class HierComm:
                     self._memo = _spec_memo(uniform, *specs, s, r)
         ident = self._identity(s, r) if entry is not None else None
         agreed = self._agree_call(s, r, problem, settings[0], algorithm, validate, entry.slot if entry else 0,
-                                  entry is not None and entry.bound == ident, kind, kind_text, fingerprint)
+                                  entry is not None and entry.bound == ident, kind, kind_text)
         self._tick += 1
         # Over budget somewhere: every rank drops its least recently used entry, or, when the entry
         # of this call is the only one, that entry after the call.
@@ -339,7 +339,7 @@ class HierComm:
     def _init(self, parse, uniform: bool, sendbuf, recvbuf, algorithm) -> "ExchangeRequest":
         s, r, problem = parse(sendbuf, recvbuf, self.comm.size)
         code = self._code(algorithm)
-        agreed = self._agree_call(s, r, problem, code, algorithm, True, 0, False, 0, "", True)
+        agreed = self._agree_call(s, r, problem, code, algorithm, True, 0, False, 0, "")
         algo = ALGORITHMS[code] if ALGORITHMS[code] != "auto" else self._choose(agreed.mean_block(self.comm.size))
         if not self._hier_possible:
             algo = "flat"
