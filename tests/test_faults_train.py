@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpilaunch import mpirun_command, run_job
+from mpilaunch import forget_session, mpirun_command, rank_of, run_job
 
 MPIRUN = mpirun_command()
 needs_mpirun = pytest.mark.skipif(not MPIRUN, reason="no mpirun on this machine")
@@ -32,8 +32,10 @@ def start(n, *args):
 
 
 def session(sid):
-    """Pids of every process in session ``sid`` (mpirun and its ranks)."""
-    pids = []
+    """Pids of every process of the job whose launcher is ``sid``, started in a session of its own:
+    that session, and every descendant of the launcher (Hydra starts its proxy and each rank in a
+    session of their own; Open MPI keeps them in the launcher's)."""
+    parent, in_session = {}, []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
@@ -41,9 +43,15 @@ def session(sid):
             except OSError:
                 continue
             fields = stat[stat.rindex(")") + 2:].split()
+            parent[int(d.name)] = int(fields[1])
             if int(fields[3]) == sid:
-                pids.append(int(d.name))
-    return pids
+                in_session.append(int(d.name))
+    pids, grew = set(in_session) | ({sid} & parent.keys()), True
+    while grew:
+        more = {pid for pid, ppid in parent.items() if ppid in pids} - pids
+        pids |= more
+        grew = bool(more)
+    return sorted(pids)
 
 
 def rank_pid(sid, rank, deadline=60):
@@ -55,18 +63,22 @@ def rank_pid(sid, rank, deadline=60):
                 env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env and pid != sid:
+            if pid != sid and rank_of(env) == rank:  # OMPI_COMM_WORLD_RANK or PMI_RANK (Hydra)
                 return pid
         time.sleep(0.1)
     raise AssertionError(f"rank {rank} of session {sid} not found")
 
 
 def kill_session(sid):
-    for pid in session(sid):
+    """SIGKILL every process of session ``sid``, and remove what the killed launcher left behind."""
+    pids = session(sid)
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    for pid in pids:
+        forget_session(pid)
 
 
 def epochs_logged(log):
