@@ -47,7 +47,7 @@ def family(exe: str) -> str:
     text = out.stdout + out.stderr
     if "Open MPI" in text or "OpenRTE" in text or "PRRTE" in text:
         return OPEN_MPI
-    if "HYDRA" in text:
+    if "HYDRA" in text or "Intel(R) MPI" in text:  # MPICH, MVAPICH ("HYDRA build details"); Intel MPI
         return HYDRA
     return OTHER
 
