@@ -22,6 +22,8 @@ import time
 import traceback
 from typing import Callable, NoReturn, Optional
 
+from .launcher import RANK_VARS
+
 SETTLE_TIMEOUT_S = 5.0  # how long failing ranks wait for the others before aborting
 
 
@@ -38,7 +40,7 @@ def world_rank() -> Optional[int]:
     MPI = _mpi()
     if MPI is not None:
         return MPI.COMM_WORLD.Get_rank()
-    for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"):
+    for var in RANK_VARS:  # Open MPI, PMIx (srun --mpi=pmix), Hydra and PMI-2
         if var in os.environ:
             return int(os.environ[var])
     return None

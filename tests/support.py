@@ -239,8 +239,10 @@ def fresh_dir(comm):
 
 
 def session(sid):
-    """Pids of every process in session ``sid`` (mpirun and its ranks)."""
-    pids = []
+    """Pids of every process of the job whose launcher is ``sid``, started in a session of its own:
+    that session, and every descendant of the launcher (Hydra starts its proxy and each rank in a
+    session of their own; Open MPI keeps them in the launcher's)."""
+    parent, in_session = {}, []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
@@ -248,18 +250,28 @@ def session(sid):
             except OSError:
                 continue
             fields = stat[stat.rindex(")") + 2:].split()
+            parent[int(d.name)] = int(fields[1])
             if int(fields[3]) == sid:
-                pids.append(int(d.name))
-    return pids
+                in_session.append(int(d.name))
+    pids, grew = set(in_session) | ({sid} & parent.keys()), True
+    while grew:
+        more = {pid for pid, ppid in parent.items() if ppid in pids} - pids
+        pids |= more
+        grew = bool(more)
+    return sorted(pids)
 
 
 def kill_session(sid):
-    """SIGKILL every process of session ``sid``."""
-    for pid in session(sid):
+    """SIGKILL every process of session ``sid``, and remove what the killed launcher left behind."""
+    from mpilaunch import forget_session
+    pids = session(sid)
+    for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    for pid in pids:
+        forget_session(pid)
 
 
 def epochs_logged(log):
@@ -286,15 +298,24 @@ _UNPROBED = object()
 _CLUSTER_SKIP = _UNPROBED
 
 
-def cluster_up(tmp_path_factory, name, subnet, slots):
-    """Yield the state of emulated hosts ``slots`` (state kept in a temp dir), then take them down."""
+# The tests' clusters keep their state in one fixed place, so that a run that crashed is found
+# again by the next one: recorded objects by 'down', objects whose state is gone by 'down --stale'.
+TEST_STATE_BASE = Path("/run/hxmpi-cluster-tests")
+
+
+def cluster_up(name, subnet, slots):
+    """Yield the state of emulated hosts ``slots``, then take them down; first removes what an
+    earlier run of the same cluster left behind (and only that)."""
     from hxmpi import cluster
     old = cluster.STATE_BASE
-    cluster.STATE_BASE = tmp_path_factory.mktemp("cluster")
-    cluster.down(name)
-    yield cluster.up(len(slots), slots, subnet, name=name)
-    cluster.down(name)
-    cluster.STATE_BASE = old
+    cluster.STATE_BASE = TEST_STATE_BASE
+    try:
+        cluster.down(name)
+        cluster.down(name, stale=True)
+        yield cluster.up(len(slots), slots, subnet, name=name)
+    finally:
+        cluster.down(name)
+        cluster.STATE_BASE = old
 
 
 def serve_shards(tmp_path_factory):

@@ -1,4 +1,5 @@
-"""The emulated multi-host cluster: real Open MPI across network namespaces, talking TCP.
+"""The emulated multi-host cluster: real MPI (Open MPI or MPICH, whichever is installed) across
+network namespaces, talking TCP.
 
 The exchange and topology MPI tests run on 3 hosts with slots 2,2,1 and no layout override:
 Topology must find the irregular nodes by itself. Skipped, with the reason, where this machine
@@ -6,6 +7,8 @@ does not permit network namespaces.
 """
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,8 +28,8 @@ pytestmark = pytest.mark.skipif(SKIP is not None, reason=f"emulated cluster unav
 
 
 @pytest.fixture(scope="module")
-def hosts(tmp_path_factory):
-    yield from cluster_up(tmp_path_factory, NAME, SUBNET, [2, 2, 1])
+def hosts():
+    yield from cluster_up(NAME, SUBNET, [2, 2, 1])
 
 
 def _run_suite_on_hosts(files, env_extra, *pytest_args):
@@ -34,7 +37,7 @@ def _run_suite_on_hosts(files, env_extra, *pytest_args):
     env = dict(os.environ, **env_extra)
     cmd = [sys.executable, "-m", "mpi4py", "-m", "pytest", *(str(TESTS / f) for f in files), "--with-mpi",
            "-m", "mpi", "-q", "-p", "no:cacheprovider", "--color=no", *pytest_args]
-    exports = [arg for name in env_extra for arg in ("-x", name)]
+    exports = cluster.export_args(env_extra)
     state = cluster.load_state(NAME)
     proc = subprocess.run([cluster.find_mpirun(), *cluster.mpirun_args(state), *exports, "-n", "5", *cmd],
                           env=env, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S)
@@ -60,7 +63,10 @@ def test_staging_suite_on_three_hosts(hosts):
 
 def test_hosts_are_separate_nodes(hosts):
     state = cluster.load_state(NAME)
-    code = "from mpi4py import MPI; import hxmpi; t = hxmpi.Topology(); print(MPI.Get_processor_name(), t.node, t.node_sizes)"
+    # One write per rank: Hydra forwards each write as it comes, so print's pieces of different
+    # ranks can interleave within a line.
+    code = ("import os; from mpi4py import MPI; import hxmpi; t = hxmpi.Topology(); "
+            "os.write(1, f'{MPI.Get_processor_name()} {t.node} {t.node_sizes}\\n'.encode())")
     proc = subprocess.run([cluster.find_mpirun(), *cluster.mpirun_args(state), "-n", "5", sys.executable, "-c", code],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -90,6 +96,55 @@ def test_down_after_partial_up_leaves_nothing():
     listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert f"hxmpi-{name}" not in listing
     assert cluster.load_state(name) is None
+
+
+def test_up_names_leftovers_of_a_crashed_run_and_down_stale_removes_exactly_those(tmp_path):
+    """A run that crashed and whose state directory is gone since (a temporary one, say) left its
+    namespaces and links: 'up' names them and the command that removes them; 'down --stale'
+    removes those and nothing else, not look-alikes made by hand, not a cluster that is up."""
+    name, subnet = "hxs", "10.213.15.0/24"
+    cli = [sys.executable, "-m", "hxmpi.cluster"]
+
+    def call(state_dir, *args):
+        return subprocess.run(cli + list(args), capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, HXMPI_CLUSTER_DIR=str(tmp_path / state_dir)))
+
+    def present():
+        links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        spaces = [line.split()[0] for line in
+                  subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.splitlines()]
+        return {f"link {m}" for m in re.findall(r"^\d+: ([^:@]+)", links, re.M)} | {f"netns {n}" for n in spaces}
+
+    first = call("first", "up", "--hosts", "2", "--name", name, "--subnet", subnet)
+    assert first.returncode == 0, first.stderr
+    shutil.rmtree(tmp_path / "first")  # the crash: the state is gone, the objects stay
+    left = {"bridge hxsbr0", "netns hxmpi-hxs0", "veth hxs0v0", "netns hxmpi-hxs1", "veth hxs1v1"}
+    # Look-alikes of the naming scheme that this module did not make.
+    subprocess.run(["ip", "netns", "add", "hxmpi-hxs7"], check=True)
+    subprocess.run(["ip", "link", "add", "hxs7v7", "type", "bridge"], check=True)
+    try:
+        again = call("second", "up", "--hosts", "2", "--name", name, "--subnet", subnet)
+        assert again.returncode == 2, again.stdout
+        m = re.search(rf"error: found objects left by an earlier run of cluster '{name}' whose state is gone "
+                      rf"\((.+)\); remove exactly those with: python -m hxmpi.cluster down --stale --name {name}\n",
+                      again.stderr)
+        assert m and set(m.group(1).split(", ")) == left, again.stderr
+        assert "left by earlier runs whose state is gone" in call("second", "status", "--name", name).stdout
+        before = present()
+        down = call("second", "down", "--stale", "--name", name)
+        assert down.returncode == 0 and set(down.stdout.strip().removeprefix("removed: ").split(", ")) == left
+        gone = before - present()
+        assert {g.split()[1] for g in gone} == {o.split()[1] for o in left}, gone  # exactly those
+        assert {"netns hxmpi-hxs7", "link hxs7v7"} <= present()
+        up = call("second", "up", "--hosts", "2", "--name", name, "--subnet", subnet)
+        assert up.returncode == 0, up.stderr
+        # A cluster that is up is not a leftover.
+        assert call("second", "down", "--stale", "--name", name).stdout.strip() == "removed: nothing"
+    finally:
+        call("second", "down", "--name", name)
+        subprocess.run(["ip", "netns", "del", "hxmpi-hxs7"])
+        subprocess.run(["ip", "link", "del", "hxs7v7"])
+    assert not any(name in p for p in present() - {"netns hxmpi-hxs7", "link hxs7v7"})
 
 
 def test_bad_slots_and_unprivileged_user():

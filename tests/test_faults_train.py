@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mpilaunch import mpirun_command, run_job
+from mpilaunch import mpirun_command, rank_of, run_job
 from support import epochs_logged, kill_session, session
 
 MPIRUN = mpirun_command()
@@ -41,7 +41,7 @@ def rank_pid(sid, rank, deadline=60):
                 env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env and pid != sid:
+            if pid != sid and rank_of(env) == rank:  # OMPI_COMM_WORLD_RANK or PMI_RANK (Hydra)
                 return pid
         time.sleep(0.1)
     raise AssertionError(f"rank {rank} of session {sid} not found")
