@@ -1,4 +1,4 @@
-"""Build the compiled kernels in csrc/ (hxmpi._packing: copies; hxmpi._plan: the hier planner).
+"""Build the compiled kernels in csrc/ (hxmpi._packing: copies; hxmpi._plan: the hier planner; hxmpi._bruck: Bruck rounds).
 
 Metadata lives in pyproject.toml."""
 import os
@@ -11,7 +11,7 @@ _debug = os.environ.get("HXMPI_DEBUG", "0") == "1"
 
 _flags = ["-O3"] if not _debug else ["-O0", "-g"]
 extensions = [Extension(f"hxmpi.{name}", [f"csrc/{name}.pyx"], extra_compile_args=_flags)
-              for name in ("_packing", "_plan")]
+              for name in ("_packing", "_plan", "_bruck")]
 
 setup(
     ext_modules=cythonize(

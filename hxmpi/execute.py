@@ -87,10 +87,12 @@ class _Phase:
 
 
 class FlatRun:
-    """One Alltoallv of the caller's buffers (bytes)."""
+    """One all-to-all of the caller's buffers (bytes): ``exchange`` is ``Transfer`` (Alltoallv) or
+    any class of its interface (``hxmpi.bruck.Bruck``, ``Pairwise``, e.g. through functools.partial)."""
 
-    def __init__(self, comm: MPI.Intracomm, s: Side, r: Side, big: bool, persistent: bool):
-        self.phase = _Phase(Transfer(comm, s.view, s.counts, s.displs, r.view, r.counts, r.displs, big),
+    def __init__(self, comm: MPI.Intracomm, s: Side, r: Side, big: bool, persistent: bool,
+                 exchange: Callable = Transfer):
+        self.phase = _Phase(exchange(comm, s.view, s.counts, s.displs, r.view, r.counts, r.displs, big),
                             persistent)
         self.stats = ("flat", s.counts)
         self._request: Optional[MPI.Request] = None
@@ -114,11 +116,14 @@ class HierRun:
 
     ``scratch(name, nbytes)`` gives private scratch buffers and ``window`` the node window; a
     persistent run passes its own, a one-shot run its HierComm's cached ones. ``rc_node``: (node
-    size, world size) bytes every node rank receives from every source.
+    size, world size) bytes every node rank receives from every source. ``lane_exchange``: the
+    lane phase's class (``Transfer``: one Ialltoallv per lane; ``Bruck``/``Pairwise`` run their
+    rounds lane after lane, in ascending lane order, which cannot deadlock).
     """
 
     def __init__(self, hc, s: Side, r: Side, big: bool, rc_node: np.ndarray, persistent: bool,
-                 scratch: Callable[[str, int], np.ndarray], window: Optional[NodeWindow]):
+                 scratch: Callable[[str, int], np.ndarray], window: Optional[NodeWindow],
+                 lane_exchange: Callable = Transfer):
         pl, self.mode = hc._planner, hc._mode
         base, pack_bytes, buf_bytes, p2_bytes, nrep, copied = pl.plan(
             self.mode, s.counts, s.displs, r.counts, r.displs, rc_node)
@@ -143,7 +148,7 @@ class HierRun:
         self.lanes = []
         for li, (lane, comm) in enumerate(hc.topology.served_lanes):
             native = lane == pl.local
-            self.lanes.append(_Phase(Transfer(comm, send, node_bytes if native else zeros,
+            self.lanes.append(_Phase(lane_exchange(comm, send, node_bytes if native else zeros,
                                               sdispls if native else zeros, buf, pl.p1_rc[li],
                                               pl.p1_rd[li], big), persistent))
         self.node = None
