@@ -10,7 +10,9 @@ byte once per non-zero digit of its distance. Forwarded blocks are of sizes only
 knows, so the first run of an object sends each message with a header of its slots' lengths and
 receives it with ``Mprobe`` (one message per peer and round, no separate size round). The lengths
 do not change while the counts do not (the object copies them), so later runs of the same object
-(persistent plans, cached one-shot plans) send bare data into known places.
+(persistent plans, cached one-shot plans) send bare data into known places, and skip the
+messages they know are empty. The rounds come from ``hxmpi.plan.bruck_rounds``, which the
+simulator replays too.
 
 The per-round packing, header parsing and final copy are the compiled kernels of
 ``csrc/_bruck.pyx`` (no Python per block). Scratch: a send buffer of one round and a receive
@@ -36,30 +38,10 @@ import numpy as np
 from mpi4py import MPI
 
 from ._bruck import finish, pack_round, round_bytes, take_round
+from .plan import bruck_rounds, check_radix
 from .transfer import Transfer
 
 TAG = 0x4878  # "Hx"
-
-
-def check_radix(radix, size: int) -> int:
-    """The radix to use on ``size`` ranks (values above ``size`` act as ``size``); ValueError if < 2."""
-    if isinstance(radix, bool) or not isinstance(radix, (int, np.integer)) or radix < 2:
-        raise ValueError(f"radix must be an integer >= 2, got {radix!r}")
-    return int(min(radix, max(size, 2)))
-
-
-def bruck_rounds(size: int, radix: int) -> list[list[tuple[int, np.ndarray]]]:
-    """Per round, the (distance, slot indices) of each non-empty digit value (pure; for plans and traces)."""
-    radix = check_radix(radix, size)
-    idx = np.arange(size, dtype=np.int64)
-    rounds, dist = [], 1
-    while dist < size:
-        digit = (idx // dist) % radix
-        group = [(z * dist, np.flatnonzero(digit == z).astype(np.int64)) for z in range(1, radix)
-                 if z * dist < size]
-        rounds.append(group)
-        dist *= radix
-    return rounds
 
 
 @dataclass
@@ -155,6 +137,8 @@ class Bruck(_Rounds):
             self.sendbuf = _grown(self.sendbuf, sum(sizes))
             reqs, pos = [], 0
             for m, n in zip(group, sizes):
+                if n == 0 and not header:
+                    continue  # learned empty: the receiver knows and posts nothing
                 pack_round(self.sview, self.arena, self.where, self.off, self.length, m.slots,
                            self.sendbuf, pos, header)
                 reqs.append(comm.Isend([self.sendbuf[pos:pos + n], MPI.BYTE], m.dest, TAG))
@@ -172,7 +156,7 @@ class Bruck(_Rounds):
                     fill += n
             else:
                 reqs += [comm.Irecv([self.arena[m.base:m.base + m.nbytes], MPI.BYTE], m.src, TAG)
-                         for m in group]
+                         for m in group if m.nbytes]
             MPI.Request.Waitall(reqs)
             for m in group:
                 take_round(self.arena, m.base, m.nbytes + (8 * m.slots.shape[0] if header else 0),

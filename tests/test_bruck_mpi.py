@@ -196,3 +196,17 @@ def test_hier_lane_phase_and_flat_runs(comm, layout, node_phase):
                 if not flat and persistent and run.window is not None:
                     run.window.free()
     hc.free()
+
+
+@pytest.mark.parametrize("radix", [2, 3, 5])
+def test_planned_rounds_are_the_rounds_sent(comm, radix):
+    """hxmpi.plan.bruck_messages (what the simulator replays) names the peers and bytes Bruck moves."""
+    from hxmpi.plan import bruck_messages
+    counts = count_matrix(comm.size, "irregular", seed=radix)
+    sview, sc, sd, rview, rc, rd, _ = buffers(comm, counts)
+    ex = Bruck(comm, sview, sc, sd, rview, rc, rd, radix=radix)
+    ex.run()
+    planned = bruck_messages(counts, comm.rank, radix, header=False)
+    got = [[(m.dest, m.src, m.nbytes) for m in group] for group in ex.rounds]
+    assert got == [[(to, frm, recv) for to, frm, _, recv in group] for group in planned]
+    ex.free()
