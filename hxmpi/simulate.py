@@ -405,7 +405,7 @@ def replay(layout: Layout, counts: np.ndarray, algorithm, node_phase: str, model
     try:
         proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise SimulateError(f"replay of {getattr(algorithm, 'label', algorithm)} on {layout.size} ranks took over {timeout:g} s") from None
+        raise ReplayTimeout(f"replay of {getattr(algorithm, 'label', algorithm)} on {layout.size} ranks took over {timeout:g} s") from None
     for line in (proc.stdout + proc.stderr).splitlines():
         m = _TIME.match(line)
         if m and proc.returncode == 0:
@@ -419,17 +419,27 @@ def replay(layout: Layout, counts: np.ndarray, algorithm, node_phase: str, model
 DEFAULT_MAX_REPLAY_RANKS = 1024
 
 
-def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, replay_s: dict):
-    """Replay each distinct Call once (cached by label and mode); wall seconds go to ``replay_s``."""
+class ReplayTimeout(SimulateError):
+    """A replay that did not finish within ``--timeout``."""
+
+
+def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec: dict):
+    """Replay each distinct Call once (cached); wall seconds go to ``rec["replay_s"]``, and a replay
+    that times out gives None and is named in ``rec["timed_out"]`` (the sweep goes on)."""
     done: dict = {}
 
-    def run(call: Call) -> float:
+    def run(call: Call) -> Optional[float]:
         key = (call.label, call.mode, call.numpy)
         if key not in done:
             t0 = time.perf_counter()
-            done[key] = replay(layout, counts, call, node_phase, model, network,
-                               os.path.join(base, f"{call.label.replace('/', '-')}-{call.mode}"), timeout, cpu)
-            replay_s[f"{call.label} {call.mode}"] = round(time.perf_counter() - t0, 3)
+            name = f"{call.label} {call.mode}"
+            try:
+                done[key] = replay(layout, counts, call, node_phase, model, network,
+                                   os.path.join(base, f"{call.label.replace('/', '-')}-{call.mode}"), timeout, cpu)
+            except ReplayTimeout:
+                done[key] = None
+                rec["timed_out"].append(name)
+            rec["replay_s"][name] = round(time.perf_counter() - t0, 3)
         return done[key]
     return run
 
@@ -472,12 +482,12 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
     keys = ("bare_alltoallv", "bare_alltoall", "agreement", "flat", "hier", "hier_plan", "bruck", "bruck_plan",
             "hier_bruck", "hier_bruck_plan", "auto", "auto_plan")
     rec.update({f"{k}_sim_s": None for k in keys})
-    rec["replay_s"] = {}
+    rec["replay_s"], rec["timed_out"] = {}, []
     if rec["by_model"]:
         return rec
     tmp = tempfile.TemporaryDirectory(prefix="hxmpi-sim-") if workdir is None else None
     base = tmp.name if tmp else workdir
-    run = _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec["replay_s"])
+    run = _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec)
     try:
         rec["bare_alltoallv_sim_s"] = run(Call("flat", "bare"))
         if pattern.uniform:
@@ -497,10 +507,12 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
         if tmp:
             tmp.cleanup()
     flat, hier = rec["flat_sim_s"], rec["hier_sim_s"]
-    rec["sim_pick"] = "flat" if hier is None or flat <= hier else "hier"
-    rec["best_bare_sim_s"] = min(v for v in (rec["bare_alltoallv_sim_s"], rec["bare_alltoall_sim_s"]) if v is not None)
+    rec["sim_pick"] = None if flat is None and hier is None else \
+        ("flat" if hier is None or (flat is not None and flat <= hier) else "hier")
+    bare = [v for v in (rec["bare_alltoallv_sim_s"], rec["bare_alltoall_sim_s"]) if v is not None]
+    rec["best_bare_sim_s"] = min(bare) if bare else None
     sims = {k: rec[f"{k}_sim_s"] for k in ("flat", "hier", "bruck", "hier_bruck")}
-    rec["sim_best"] = min((v, k) for k, v in sims.items() if v is not None)[1]
+    rec["sim_best"] = min(((v, k) for k, v in sims.items() if v is not None), default=(None, None))[1]
     return rec
 
 
@@ -522,7 +534,8 @@ def summarize(records: list[dict]) -> dict:
         errs = [abs(r[km] - r[ks]) / r[ks] for r in records if r.get(ks) is not None and r.get(km) is not None]
         out[algo] = {"mean_rel_error": float(np.mean(errs)) if errs else None,
                      "max_rel_error": float(np.max(errs)) if errs else None, "points": len(errs)}
-    sim = [r for r in records if r.get("auto_sim_s") is not None]
+    sim = [r for r in records if None not in (r.get("auto_sim_s"), r.get("auto_plan_sim_s"), r.get("agreement_sim_s"),
+                                                r.get("best_bare_sim_s"))]
     # Right pick: the model's one-shot pick is within 5% of the fastest replayed hxmpi algorithm.
     best = lambda r: min(r[f"{k}_sim_s"] for k in ("flat", "hier", "bruck", "hier_bruck") if r[f"{k}_sim_s"] is not None)  # noqa: E731
     out["auto_right"] = sum(r["auto_sim_s"] <= 1.05 * best(r) for r in sim)
@@ -639,7 +652,11 @@ def print_layout(records: list[dict], out=sys.stdout) -> None:
             vals = [r[f"{k}_sim_s"] for _, k in cols]
         print(f"{r['block_bytes']:<12d}" + "".join(_us(v) for v in vals) +
               f"{r['auto_pick']:>14}{r['auto_plan_pick']:>14}", file=out)
-    sim = [r for r in records if not r["by_model"]]
+    sim = [r for r in records if not r["by_model"] and None not in (r["auto_sim_s"], r["auto_plan_sim_s"],
+                                                                      r["agreement_sim_s"], r["best_bare_sim_s"])]
+    for r in records:
+        if r["timed_out"]:
+            print(f"# {r['block_bytes']} B: replay over --timeout (shown -): {', '.join(r['timed_out'])}", file=out)
     if sim:
         worst = max(r["auto_plan_sim_s"] / r["best_bare_sim_s"] for r in sim)
         worst1 = max((r["auto_sim_s"] - r["agreement_sim_s"]) / r["best_bare_sim_s"] for r in sim)
