@@ -316,13 +316,14 @@ def _predict_call(m: "CostModel", algorithm: str, mode: str, nodes: int, per_nod
         t += m.overhead_hier if algorithm.startswith("hier") else m.overhead_flat
     bw = m.beta_inter + m.beta_backbone
     if algorithm in ("flat", "alltoall"):
-        rule = alltoallv_algorithm(p)
-        lat = msgs if rule == "pairwise" else (1.0 if msgs > 0 else 0.0)
-        ex = lat * (m.alpha_inter if n > 1 else m.alpha_intra) + 2 * msgs * m.msg_overhead
-        ex += g * rb * (p - g) / p * bw + rb * (g - 1) / p * m.beta_intra + b * m.beta_copy
-        if algorithm == "alltoall":
-            ex = min(ex, _bruck_exchange(m, p, g, b, 2, False))
-        return t + ex
+        def direct(rule: str) -> float:
+            lat = msgs if rule == "pairwise" else (1.0 if msgs > 0 else 0.0)
+            return lat * (m.alpha_inter if n > 1 else m.alpha_intra) + 2 * msgs * m.msg_overhead + \
+                g * rb * (p - g) / p * bw + rb * (g - 1) / p * m.beta_intra + b * m.beta_copy
+        if algorithm == "flat":
+            return t + direct(alltoallv_algorithm(p))
+        # MPI_Alltoall: the library picks among Bruck, pairwise and linear; the model takes the best.
+        return t + min(direct("pairwise"), direct("linear"), _bruck_exchange(m, p, g, b, 2, False))
     if algorithm == "bruck":
         return t + _bruck_exchange(m, p, g, b, radix, mode == "oneshot")
     # hier family: lanes, then the node phase and hier's copies
