@@ -213,14 +213,17 @@ class Pattern:
 
     ``total_bytes``: send bytes summed over ranks; ``messages``: non-empty blocks to other ranks,
     summed over ranks (None: every block non-empty); ``sumsq_recv_kib``: sum over ranks of
-    (receive bytes / 1024)**2 (None: every rank receives the mean); ``uniform``: every block the
-    same size (MPI_Alltoall applies).
+    (receive bytes / 1024)**2 (None: every rank receives the mean); ``pairwise_bytes``: sum over
+    ranks q of sum over k of max(bytes q sends q+k, bytes q receives from q-k), what pairwise
+    rounds wait for (each rank computes its term from its own counts; None: even); ``uniform``:
+    every block the same size (MPI_Alltoall applies).
     """
     size: int
     total_bytes: float
     messages: Optional[float] = None
     sumsq_recv_kib: Optional[float] = None
     uniform: bool = False
+    pairwise_bytes: Optional[float] = None
 
     @classmethod
     def from_counts(cls, counts: np.ndarray) -> "Pattern":
@@ -230,8 +233,10 @@ class Pattern:
         off = counts.copy()
         np.fill_diagonal(off, 0)
         recv_kib = counts.sum(axis=0) / 1024.0
+        q, k = np.meshgrid(np.arange(p), np.arange(1, p), indexing="ij")
+        pairwise = np.maximum(counts[q, (q + k) % p], counts[(q - k) % p, q]).sum() if p > 1 else 0
         return cls(p, float(counts.sum()), float(np.count_nonzero(off)), float((recv_kib ** 2).sum()),
-                   bool((counts == counts.flat[0]).all()) if counts.size else True)
+                   bool((counts == counts.flat[0]).all()) if counts.size else True, float(pairwise))
 
     @classmethod
     def even(cls, size: int, block: float) -> "Pattern":
@@ -318,8 +323,10 @@ def _predict_call(m: "CostModel", algorithm: str, mode: str, nodes: int, per_nod
     if algorithm in ("flat", "alltoall"):
         def direct(rule: str) -> float:
             lat = msgs if rule == "pairwise" else (1.0 if msgs > 0 else 0.0)
+            # Pairwise rounds each wait for the larger of their two blocks.
+            r = pat.pairwise_bytes / p * p / (p - 1) if rule == "pairwise" and pat.pairwise_bytes and p > 1 else rb
             return lat * (m.alpha_inter if n > 1 else m.alpha_intra) + 2 * msgs * m.msg_overhead + \
-                g * rb * (p - g) / p * bw + rb * (g - 1) / p * m.beta_intra + b * m.beta_copy
+                g * r * (p - g) / p * bw + r * (g - 1) / p * m.beta_intra + b * m.beta_copy
         if algorithm == "flat":
             return t + direct(alltoallv_algorithm(p))
         # MPI_Alltoall: the library picks among Bruck, pairwise and linear; the model takes the best.
