@@ -175,3 +175,23 @@ def test_cli_json(tmp_path):
     assert all(new <= set(r) for r in records)
     for r in records:  # uniform counts: MPI_Alltoall is a baseline; a one-shot call pays its agreement
         assert r["bare_alltoall_sim_s"] > 0 and r["flat_sim_s"] > r["bare_alltoallv_sim_s"] + r["agreement_sim_s"]
+
+
+def test_cpu_times_from_file_and_fallback(tmp_path):
+    """Measured seconds per path are used as given; a missing key or file falls back, warning once."""
+    import io
+    from hxmpi.simulate import CpuTimes
+    path = tmp_path / "overhead.json"
+    path.write_text(json.dumps({"cpu_s_per_call": {"flat": 3e-6, "hier_plan": 7e-6}}))
+    model, warn = CostModel(), io.StringIO()
+    cpu = CpuTimes(model, str(path), warn=warn)
+    assert cpu("flat") == 3e-6 and cpu("hier_plan") == 7e-6 and warn.getvalue() == ""
+    assert cpu("hier") == model.overhead_hier and cpu("bruck") == model.overhead_flat
+    assert warn.getvalue().count("warning") == 1 and "cpu_s_per_call['hier']" in warn.getvalue()
+    assert cpu.missing == {"hier", "bruck"}
+    missing = CpuTimes(model, str(tmp_path / "none.json"), warn=(w := io.StringIO()))
+    assert missing("flat_plan") == model.overhead_flat and "No such file" in w.getvalue()
+    # The trace starts with the measured CPU of its path.
+    line = rank_trace(Layout(node_of_sizes([2, 2])), make_counts(4, 8, False), 0, Call("flat", "oneshot"), "shm",
+                      model, cpu)[1]
+    assert line == "0 sleep 3e-06"
