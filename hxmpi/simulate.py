@@ -29,6 +29,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -402,9 +403,16 @@ def replay(layout: Layout, counts: np.ndarray, algorithm, node_phase: str, model
            # the ompi selector's allreduce crashes the 3.32 replay at 256+ ranks (munmap_chunk).
            "--cfg=smpi/coll-selector:ompi", "--cfg=smpi/allreduce:rdb",
            "--log=root.fmt:[%.9r]%e%m%n", "--log=xbt_cfg.thres:warning"]
+    # A session of its own: on a timeout the whole group goes (smpirun is a script; killing it
+    # alone would leave smpimain running).
+    proc = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
-        proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout)
+        out, err = proc.communicate(timeout=timeout)
+        proc = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
         raise ReplayTimeout(f"replay of {getattr(algorithm, 'label', algorithm)} on {layout.size} ranks took over {timeout:g} s") from None
     for line in (proc.stdout + proc.stderr).splitlines():
         m = _TIME.match(line)

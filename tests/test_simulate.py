@@ -195,3 +195,18 @@ def test_cpu_times_from_file_and_fallback(tmp_path):
     line = rank_trace(Layout(node_of_sizes([2, 2])), make_counts(4, 8, False), 0, Call("flat", "oneshot"), "shm",
                       model, cpu)[1]
     assert line == "0 sleep 3e-06"
+
+
+@needs_simgrid
+def test_replay_over_timeout_is_null_and_named(tmp_path):
+    """A replay over --timeout is killed with its smpimain, recorded as null, and the point goes on."""
+    rec = simulate_point([8] * 8, 4096, PRESETS["hdr"], Network(), workdir=str(tmp_path), timeout=0.01)
+    assert rec["bare_alltoallv_sim_s"] is None and "flat bare" in rec["timed_out"]
+    assert rec["flat_sim_s"] is None and any(t.startswith("flat oneshot") for t in rec["timed_out"])
+    def cwd(pid):
+        try:
+            return os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            return ""
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and cwd(pid).startswith(str(tmp_path))]
+    assert left == []  # no smpimain runs in this test's replay directories any more
