@@ -1,5 +1,5 @@
 """Build the compiled kernels in csrc/ (hxmpi._packing: copies; hxmpi._plan: the hier planner;
-hxmpi._agree: the agreement's fingerprint and pattern keys).
+hxmpi._agree: the agreement's fingerprint and pattern keys; hxmpi._bruck: Bruck rounds).
 
 Metadata lives in pyproject.toml."""
 import os
@@ -16,7 +16,7 @@ _flags = ["-O3"] if not _debug else ["-O0", "-g"]
 extensions = [Extension(f"hxmpi.{name}", [f"csrc/{name}.pyx"], extra_compile_args=_flags,
                         include_dirs=[numpy.get_include()],
                         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
-              for name in ("_packing", "_plan", "_agree")]
+              for name in ("_packing", "_plan", "_agree", "_bruck")]
 
 setup(
     ext_modules=cythonize(

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Optional
 
 import numpy as np
@@ -195,3 +195,200 @@ def fit(samples: list[tuple[str, int, int, float, float]], fixed: Optional[dict]
         active.pop(int(np.argmin(sol)))
     theta += pinned
     return CostModel(**dict(zip(names, theta.tolist())))
+
+
+# ------------------------------------------------------------------------------- whole calls
+#: The algorithms ``predict_call`` knows: hxmpi's (``hxmpi.plan.ALGORITHMS``) and "alltoall"
+#: (MPI_Alltoall, uniform blocks only).
+CALL_ALGORITHMS = ("flat", "bruck", "hier", "hier_pairwise", "hier_bruck", "alltoall")
+#: Radices ``choose_call`` tries for the Bruck algorithms.
+RADICES = (2, 3, 4, 8, 16, 32)
+AGREEMENT_BYTES = 128   # issue 20: one SUM Allreduce of 16 uint64
+HEADER_BYTES = 8        # a Bruck length header entry (first run)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """What the model knows of a call's counts: sums every rank can agree on with one SUM Allreduce.
+
+    ``total_bytes``: send bytes summed over ranks; ``messages``: non-empty blocks to other ranks,
+    summed over ranks (None: every block non-empty); ``sumsq_recv_kib``: sum over ranks of
+    (receive bytes / 1024)**2 (None: every rank receives the mean); ``pairwise_bytes``: sum over
+    ranks q of sum over k of max(bytes q sends q+k, bytes q receives from q-k), what pairwise
+    rounds wait for (each rank computes its term from its own counts; None: even); ``uniform``:
+    every block the same size (MPI_Alltoall applies).
+    """
+    size: int
+    total_bytes: float
+    messages: Optional[float] = None
+    sumsq_recv_kib: Optional[float] = None
+    uniform: bool = False
+    pairwise_bytes: Optional[float] = None
+
+    @classmethod
+    def from_counts(cls, counts: np.ndarray) -> "Pattern":
+        """The agreed sums of a (P, P) bytes matrix (what a real call would agree on)."""
+        counts = np.asarray(counts, dtype=np.int64)
+        p = counts.shape[0]
+        off = counts.copy()
+        np.fill_diagonal(off, 0)
+        recv_kib = counts.sum(axis=0) / 1024.0
+        q, k = np.meshgrid(np.arange(p), np.arange(1, p), indexing="ij")
+        pairwise = np.maximum(counts[q, (q + k) % p], counts[(q - k) % p, q]).sum() if p > 1 else 0
+        return cls(p, float(counts.sum()), float(np.count_nonzero(off)), float((recv_kib ** 2).sum()),
+                   bool((counts == counts.flat[0]).all()) if counts.size else True, float(pairwise))
+
+    @classmethod
+    def even(cls, size: int, block: float) -> "Pattern":
+        """Every block ``block`` bytes."""
+        return cls(size, float(block) * size * size, None, None, True)
+
+    @property
+    def rank_bytes(self) -> float:
+        """Bytes a rank handles: the root mean square of per-rank receive bytes (the mean if even)."""
+        mean = self.total_bytes / self.size
+        if self.sumsq_recv_kib is None:
+            return mean
+        return max(mean, 1024.0 * math.sqrt(self.sumsq_recv_kib / self.size))
+
+    @property
+    def rank_messages(self) -> float:
+        """Non-empty blocks a rank sends to other ranks (mean)."""
+        return self.size - 1.0 if self.messages is None else self.messages / self.size
+
+
+def _rounds_profile(size: int, radix: int) -> list[list[tuple[int, int]]]:
+    """Per Bruck round, (distance, slots moved) of each message (``hxmpi.plan.bruck_rounds``'s shape)."""
+    radix = int(min(radix, max(size, 2)))
+    idx = np.arange(size)
+    out, dist = [], 1
+    while dist < size:
+        digit = (idx // dist) % radix
+        out.append([(z * dist, int((digit == z).sum())) for z in range(1, radix) if z * dist < size])
+        dist *= radix
+    return out
+
+
+def _bruck_exchange(m: "CostModel", size: int, per_node: int, block: float, radix: int, header: bool) -> float:
+    """Seconds of a Bruck all-to-all of ``block``-byte blocks on ``size`` ranks of nodes of ``per_node``
+    consecutive ranks (``per_node`` 1: a lane, every peer on another node, the node's lanes in parallel
+    sharing its link: pass the lanes' count as ``share``)."""
+    t = 0.0
+    beta = m.beta_inter + m.beta_backbone
+    for msgs in _rounds_profile(size, radix):
+        nbytes = [s * block + (HEADER_BYTES * s if header else 0) for _, s in msgs]
+        link = sum(min(d, per_node) * b for (d, _), b in zip(msgs, nbytes))
+        t += m.alpha_inter + 2 * len(msgs) * m.msg_overhead + link * beta + sum(nbytes) * m.beta_copy
+    return t + size * block * m.beta_copy
+
+
+def _allreduce(m: "CostModel", p: int, inter: bool) -> float:
+    """Recursive doubling of the agreement's 128 B (SMPI ``allreduce:rdb``), 2 extra steps off powers of two."""
+    if p <= 1:
+        return 0.0
+    rounds = math.ceil(math.log2(p)) + (0 if p & (p - 1) == 0 else 2)
+    a, b = (m.alpha_inter, m.beta_inter) if inter else (m.alpha_intra, m.beta_intra)
+    return rounds * (a + 2 * m.msg_overhead + AGREEMENT_BYTES * b)
+
+
+def predict_agreement(model: "CostModel", nodes: int, per_node: int, hier: bool, numpy: bool = False) -> float:
+    """Seconds of a one-shot call's agreement: the 128 B Allreduce; the counts' Alltoall (numpy form);
+    the node's Allgather of receive counts (hier, plan-cache miss), by dissemination rounds."""
+    p = nodes * per_node
+    t = _allreduce(model, p, nodes > 1)
+    if numpy:
+        t += _predict_call(model, "alltoall", "bare", nodes, per_node, Pattern.even(p, 8), "shm", 2, None, False)
+    if hier and nodes > 1 and per_node > 1:
+        t += math.ceil(math.log2(per_node)) * (model.alpha_intra + 2 * model.msg_overhead)
+        t += (per_node - 1) * 8 * p * model.beta_intra
+    return t
+
+
+def _predict_call(m: "CostModel", algorithm: str, mode: str, nodes: int, per_node: int, pat: Pattern,
+                  node_phase: str, radix: int, cpu, numpy: bool) -> float:
+    n, g, p = nodes, per_node, pat.size
+    degenerate = n <= 1 or g <= 1
+    if algorithm.startswith("hier") and degenerate:
+        algorithm = "flat"
+    rb = pat.rank_bytes
+    b = rb / p                        # effective block
+    msgs = min(pat.rank_messages, p - 1.0)
+    t = predict_agreement(m, n, g, algorithm.startswith("hier"), numpy) if mode == "oneshot" else 0.0
+    if mode in ("oneshot", "plan") and cpu is not None:
+        key = ("flat" if algorithm == "alltoall" else algorithm) + ("_plan" if mode == "plan" else "")
+        t += cpu(key)
+    elif mode in ("oneshot", "plan"):
+        t += m.overhead_hier if algorithm.startswith("hier") else m.overhead_flat
+    bw = m.beta_inter + m.beta_backbone
+    if algorithm in ("flat", "alltoall"):
+        def direct(rule: str) -> float:
+            lat = msgs if rule == "pairwise" else (1.0 if msgs > 0 else 0.0)
+            # Pairwise rounds each wait for the larger of their two blocks.
+            r = pat.pairwise_bytes / p * p / (p - 1) if rule == "pairwise" and pat.pairwise_bytes and p > 1 else rb
+            return lat * (m.alpha_inter if n > 1 else m.alpha_intra) + 2 * msgs * m.msg_overhead + \
+                g * r * (p - g) / p * bw + r * (g - 1) / p * m.beta_intra + b * m.beta_copy
+        if algorithm == "flat":
+            return t + direct(alltoallv_algorithm(p))
+        # MPI_Alltoall: the library picks among Bruck, pairwise and linear; the model takes the best.
+        return t + min(direct("pairwise"), direct("linear"), _bruck_exchange(m, p, g, b, 2, False))
+    if algorithm == "bruck":
+        return t + _bruck_exchange(m, p, g, b, radix, mode == "oneshot")
+    # hier family: lanes, then the node phase and hier's copies
+    if algorithm == "hier":
+        ex = m.alpha_inter + 2 * (n - 1) * m.msg_overhead + g * rb * (p - g) / p * bw
+    elif algorithm == "hier_pairwise":
+        ex = (n - 1) * (m.alpha_inter + 2 * m.msg_overhead) + g * rb * (p - g) / p * bw
+    else:
+        # every lane message crosses nodes; the node's g lanes share its link: g node blocks of g*b
+        ex = _bruck_exchange(replace(m, beta_inter=m.beta_inter * g, beta_backbone=m.beta_backbone * g),
+                             n, 1, g * b, radix, mode == "oneshot")
+    if node_phase == "shm":
+        rounds = 2 * math.ceil(math.log2(g))
+        ex += rounds * (m.alpha_intra + 2 * m.msg_overhead) + 2 * rb * m.beta_copy
+    else:
+        lat, ovh = _phase(g - 1, alltoallv_algorithm(g))
+        ex += lat * m.alpha_intra + ovh * m.msg_overhead + (g - 1) * n * b * m.beta_intra
+        ex += (3 * p - 2 * g) * b * m.beta_copy
+    return t + ex
+
+
+def predict_call(model: "CostModel", algorithm: str, mode: str, nodes: int, per_node: int, pattern,
+                 node_phase: str = "shm", radix: int = 2, cpu=None, numpy: bool = False) -> float:
+    """Predicted seconds of a whole call: ``mode`` "oneshot" (agreement + CPU + exchange), "plan"
+    (CPU + exchange, lengths known) or "bare" (the exchange alone).
+
+    ``pattern``: a ``Pattern`` or a block size (bytes, even counts). ``cpu(key)``: hxmpi's CPU seconds
+    per path ("flat", "hier_plan", ...; default: the model's fixed costs). ``numpy``: the
+    ``alltoallv(array, counts)`` form (its agreement also exchanges counts).
+    """
+    if algorithm not in CALL_ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {CALL_ALGORITHMS}, got {algorithm!r}")
+    if mode not in ("oneshot", "plan", "bare"):
+        raise ValueError(f"mode must be 'oneshot', 'plan' or 'bare', got {mode!r}")
+    if node_phase not in NODE_PHASES:
+        raise ValueError(f"node_phase must be one of {NODE_PHASES}, got {node_phase!r}")
+    pat = pattern if isinstance(pattern, Pattern) else Pattern.even(nodes * per_node, pattern)
+    if algorithm == "alltoall" and not pat.uniform:
+        raise ValueError("alltoall needs uniform counts")
+    return _predict_call(model, algorithm, mode, nodes, per_node, pat, node_phase, radix, cpu, numpy)
+
+
+def choose_call(model: "CostModel", mode: str, nodes: int, per_node: int, pattern, node_phase: str = "shm",
+                cpu=None, numpy: bool = False, radices=RADICES) -> tuple[str, int, float]:
+    """(algorithm, radix, predicted seconds) of the fastest call the model knows for this pattern.
+
+    Candidates: flat, hier, hier_pairwise (layouts with hier), Bruck and hier_bruck at each radix
+    in ``radices`` below the communicator size, and MPI_Alltoall for uniform counts.
+    """
+    pat = pattern if isinstance(pattern, Pattern) else Pattern.even(nodes * per_node, pattern)
+    p = nodes * per_node
+    cands = [("flat", 2)] + [("bruck", k) for k in radices if k < p or k == radices[0]]
+    if nodes > 1 and per_node > 1:
+        cands += [("hier", 2), ("hier_pairwise", 2)]
+        cands += [("hier_bruck", k) for k in radices if k < nodes or k == radices[0]]
+    if pat.uniform:
+        cands.append(("alltoall", 2))
+    best = min((predict_call(model, a, mode, nodes, per_node, pat, node_phase, k, cpu, numpy), i)
+               for i, (a, k) in enumerate(cands))
+    algo, radix = cands[best[1]]
+    return algo, radix, best[0]

@@ -21,7 +21,8 @@ A run is bound to its buffers' addresses: ``Scratch`` and ``NodeWindow`` count t
 """
 from __future__ import annotations
 
-from typing import Optional
+from functools import partial
+from typing import Callable, Optional
 
 import numpy as np
 from mpi4py import MPI
@@ -133,12 +134,15 @@ class _Phase:
 
 
 class FlatRun:
-    """One Alltoallv of the caller's buffers (bytes); ``uniform``: equal blocks, run as MPI_Alltoall."""
+    """One all-to-all of the caller's buffers (bytes). ``exchange`` is ``Transfer`` (Alltoallv; with
+    ``uniform``, equal blocks run as MPI_Alltoall) or any class of its interface (``hxmpi.bruck.Bruck``,
+    ``Pairwise``, e.g. through functools.partial)."""
 
     def __init__(self, comm: MPI.Intracomm, s: Side, r: Side, big: bool, persistent: bool,
-                 uniform: bool = False):
-        self.phase = _Phase(Transfer(comm, s.view, s.counts, s.displs, r.view, r.counts, r.displs, big,
-                                     uniform), persistent)
+                 uniform: bool = False, exchange: Optional[Callable] = None):
+        make = exchange if exchange is not None else partial(Transfer, uniform=uniform)
+        self.phase = _Phase(make(comm, s.view, s.counts, s.displs, r.view, r.counts, r.displs, big),
+                            persistent)
         self.stats = ExchangeStats("flat", flat_counts=s.counts)
         self._request: Optional[MPI.Request] = None
 
@@ -213,18 +217,22 @@ class HierRun:
 
     ``lanes``: (lane, communicator) for every lane this rank serves; ``a`` the pack/phase-2 scratch
     and ``buf`` the phase-1 buffer (a private buffer, or the node window's view with shm).
+    ``lane_exchange``: the lane phase's class (``Transfer``: one Ialltoallv per lane;
+    ``Bruck``/``Pairwise`` run their rounds lane after lane, in ascending lane order, which cannot
+    deadlock).
     """
 
     def __init__(self, plan: HierPlan, s: Side, r: Side, big: bool, lanes, intra: MPI.Intracomm,
-                 a: np.ndarray, buf: np.ndarray, window: Optional[NodeWindow], persistent: bool):
+                 a: np.ndarray, buf: np.ndarray, window: Optional[NodeWindow], persistent: bool,
+                 lane_exchange: Callable = Transfer):
         self.plan, self.s, self.r, self.a, self.buf, self.window = plan, s, r, a, buf, window
         send = a if plan.base < 0 else s.view
         self.lanes = []
         for li, (lane, comm) in enumerate(lanes):
             native = lane == plan.native
-            self.lanes.append(_Phase(Transfer(comm, send, plan.node_bytes if native else plan.zeros,
-                                              plan.send_displs if native else plan.zeros, buf,
-                                              plan.lane_rc[li], plan.lane_rd[li], big), persistent))
+            self.lanes.append(_Phase(lane_exchange(comm, send, plan.node_bytes if native else plan.zeros,
+                                                   plan.send_displs if native else plan.zeros, buf,
+                                                   plan.lane_rc[li], plan.lane_rd[li], big), persistent))
         self.node = None
         if plan.mode != MODE_SHM:
             sc, sd, rc, rd = plan.p2

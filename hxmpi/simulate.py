@@ -29,6 +29,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,9 +39,10 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .costmodel import CostModel, alltoallv_algorithm
+from .costmodel import (RADICES, CostModel, Pattern, alltoallv_algorithm, choose_call, predict_agreement,
+                        predict_call)
 from .errors import HxmpiError
-from .plan import Copy, Exchange, Layout, rank_schedule
+from .plan import Collective, Copy, Exchange, Layout, rank_schedule
 
 REPLAY_MAIN = "/usr/lib/x86_64-linux-gnu/simgrid/smpireplaymain"
 INSTALL_HINT = "install SimGrid's SMPI: apt-get install libsimgrid-dev (it ships smpirun and smpireplaymain)"
@@ -57,8 +59,11 @@ PRESETS = {
                      alpha_intra=0.4e-6, beta_intra=1 / 8e9),
 }
 NETWORKS = ("backbone", "fat-tree")
-PHASE_TAG = {"flat": 0, "lane": 1, "node": 2, "barrier": 3}
-TAG_STRIDE = 1000  # tag = phase * TAG_STRIDE + n-th message to the same peer within the phase
+PHASE_TAG = {"flat": 0, "lane": 1, "node": 2, "barrier": 3, "round": 4, "agree": 5}
+TAG_STRIDE = 100000  # tag = phase * TAG_STRIDE + n-th message to the same peer within the phase
+#: Where ``bench_overhead.py --json`` writes hxmpi's measured CPU time per call.
+DEFAULT_OVERHEAD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "benchmarks", "results", "overhead.json")
 
 
 class SimulateError(HxmpiError):
@@ -103,6 +108,101 @@ def make_counts(size: int, block: int, uneven: bool, seed: int = 0) -> np.ndarra
     return counts
 
 
+# ---------------------------------------------------------------------------------------- calls
+@dataclass(frozen=True)
+class Call:
+    """One simulated call: ``algorithm`` (``plan.ALGORITHMS``, or "alltoall": MPI_Alltoall inside hxmpi,
+    uniform counts only), its ``radix``, and ``mode``: "oneshot" (hxmpi's agreement on a plan-cache
+    miss, then the exchange; Bruck sends length headers), "plan" (a persistent request: no
+    agreement, lengths known), "bare" (the MPI call alone, no hxmpi CPU) or "agreement" (the
+    agreement's collectives alone). ``numpy``: the ``alltoallv(array, counts)`` form, whose
+    agreement also exchanges the counts (one Alltoall of an int64 per peer)."""
+    algorithm: str
+    mode: str = "oneshot"
+    radix: int = 2
+    numpy: bool = False
+
+    @property
+    def hier(self) -> bool:
+        return self.algorithm.startswith("hier")
+
+    @property
+    def label(self) -> str:
+        """Name in tables and JSON: the algorithm, with its radix for the Bruck ones."""
+        return f"{self.algorithm}/{self.radix}" if "bruck" in self.algorithm else self.algorithm
+
+    @property
+    def cpu_key(self) -> str:
+        """Key of ``cpu_s_per_call`` for hxmpi's own CPU time of this call."""
+        base = "flat" if self.algorithm == "alltoall" else self.algorithm
+        return base + ("_plan" if self.mode == "plan" else "")
+
+
+#: The agreement of one one-shot call (issue 20): one SUM Allreduce of 16 uint64 on the world.
+AGREEMENT_BYTES = 128
+#: Bytes per rank of the node's receive counts (one int64 per world rank) on a hier plan-cache miss.
+COUNT_BYTES = 8
+
+
+def agreement_steps(layout: Layout, call: Call) -> list:
+    """The collectives a one-shot call issues before its exchange, in order (hxmpi's agreement)."""
+    steps = [Collective("alltoall", COUNT_BYTES)] if call.numpy else []
+    steps.append(Collective("allreduce", AGREEMENT_BYTES))
+    if call.hier and layout.hier_possible:
+        steps.append(Collective("allgather", COUNT_BYTES * layout.size))
+    return steps
+
+
+def call_steps(layout: Layout, counts: np.ndarray, rank: int, call: Call, node_phase: str) -> list:
+    """Every step of ``rank`` in one call: agreement (one-shot), then the exchange."""
+    steps = agreement_steps(layout, call) if call.mode in ("oneshot", "agreement") else []
+    if call.mode == "agreement":
+        return steps
+    if call.algorithm == "alltoall":
+        block = int(counts[0, 0])
+        if not (counts == block).all():
+            raise SimulateError("MPI_Alltoall needs uniform counts")
+        return steps + [Collective("alltoall", block)]
+    return steps + rank_schedule(layout, counts, rank, call.algorithm, node_phase, call.radix,
+                                 learned=call.mode != "oneshot")
+
+
+class CpuTimes:
+    """hxmpi's measured CPU seconds per call by path (``bench_overhead.py --json``'s ``cpu_s_per_call``).
+
+    A missing file or key falls back to the cost model's fixed costs (``overhead_flat`` for flat
+    and Bruck paths, ``overhead_hier`` for hier ones), with one warning naming what is missing.
+    """
+
+    def __init__(self, model: CostModel, path: Optional[str] = DEFAULT_OVERHEAD, warn=sys.stderr):
+        self.model, self.path, self.warn = model, path, warn
+        self.table: dict = {}
+        self.missing: set = set()
+        self.problem = None
+        if path:
+            try:
+                with open(path) as fh:
+                    table = json.load(fh).get("cpu_s_per_call", {})
+                if not isinstance(table, dict):
+                    raise ValueError("cpu_s_per_call is not a mapping")
+                self.table = {k: float(v) for k, v in table.items()}
+            except (OSError, ValueError, TypeError, AttributeError) as exc:
+                self.problem = f"{path}: {exc}"
+
+    def __call__(self, key: str) -> float:
+        """Seconds of hxmpi CPU for path ``key`` (e.g. "hier_plan")."""
+        if key in self.table:
+            return self.table[key]
+        if not self.missing and self.warn is not None:  # one warning per run; the JSON lists every key
+            why = self.problem or f"{self.path}: no cpu_s_per_call[{key!r}]"
+            print(f"# warning: {why}; using the model's fixed costs for missing paths", file=self.warn)
+        self.missing.add(key)
+        return self.model.overhead_hier if key.startswith("hier") else self.model.overhead_flat
+
+    def as_dict(self, keys) -> dict:
+        return {k: self(k) for k in keys}
+
+
 # ---------------------------------------------------------------------------------------- traces
 def _comm_of(phase: str, layout: Layout, rank: int) -> np.ndarray:
     """World ranks of the communicator a phase runs on, in its rank order."""
@@ -113,30 +213,40 @@ def _comm_of(phase: str, layout: Layout, rank: int) -> np.ndarray:
 
 def phase_algorithm(phase: str, layout: Layout, rank: int) -> str:
     """How Open MPI runs this phase: "pairwise" or "linear" (the lane phase is a nonblocking Ialltoallv)."""
-    if phase == "lane":
+    if phase in ("lane", "round"):
         return "linear"
     return alltoallv_algorithm(len(_comm_of(phase, layout, rank)))
 
 
-def _tagged(rank: int, verb: str, pairs, phase: str) -> dict:
-    """{peer: [action lines]} with a tag per (phase, n-th message to that peer)."""
-    out: dict[int, list[str]] = {}
-    for peer, nbytes in pairs:
-        k = len(out.setdefault(peer, []))
-        out[peer].append(f"{rank} {verb} {peer} {PHASE_TAG[phase] * TAG_STRIDE + k} {nbytes}")
-    return out
+class _Tags:
+    """Tag of each message: phase * TAG_STRIDE + how many went to (or came from) that peer before in
+    the phase, counted over the whole trace, so that lanes and rounds never cross-match."""
+
+    def __init__(self):
+        self.seen: dict = {}
+
+    def lines(self, rank: int, verb: str, pairs, phase: str) -> dict:
+        out: dict[int, list[str]] = {}
+        for peer, nbytes in pairs:
+            key = (verb, phase, peer)
+            k = self.seen.get(key, 0)
+            self.seen[key] = k + 1
+            out.setdefault(peer, []).append(f"{rank} {verb} {peer} {PHASE_TAG[phase] * TAG_STRIDE + k} {nbytes}")
+        return out
 
 
-def exchange_actions(rank: int, step, layout: Layout) -> list[str]:
-    """Trace lines of one Exchange step, as Open MPI's algorithm for that phase posts them."""
-    sends = _tagged(rank, "isend", step.sends, step.phase)
-    recvs = _tagged(rank, "irecv", step.recvs, step.phase)
+def exchange_actions(rank: int, step, layout: Layout, tags: Optional[_Tags] = None) -> list[str]:
+    """Trace lines of one Exchange step, as its schedule (or Open MPI's rule for the phase) posts them."""
+    tags = tags or _Tags()
+    sends = tags.lines(rank, "isend", step.sends, step.phase)
+    recvs = tags.lines(rank, "irecv", step.recvs, step.phase)
     if not sends and not recvs:
         return []
-    if phase_algorithm(step.phase, layout, rank) == "linear":
+    schedule = step.schedule or phase_algorithm(step.phase, layout, rank)
+    if schedule == "linear":
         return [ln for v in recvs.values() for ln in v] + [ln for v in sends.values() for ln in v] + \
             [f"{rank} waitall"]
-    members = _comm_of(step.phase, layout, rank).tolist()
+    members = list(step.members) if step.members else _comm_of(step.phase, layout, rank).tolist()
     pos, size, lines = members.index(rank), len(members), []
     for k in range(1, size):
         # Sends first: a round's receive never waits on a send that is posted after it.
@@ -146,25 +256,49 @@ def exchange_actions(rank: int, step, layout: Layout) -> list[str]:
     return lines
 
 
-def barrier_actions(rank: int, layout: Layout) -> list[str]:
-    """A dissemination barrier over the rank's node: ceil(log2 G) rounds of 1-byte messages."""
+def _dissemination(rank: int, layout: Layout, phase: str, nbytes) -> list[str]:
+    """ceil(log2 G) rounds over the rank's node: send to pos+d, receive from pos-d (d = 1, 2, 4, ...),
+    ``nbytes(d)`` bytes each way."""
     members = layout.members[int(layout.node_of[rank])].tolist()
     pos, size, lines, dist = members.index(rank), len(members), [], 1
-    tag = PHASE_TAG["barrier"] * TAG_STRIDE
+    tag = PHASE_TAG[phase] * TAG_STRIDE
     while dist < size:
-        lines += [f"{rank} isend {members[(pos + dist) % size]} {tag} 1",
-                  f"{rank} irecv {members[(pos - dist) % size]} {tag} 1", f"{rank} waitall"]
+        n = nbytes(dist, size)
+        lines += [f"{rank} isend {members[(pos + dist) % size]} {tag} {n}",
+                  f"{rank} irecv {members[(pos - dist) % size]} {tag} {n}", f"{rank} waitall"]
         dist *= 2
+        tag += 1
     return lines
 
 
-def rank_trace(layout: Layout, counts: np.ndarray, rank: int, algorithm: str, node_phase: str,
-               model: CostModel) -> list[str]:
-    """Time-independent trace of ``rank`` for one call: fixed cost, copies, messages, barriers."""
-    steps = rank_schedule(layout, counts, rank, algorithm, node_phase)
-    hier = any(isinstance(s, Exchange) and s.phase != "flat" for s in steps)
+def barrier_actions(rank: int, layout: Layout) -> list[str]:
+    """A dissemination barrier over the rank's node: ceil(log2 G) rounds of 1-byte messages."""
+    return _dissemination(rank, layout, "barrier", lambda d, g: 1)
+
+
+def collective_actions(rank: int, step: Collective, layout: Layout) -> list[str]:
+    """World collectives as SMPI actions (Open MPI's algorithms, allreduce recursive doubling); the
+    node's Allgather as Bruck dissemination rounds (the replay has collectives on the world only)."""
+    if step.kind == "allreduce":
+        return [f"{rank} allreduce {step.nbytes} 0"]
+    if step.kind == "alltoall":
+        return [f"{rank} alltoall {step.nbytes} {step.nbytes}"]
+    return _dissemination(rank, layout, "agree", lambda d, g: min(d, g - d) * step.nbytes)
+
+
+def rank_trace(layout: Layout, counts: np.ndarray, rank: int, algorithm, node_phase: str,
+               model: CostModel, cpu: Optional[CpuTimes] = None) -> list[str]:
+    """Time-independent trace of ``rank`` for one call: hxmpi's CPU, agreement, copies, messages.
+
+    ``algorithm``: a ``Call``, or a name (a one-shot call of it). ``cpu``: measured CPU per path
+    (default: the model's fixed costs).
+    """
+    call = algorithm if isinstance(algorithm, Call) else Call(algorithm)
+    cpu = cpu or CpuTimes(model, None, warn=None)
+    steps = call_steps(layout, counts, rank, call, node_phase)
     lines = [f"{rank} init"]
-    fixed = model.overhead_hier if hier else model.overhead_flat
+    fixed = cpu(call.cpu_key) if call.mode in ("oneshot", "plan") else 0.0
+    tags = _Tags()
     copy_bytes = 0
 
     def flush(copy_bytes: int) -> None:
@@ -179,14 +313,19 @@ def rank_trace(layout: Layout, counts: np.ndarray, rank: int, algorithm: str, no
             continue
         flush(copy_bytes)
         copy_bytes = 0
-        lines += exchange_actions(rank, step, layout) if isinstance(step, Exchange) else barrier_actions(rank, layout)
+        if isinstance(step, Exchange):
+            lines += exchange_actions(rank, step, layout, tags)
+        elif isinstance(step, Collective):
+            lines += collective_actions(rank, step, layout)
+        else:
+            lines += barrier_actions(rank, layout)
     flush(copy_bytes)
     lines.append(f"{rank} finalize")
     return lines
 
 
 def trace_stats(lines: Sequence[str]) -> dict:
-    """Messages and bytes a trace sends, per phase ("flat", "lane", "node", "barrier")."""
+    """Messages and bytes a trace sends, per phase ("flat", "lane", "node", "barrier", "round", "agree")."""
     names = {v: k for k, v in PHASE_TAG.items()}
     stats: dict[str, dict] = {}
     for ln in lines:
@@ -234,16 +373,18 @@ def smpirun_path() -> str:
 _TIME = re.compile(r"^\[(\d+\.\d+)\] Simulation time")
 
 
-def replay(layout: Layout, counts: np.ndarray, algorithm: str, node_phase: str, model: CostModel,
-           network: Network, workdir: str, timeout: Optional[float] = None) -> float:
-    """Simulated seconds of one call: write every rank's trace, run smpirun, read the end time."""
+def replay(layout: Layout, counts: np.ndarray, algorithm, node_phase: str, model: CostModel,
+           network: Network, workdir: str, timeout: Optional[float] = None,
+           cpu: Optional[CpuTimes] = None) -> float:
+    """Simulated seconds of one call (a ``Call`` or an algorithm name: one-shot): write every
+    rank's trace, run smpirun, read the end time."""
     smpirun = smpirun_path()
     os.makedirs(workdir, exist_ok=True)
     names = []
     for rank in range(layout.size):
         name = os.path.join(workdir, f"rank{rank}.txt")
         with open(name, "w") as fh:
-            fh.write("\n".join(rank_trace(layout, counts, rank, algorithm, node_phase, model)) + "\n")
+            fh.write("\n".join(rank_trace(layout, counts, rank, algorithm, node_phase, model, cpu)) + "\n")
         names.append(name)
     files = {"traces.txt": "\n".join(names) + "\n",
              "hosts.txt": "".join(f"node-{i}:{g}\n" for i, g in enumerate(layout.node_sizes)),
@@ -259,11 +400,21 @@ def replay(layout: Layout, counts: np.ndarray, algorithm: str, node_phase: str, 
            "--cfg=smpi/bw-factor:0:1", "--cfg=smpi/lat-factor:0:1", "--cfg=network/crosstraffic:0",
            f"--cfg=smpi/ois:0:{o:.6g}:0", f"--cfg=smpi/os:0:{o:.6g}:0", f"--cfg=smpi/or:0:{o:.6g}:0",
            "--cfg=network/optim:Full",  # same results, 1.5x faster than Lazy on large linear phases
+           # Collectives as Open MPI picks them, but the agreement's Allreduce by recursive doubling:
+           # the ompi selector's allreduce crashes the 3.32 replay at 256+ ranks (munmap_chunk).
+           "--cfg=smpi/coll-selector:ompi", "--cfg=smpi/allreduce:rdb",
            "--log=root.fmt:[%.9r]%e%m%n", "--log=xbt_cfg.thres:warning"]
+    # A session of its own: on a timeout the whole group goes (smpirun is a script; killing it
+    # alone would leave smpimain running).
+    proc = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     try:
-        proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout)
+        out, err = proc.communicate(timeout=timeout)
+        proc = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
     except subprocess.TimeoutExpired:
-        raise SimulateError(f"replay of {algorithm} on {layout.size} ranks took over {timeout:g} s") from None
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise ReplayTimeout(f"replay of {getattr(algorithm, 'label', algorithm)} on {layout.size} ranks took over {timeout:g} s") from None
     for line in (proc.stdout + proc.stderr).splitlines():
         m = _TIME.match(line)
         if m and proc.returncode == 0:
@@ -273,50 +424,140 @@ def replay(layout: Layout, counts: np.ndarray, algorithm: str, node_phase: str, 
 
 
 # ------------------------------------------------------------------------------------ experiment
+#: Replays above this many ranks are skipped (the point is given by the model, marked so).
+DEFAULT_MAX_REPLAY_RANKS = 1024
+
+
+class ReplayTimeout(SimulateError):
+    """A replay that did not finish within ``--timeout``."""
+
+
+def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec: dict):
+    """Replay each distinct Call once (cached); wall seconds go to ``rec["replay_s"]``, and a replay
+    that times out gives None and is named in ``rec["timed_out"]`` (the sweep goes on)."""
+    done: dict = {}
+
+    def run(call: Call) -> Optional[float]:
+        key = (call.label, call.mode, call.numpy)
+        if key not in done:
+            t0 = time.perf_counter()
+            name = f"{call.label} {call.mode}"
+            try:
+                done[key] = replay(layout, counts, call, node_phase, model, network,
+                                   os.path.join(base, f"{call.label.replace('/', '-')}-{call.mode}"), timeout, cpu)
+            except ReplayTimeout:
+                done[key] = None
+                rec["timed_out"].append(name)
+            rec["replay_s"][name] = round(time.perf_counter() - t0, 3)
+        return done[key]
+    return run
+
+
 def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: Network,
                    node_phase: str = "shm", uneven: bool = False, workdir: Optional[str] = None,
-                   timeout: Optional[float] = None) -> dict:
-    """One JSON record: simulated and modelled flat and hier seconds for one layout and block size.
+                   timeout: Optional[float] = None, cpu: Optional[CpuTimes] = None, numpy: bool = False,
+                   max_replay_ranks: int = DEFAULT_MAX_REPLAY_RANKS) -> dict:
+    """One JSON record: whole calls replayed (one-shot and plan), the bare MPI baselines, the model.
 
-    ``hier_sim_s`` is None where the layout is degenerate (one node, or one rank per node): hxmpi
-    runs flat there, so only flat is simulated.
+    One-shot calls pay the agreement (``agreement_steps``) and hxmpi's CPU per call (``cpu``);
+    plans pay their CPU only. ``*_sim_s`` of hier variants are None where the layout is
+    degenerate (hxmpi runs flat there); ``bare_alltoall_sim_s`` is None for uneven counts. Worlds
+    above ``max_replay_ranks`` are not replayed: every ``*_sim_s`` is None and ``by_model`` is true.
     """
     layout = Layout(node_of_sizes(sizes))
     counts = make_counts(layout.size, block, uneven)
-    n, g = layout.num_nodes, layout.max_node_size
+    pattern = Pattern.from_counts(counts)
+    n, g, p = layout.num_nodes, layout.max_node_size, layout.size
+    cpu = cpu or CpuTimes(model, None, warn=None)
+    hier_ok = layout.hier_possible
+    pick = lambda mode: choose_call(model, mode, n, g, pattern, node_phase, cpu, numpy)  # noqa: E731
+    auto, auto_plan = pick("oneshot"), pick("plan")
+    bruck_k = min(RADICES, key=lambda k: predict_call(model, "bruck", "plan", n, g, pattern, node_phase, k, cpu))
+    hb_k = min(RADICES, key=lambda k: predict_call(model, "hier_bruck", "plan", n, g, pattern, node_phase, k, cpu))
+    model_s = lambda algo, mode, k=2: predict_call(model, algo, mode, n, g, pattern, node_phase, k, cpu, numpy)  # noqa: E731
+    rec = {"nodes": n, "ranks_per_node": g, "node_sizes": list(layout.node_sizes), "block_bytes": block,
+           "uneven": uneven, "by_model": p > max_replay_ranks, "bruck_radix": bruck_k, "hier_bruck_radix": hb_k,
+           "auto_pick": Call(auto[0], radix=auto[1]).label, "auto_plan_pick": Call(auto_plan[0], radix=auto_plan[1]).label,
+           "model_auto_s": auto[2], "model_auto_plan_s": auto_plan[2],
+           "model_flat_s": model_s("flat", "oneshot"), "model_hier_s": model_s("hier", "oneshot") if hier_ok else None,
+           "model_bare_alltoallv_s": model_s("flat", "bare"),
+           "model_bare_alltoall_s": model_s("alltoall", "bare") if pattern.uniform else None,
+           "model_agreement_s": predict_agreement(model, n, g, auto[0].startswith("hier"), numpy),
+           "model_bruck_s": model_s("bruck", "oneshot", bruck_k), "model_bruck_plan_s": model_s("bruck", "plan", bruck_k),
+           "model_hier_plan_s": model_s("hier", "plan") if hier_ok else None,
+           "model_hier_bruck_s": model_s("hier_bruck", "oneshot", hb_k) if hier_ok else None,
+           "model_hier_bruck_plan_s": model_s("hier_bruck", "plan", hb_k) if hier_ok else None,
+           "model_pick": auto[0], "flat_schedule": alltoallv_algorithm(p), "numpy_call": numpy}
+    keys = ("bare_alltoallv", "bare_alltoall", "agreement", "flat", "hier", "hier_plan", "bruck", "bruck_plan",
+            "hier_bruck", "hier_bruck_plan", "auto", "auto_plan")
+    rec.update({f"{k}_sim_s": None for k in keys})
+    rec["replay_s"], rec["timed_out"] = {}, []
+    if rec["by_model"]:
+        return rec
     tmp = tempfile.TemporaryDirectory(prefix="hxmpi-sim-") if workdir is None else None
     base = tmp.name if tmp else workdir
+    run = _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec)
     try:
-        t0 = time.perf_counter()
-        flat = replay(layout, counts, "flat", node_phase, model, network, os.path.join(base, "flat"), timeout)
-        t1 = time.perf_counter()
-        hier = None
-        if layout.hier_possible:
-            hier = replay(layout, counts, "hier", node_phase, model, network, os.path.join(base, "hier"), timeout)
-        t2 = time.perf_counter()
+        rec["bare_alltoallv_sim_s"] = run(Call("flat", "bare"))
+        if pattern.uniform:
+            rec["bare_alltoall_sim_s"] = run(Call("alltoall", "bare"))
+        if rec["bare_alltoallv_sim_s"] is not None:  # the same exchange and more: it would time out too
+            rec["flat_sim_s"] = run(Call("flat", numpy=numpy))
+        else:
+            rec["timed_out"].append("flat oneshot (not run: its exchange timed out bare)")
+        rec["bruck_sim_s"] = run(Call("bruck", radix=bruck_k, numpy=numpy))
+        rec["bruck_plan_sim_s"] = run(Call("bruck", "plan", bruck_k))
+        if hier_ok:
+            rec["hier_sim_s"] = run(Call("hier", numpy=numpy))
+            rec["hier_plan_sim_s"] = run(Call("hier", "plan"))
+            rec["hier_bruck_sim_s"] = run(Call("hier_bruck", radix=hb_k, numpy=numpy))
+            rec["hier_bruck_plan_sim_s"] = run(Call("hier_bruck", "plan", hb_k))
+        slow = rec["bare_alltoallv_sim_s"] is None  # flat's replay timed out: do not repeat it
+        if not (slow and auto[0] == "flat"):
+            rec["auto_sim_s"] = run(Call(auto[0], radix=auto[1], numpy=numpy))
+        if not (slow and auto_plan[0] == "flat"):
+            rec["auto_plan_sim_s"] = run(Call(auto_plan[0], "plan", auto_plan[1]))
+        rec["agreement_sim_s"] = run(Call(auto[0], "agreement", auto[1], numpy))
     finally:
         if tmp:
             tmp.cleanup()
-    return {"nodes": n, "ranks_per_node": g, "node_sizes": list(layout.node_sizes), "block_bytes": block,
-            "flat_sim_s": flat, "hier_sim_s": hier,
-            "model_flat_s": model.predict("flat", n, g, block, node_phase),
-            "model_hier_s": model.predict("hier", n, g, block, node_phase) if hier is not None else None,
-            "model_pick": model.choose(n, g, block, node_phase),
-            "sim_pick": "flat" if hier is None or flat <= hier else "hier",
-            "flat_schedule": alltoallv_algorithm(layout.size), "replay_s": [t1 - t0, t2 - t1]}
+    flat, hier = rec["flat_sim_s"], rec["hier_sim_s"]
+    rec["sim_pick"] = None if flat is None and hier is None else \
+        ("flat" if hier is None or (flat is not None and flat <= hier) else "hier")
+    bare = [v for v in (rec["bare_alltoallv_sim_s"], rec["bare_alltoall_sim_s"]) if v is not None]
+    rec["best_bare_sim_s"] = min(bare) if bare else None
+    sims = {k: rec[f"{k}_sim_s"] for k in ("flat", "hier", "bruck", "hier_bruck")}
+    rec["sim_best"] = min(((v, k) for k, v in sims.items() if v is not None), default=(None, None))[1]
+    return rec
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
 
 
 def summarize(records: list[dict]) -> dict:
-    """Model error against the simulation per algorithm, and how often the model picks the faster one."""
+    """Model error against the simulation per algorithm (whole calls), right picks, and the targets."""
     out = {}
-    for algo in ("flat", "hier"):
-        errs = [abs(r[f"model_{algo}_s"] - r[f"{algo}_sim_s"]) / r[f"{algo}_sim_s"]
-                for r in records if r[f"{algo}_sim_s"] is not None]
+    pairs = {"flat": ("model_flat_s", "flat_sim_s"), "hier": ("model_hier_s", "hier_sim_s"),
+             "bruck": ("model_bruck_s", "bruck_sim_s"), "bruck_plan": ("model_bruck_plan_s", "bruck_plan_sim_s"),
+             "hier_plan": ("model_hier_plan_s", "hier_plan_sim_s"),
+             "hier_bruck": ("model_hier_bruck_s", "hier_bruck_sim_s"),
+             "hier_bruck_plan": ("model_hier_bruck_plan_s", "hier_bruck_plan_sim_s"),
+             "bare_alltoallv": ("model_bare_alltoallv_s", "bare_alltoallv_sim_s"),
+             "auto": ("model_auto_s", "auto_sim_s"), "auto_plan": ("model_auto_plan_s", "auto_plan_sim_s")}
+    for algo, (km, ks) in pairs.items():
+        errs = [abs(r[km] - r[ks]) / r[ks] for r in records if r.get(ks) is not None and r.get(km) is not None]
         out[algo] = {"mean_rel_error": float(np.mean(errs)) if errs else None,
                      "max_rel_error": float(np.max(errs)) if errs else None, "points": len(errs)}
-    both = [r for r in records if r["hier_sim_s"] is not None]
-    out["auto_right"] = sum(r["model_pick"] == r["sim_pick"] for r in both)
-    out["auto_points"] = len(both)
+    sim = [r for r in records if None not in (r.get("auto_sim_s"), r.get("auto_plan_sim_s"), r.get("agreement_sim_s"),
+                                                r.get("best_bare_sim_s"))]
+    # Right pick: the model's one-shot pick is within 5% of the fastest replayed hxmpi algorithm.
+    best = lambda r: min(r[f"{k}_sim_s"] for k in ("flat", "hier", "bruck", "hier_bruck") if r[f"{k}_sim_s"] is not None)  # noqa: E731
+    out["auto_right"] = sum(r["auto_sim_s"] <= 1.05 * best(r) for r in sim)
+    out["auto_points"] = len(sim)
+    out["plan_vs_best_bare_max"] = max((r["auto_plan_sim_s"] / r["best_bare_sim_s"] for r in sim), default=None)
+    out["oneshot_minus_agreement_vs_best_bare_max"] = max(
+        ((r["auto_sim_s"] - r["agreement_sim_s"]) / r["best_bare_sim_s"] for r in sim), default=None)
     return out
 
 
@@ -340,11 +581,12 @@ def crossover(records: list[dict], key_flat: str = "flat_sim_s", key_hier: str =
 
 def compare_measured(report: dict, model: CostModel, network: Network, node_phase: str) -> list[dict]:
     """Simulate the layout and block sizes of a ``calibrate.py --json`` report; rows with both times."""
-    sizes = report["layout"]["node_sizes"]
+    layout = Layout(node_of_sizes(report["layout"]["node_sizes"]))
     rows = []
     for r in report["rows"]:
-        rec = simulate_point(sizes, r["block"], model, network, node_phase)
-        sim = rec[f"{r['algorithm']}_sim_s"]
+        with tempfile.TemporaryDirectory(prefix="hxmpi-sim-") as tmp:
+            sim = replay(layout, make_counts(layout.size, r["block"], False), r["algorithm"], node_phase, model,
+                         network, tmp)
         rows.append({"algorithm": r["algorithm"], "block_bytes": r["block"], "measured_s": r["measured_us"] * 1e-6,
                      "sim_s": sim, "rel_error": abs(sim - r["measured_us"] * 1e-6) / (r["measured_us"] * 1e-6)})
     return rows
@@ -405,43 +647,67 @@ def _us(x: Optional[float]) -> str:
 
 
 def print_layout(records: list[dict], out=sys.stdout) -> None:
-    """OSU-style table of one layout's records (microseconds)."""
+    """OSU-style table of one layout's records (microseconds): one-shot calls, plans, baselines."""
     r0 = records[0]
     p = sum(r0["node_sizes"])
     shape = "+".join(map(str, r0["node_sizes"])) if len(set(r0["node_sizes"])) > 1 \
         else f"{r0['nodes']} x {r0['ranks_per_node']}"
-    print(f"# nodes {shape} ({p} ranks); flat replayed as Open MPI's {r0['flat_schedule']} MPI_Alltoallv",
+    how = "BY THE MODEL (not replayed)" if r0["by_model"] else "replayed"
+    print(f"# nodes {shape} ({p} ranks), {how}; bare MPI_Alltoallv as Open MPI's {r0['flat_schedule']}, "
+          "MPI_Alltoall by SMPI's ompi selector", file=out)
+    cols = (("bare a2av", "bare_alltoallv"), ("bare a2a", "bare_alltoall"), ("agree", "agreement"),
+            ("flat", "flat"), ("hier", "hier"), ("bruck", "bruck"), ("hier_bruck", "hier_bruck"),
+            ("auto", "auto"), ("hier plan", "hier_plan"), ("bruck plan", "bruck_plan"), ("auto plan", "auto_plan"))
+    print(f"{'# Block [B]':<12}" + "".join(f"{c:>12}" for c, _ in cols) + f"{'auto pick':>14}{'plan pick':>14}  [us]",
           file=out)
-    print(f"{'# Block [B]':<12}{'flat sim':>12}{'hier sim':>12}{'flat model':>12}{'hier model':>12}"
-          f"{'model pick':>12}{'sim faster':>12}{'hier/flat':>10}  [us]", file=out)
     for r in records:
-        ratio = f"{r['hier_sim_s'] / r['flat_sim_s']:10.3f}" if r["hier_sim_s"] is not None else f"{'-':>10}"
-        print(f"{r['block_bytes']:<12d}{_us(r['flat_sim_s'])}{_us(r['hier_sim_s'])}{_us(r['model_flat_s'])}"
-              f"{_us(r['model_hier_s'])}{r['model_pick']:>12}{r['sim_pick']:>12}{ratio}", file=out)
-    c = crossover(records)
-    cm = crossover(records, "model_flat_s", "model_hier_s")
-    fmt = lambda v: "hier at every size" if v is None else ("never hier" if v == 0 else f"{v:.0f} B")
-    print(f"# crossover (hier faster below): simulated {fmt(c)}, model {fmt(cm)}", file=out)
+        if r["by_model"]:
+            vals = [r.get(f"model_{k}_s") for _, k in cols]
+        else:
+            vals = [r[f"{k}_sim_s"] for _, k in cols]
+        print(f"{r['block_bytes']:<12d}" + "".join(_us(v) for v in vals) +
+              f"{r['auto_pick']:>14}{r['auto_plan_pick']:>14}", file=out)
+    sim = [r for r in records if not r["by_model"] and None not in (r["auto_sim_s"], r["auto_plan_sim_s"],
+                                                                      r["agreement_sim_s"], r["best_bare_sim_s"])]
+    for r in records:
+        if r["timed_out"]:
+            print(f"# {r['block_bytes']} B: replay over --timeout (shown -): {', '.join(r['timed_out'])}", file=out)
+    if sim:
+        worst = max(r["auto_plan_sim_s"] / r["best_bare_sim_s"] for r in sim)
+        worst1 = max((r["auto_sim_s"] - r["agreement_sim_s"]) / r["best_bare_sim_s"] for r in sim)
+        print(f"# worst auto / best bare MPI: plan {worst:.2f}, one-shot minus agreement {worst1:.2f}", file=out)
 
 
 def plot(records: list[dict], path: str, title: str) -> None:
-    """hier/flat time ratio vs block size per layout, simulated (solid) and modelled (dashed)."""
+    """auto / best bare MPI per layout vs block size: plans (solid), one-shot calls (dashed); model
+    points (not replayed) use the model on both sides."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.5))
     groups: dict[tuple, list[dict]] = {}
     for r in records:
-        if r["hier_sim_s"] is not None:
-            groups.setdefault(tuple(r["node_sizes"]), []).append(r)
+        groups.setdefault(tuple(r["node_sizes"]), []).append(r)
     for sizes, rows in groups.items():
         label = f"{len(sizes)}x{max(sizes)}" if len(set(sizes)) == 1 else "+".join(map(str, sizes))
-        xs = [r["block_bytes"] for r in rows]
-        line, = ax.plot(xs, [r["hier_sim_s"] / r["flat_sim_s"] for r in rows], marker="o", label=label)
-        ax.plot(xs, [r["model_hier_s"] / r["model_flat_s"] for r in rows], ls="--", color=line.get_color())
+        pts = []
+        for r in rows:
+            if r["by_model"]:
+                bare = min(v for v in (r["model_bare_alltoallv_s"], r["model_bare_alltoall_s"]) if v is not None)
+                pts.append((r["block_bytes"], r["model_auto_plan_s"] / bare, r["model_auto_s"] / bare))
+            elif r["best_bare_sim_s"] and r["auto_plan_sim_s"] and r["auto_sim_s"]:
+                pts.append((r["block_bytes"], r["auto_plan_sim_s"] / r["best_bare_sim_s"],
+                            r["auto_sim_s"] / r["best_bare_sim_s"]))
+        if not pts:
+            continue
+        xs, plan, one = zip(*pts)
+        label += " (model)" if rows[0]["by_model"] else ""
+        line, = ax.plot(xs, plan, marker="o", label=label)
+        ax.plot(xs, one, ls="--", marker=".", color=line.get_color())
     ax.axhline(1.0, color="k", lw=0.8)
-    ax.set(xscale="log", yscale="log", xlabel="block size [B]", ylabel="hier / flat time",
-           title=title + "\nsolid: SimGrid replay, dashed: cost model; below 1: hier faster")
+    ax.axhline(1.1, color="r", lw=0.6, ls=":")
+    ax.set(yscale="log", xlabel="block size [B]", ylabel="auto / best bare MPI",
+           title=title + "\nsolid: plan, dashed: one-shot (with agreement); red: 1.1")
     ax.set_xscale("log", base=2)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
@@ -473,10 +739,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the backbone (or spine) carries 1/R of all node links' bandwidth (default: the "
                    "model's beta_backbone; 1 = non-blocking); the model gets the matching beta_backbone")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per replay (default 1800)")
+    p.add_argument("--overhead", default=DEFAULT_OVERHEAD,
+                   help="bench_overhead.py --json output: hxmpi's CPU seconds per call by path (key "
+                   "cpu_s_per_call; default benchmarks/results/overhead.json; missing: the model's fixed costs)")
+    p.add_argument("--numpy-call", action="store_true",
+                   help="simulate the alltoallv(array, counts) form: its agreement also exchanges the counts")
+    p.add_argument("--max-replay-ranks", type=int, default=DEFAULT_MAX_REPLAY_RANKS,
+                   help=f"larger worlds are given by the model only, marked so (default {DEFAULT_MAX_REPLAY_RANKS})")
     p.add_argument("--compare", help="a calibrate.py --json report: simulate its layout and sizes with its "
                    "model and print simulated vs measured (the layout flags are then not needed)")
     p.add_argument("--json", help="write the records (and the summary) here")
-    p.add_argument("--plot", help="write a PNG of hier/flat per layout here (needs matplotlib)")
+    p.add_argument("--plot", help="write a PNG of auto / best bare MPI per layout here (needs matplotlib)")
     return p
 
 
@@ -502,8 +775,10 @@ def main(argv=None) -> int:
         records = []
         print(f"# hxmpi.simulate: SimGrid SMPI replay, {source}, {args.network} network, "
               f"node phase {args.node_phase}{', uneven counts' if args.uneven else ''}", flush=True)
+        cpu = CpuTimes(model, args.overhead)
         for lay in layouts:
-            rows = [simulate_point(lay, b, model, network, args.node_phase, args.uneven, timeout=args.timeout)
+            rows = [simulate_point(lay, b, model, network, args.node_phase, args.uneven, timeout=args.timeout,
+                                   cpu=cpu, numpy=args.numpy_call, max_replay_ranks=args.max_replay_ranks)
                     for b in sizes]
             print_layout(rows)
             sys.stdout.flush()
@@ -512,17 +787,22 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     summary = summarize(records)
-    for algo in ("flat", "hier"):
-        s = summary[algo]
-        if s["points"]:
+    for algo, s in summary.items():
+        if isinstance(s, dict) and s["points"]:
             print(f"# model vs simulation, {algo}: mean error {s['mean_rel_error']:.1%}, "
                   f"max {s['max_rel_error']:.1%} over {s['points']} points")
-    print(f"# model picks the faster algorithm at {summary['auto_right']}/{summary['auto_points']} points")
+    print(f"# model's pick within 5% of the fastest replayed algorithm at {summary['auto_right']}/"
+          f"{summary['auto_points']} points")
+    if summary["plan_vs_best_bare_max"] is not None:
+        print(f"# worst auto / best bare MPI over the sweep: plan {summary['plan_vs_best_bare_max']:.2f}, "
+              f"one-shot minus agreement {summary['oneshot_minus_agreement_vs_best_bare_max']:.2f}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"benchmark": "simulate", "source": source, "network": args.network,
                        "oversubscription": oversubscription(model), "node_phase": args.node_phase,
                        "uneven": args.uneven, "model": model.__dict__, "summary": summary,
+                       "cpu_s_per_call": cpu.as_dict(sorted(set(cpu.table) | cpu.missing)),
+                       "cpu_measured": sorted(cpu.table), "cpu_fallback": sorted(cpu.missing),
                        "records": records}, fh, indent=1)
     if args.plot:
         plot(records, args.plot, f"SimGrid replay, {source}, node phase {args.node_phase}")

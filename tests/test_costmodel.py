@@ -88,3 +88,53 @@ def test_env_tuning(tmp_path, monkeypatch):
     assert CostModel.from_env_or_default().overhead_hier == 1.0
     monkeypatch.delenv("HXMPI_TUNING")
     assert CostModel.from_env_or_default() == CostModel()
+
+
+def _latency_only():
+    return CostModel(overhead_flat=0, overhead_hier=0, beta_copy=0, beta_inter=0, beta_intra=0, msg_overhead=0,
+                     alpha_inter=1e-6, alpha_intra=0.0)
+
+
+def test_whole_call_parts():
+    from hxmpi.costmodel import predict_agreement, predict_call
+    m = _latency_only()
+    # Bruck pays one latency per round: ceil(log_k 512) rounds.
+    for k, rounds in ((2, 9), (8, 3), (16, 3), (512, 1)):
+        assert predict_call(m, "bruck", "bare", 64, 8, 8, radix=k) == pytest.approx(rounds * 1e-6)
+    # A one-shot call is its plan plus the agreement (9 recursive-doubling steps at 512 ranks) and
+    # the CPU difference between the two paths.
+    cpu = {"hier": 30e-6, "hier_plan": 10e-6}.get
+    one = predict_call(m, "hier", "oneshot", 64, 8, 8, cpu=cpu)
+    plan = predict_call(m, "hier", "plan", 64, 8, 8, cpu=cpu)
+    assert predict_agreement(m, 64, 8, hier=False) == pytest.approx(9e-6)
+    assert one - plan == pytest.approx(predict_agreement(m, 64, 8, hier=True) + 20e-6)
+    # The numpy form also exchanges the counts first.
+    assert predict_call(m, "flat", "oneshot", 64, 8, 8, numpy=True) > predict_call(m, "flat", "oneshot", 64, 8, 8)
+
+
+def test_pattern_sees_skew_and_sparsity():
+    import numpy as np
+    from hxmpi.costmodel import Pattern, choose_call, predict_call
+    from hxmpi.simulate import make_counts
+    even, skew = Pattern.from_counts(make_counts(64, 1024, False)), Pattern.from_counts(make_counts(64, 1024, True))
+    assert even.uniform and not skew.uniform
+    assert even.rank_bytes == pytest.approx(64 * 1024) and skew.total_bytes == even.total_bytes
+    assert skew.rank_bytes > even.rank_bytes  # skewed receivers handle more than the mean
+    small = Pattern.from_counts(make_counts(512, 8, True))  # small skewed blocks round down to empty ones
+    assert small.rank_messages < 0.7 * 511
+    sparse = np.eye(64, dtype=np.int64) * 0 + np.diag(np.full(63, 8), 1)
+    assert Pattern.from_counts(sparse).rank_messages == pytest.approx(63 / 64)
+    # Pairwise rounds wait for the larger block of each pair: a rank-local sum, agreed by SUM.
+    assert even.pairwise_bytes == pytest.approx(64 * 63 * 1024)
+    assert skew.pairwise_bytes > 1.5 * even.pairwise_bytes
+    m = CostModel()
+    assert predict_call(m, "flat", "bare", 8, 8, skew) > 1.4 * predict_call(m, "flat", "bare", 8, 8, even) - \
+        0.4 * predict_call(m, "flat", "bare", 8, 8, 0)
+    # MPI_Alltoall is a candidate for uniform counts only.
+    assert choose_call(m, "plan", 8, 8, skew)[0] != "alltoall"
+    with pytest.raises(ValueError, match="uniform"):
+        predict_call(m, "alltoall", "plan", 8, 8, skew)
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        predict_call(m, "ring", "plan", 8, 8, 8)
+    with pytest.raises(ValueError, match="mode must be"):
+        predict_call(m, "flat", "persistent", 8, 8, 8)

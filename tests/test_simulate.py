@@ -9,7 +9,7 @@ import pytest
 
 from hxmpi.costmodel import CostModel
 from hxmpi.plan import Layout
-from hxmpi.simulate import (PRESETS, Network, SimulateError, crossover, make_counts, node_of_sizes,
+from hxmpi.simulate import (PRESETS, Call, Network, SimulateError, crossover, make_counts, node_of_sizes,
                             oversubscribe, rank_trace, simulate_point, smpirun_path, trace_stats)
 
 try:
@@ -36,19 +36,38 @@ def test_traces_send_what_the_plan_sends(sizes):
     """Every isend a rank's trace posts is received by its peer's trace, bytes and tags alike."""
     layout = Layout(node_of_sizes(sizes))
     counts = make_counts(layout.size, 24, uneven=True, seed=3)
-    for algo, phase in (("flat", "shm"), ("hier", "shm"), ("hier", "mpi")):
+    counts[0, 1] = counts[1, 2] = 0  # some empty blocks: Bruck's first run still sends every message
+    calls = [Call(a, m, k) for a in ("flat", "bruck", "hier", "hier_pairwise", "hier_bruck")
+             for m in ("oneshot", "plan") for k in ((2, 3) if "bruck" in a else (2,))]
+    for call, phase in [(c, "shm") for c in calls] + [(c, "mpi") for c in calls if c.hier]:
+        algo = call.algorithm
         sent, received = [], []
         for rank in range(layout.size):
-            for line in rank_trace(layout, counts, rank, algo, phase, CostModel()):
+            for line in rank_trace(layout, counts, rank, call, phase, CostModel()):
                 r, verb, *rest = line.split()
                 if verb == "isend":
                     sent.append((int(r), int(rest[0]), int(rest[1]), int(rest[2])))
                 elif verb == "irecv":
                     received.append((int(rest[0]), int(r), int(rest[1]), int(rest[2])))
-        assert sorted(sent) == sorted(received), (algo, phase)
+        assert sorted(sent) == sorted(received), (call, phase)
         if algo == "flat":  # every off-diagonal non-empty block is one message
             assert sum(s[3] for s in sent) == counts.sum() - np.trace(counts)
             assert len(sent) == np.count_nonzero(counts) - np.count_nonzero(np.diag(counts))
+
+
+def test_bruck_trace_rounds_and_headers():
+    """8 ranks, radix 2: 3 rounds of one message each way; the first run adds 8 B per slot moved
+    (4 slots a round), a plan does not; hxmpi's CPU, the agreement's Allreduce first."""
+    layout = Layout(node_of_sizes([4, 4]))
+    counts = make_counts(8, 16, False)
+    first = rank_trace(layout, counts, 3, Call("bruck", "oneshot", 2), "shm", plain_model(overhead_flat=1e-6))
+    plan = rank_trace(layout, counts, 3, Call("bruck", "plan", 2), "shm", plain_model())
+    assert first[1:3] == ["3 sleep 1e-06", "3 allreduce 128 0"]
+    assert trace_stats(first)["round"] == {"messages": 3, "bytes": 3 * 4 * (16 + 8)}
+    assert trace_stats(plan)["round"] == {"messages": 3, "bytes": 3 * 4 * 16}
+    assert sum(ln.endswith("waitall") for ln in plan) == 3
+    hier = rank_trace(layout, counts, 3, Call("hier", "oneshot"), "shm", plain_model())
+    assert trace_stats(hier)["agree"] == {"messages": 2, "bytes": 8 * 8 * (1 + 2)}  # node Allgather, 2 rounds
 
 
 def test_pairwise_and_linear_follow_open_mpi_rule():
@@ -62,12 +81,15 @@ def test_pairwise_and_linear_follow_open_mpi_rule():
 
 @needs_simgrid
 def test_two_ranks_replay_adds_up_by_hand(tmp_path):
-    """2 nodes x 1 rank: one pairwise round = overhead + latency + bytes/bandwidth + overhead, no hier."""
+    """2 nodes x 1 rank: one pairwise round = overhead + latency + bytes/bandwidth + overhead, no hier;
+    a one-shot call adds the agreement: one recursive-doubling step of 128 B."""
     model = plain_model(alpha_inter=3e-6, beta_inter=1 / 1e9, msg_overhead=0.5e-6)
     rec = simulate_point([1, 1], 4000, model, Network(), workdir=str(tmp_path))
     assert rec["hier_sim_s"] is None and rec["model_hier_s"] is None  # one rank per node: flat only
-    assert rec["flat_sim_s"] == pytest.approx(0.5e-6 + 3e-6 + 4e-6 + 0.5e-6, rel=1e-2)
-    assert rec["model_flat_s"] == pytest.approx(rec["flat_sim_s"], rel=1e-2)
+    assert rec["bare_alltoallv_sim_s"] == pytest.approx(0.5e-6 + 3e-6 + 4e-6 + 0.5e-6, rel=1e-2)
+    assert rec["agreement_sim_s"] == pytest.approx(0.5e-6 + 3e-6 + 0.128e-6 + 0.5e-6, rel=2e-2)
+    assert rec["flat_sim_s"] == pytest.approx(rec["bare_alltoallv_sim_s"] + rec["agreement_sim_s"], rel=1e-2)
+    assert rec["model_flat_s"] == pytest.approx(rec["flat_sim_s"], rel=2e-2)
 
 
 @needs_simgrid
@@ -92,8 +114,11 @@ def test_hier_wins_where_messages_are_many_and_small():
     """16 nodes x 4 ranks at 8 B with no fixed costs: hier sends 15 lane messages instead of 60."""
     model = plain_model(alpha_inter=2e-6, msg_overhead=0.5e-6, beta_copy=1 / 10e9)
     small = simulate_point([4] * 16, 8, model, Network())
-    assert small["hier_sim_s"] < 0.5 * small["flat_sim_s"]
-    assert small["model_pick"] == small["sim_pick"] == "hier"
+    assert small["hier_sim_s"] < 0.5 * small["flat_sim_s"] and small["sim_pick"] == "hier"
+    # Log rounds beat both there; the model's pick is the fastest replayed call (within 5%).
+    assert small["bruck_sim_s"] < small["hier_sim_s"]
+    best = min(small[f"{k}_sim_s"] for k in ("flat", "hier", "bruck", "hier_bruck"))
+    assert small["auto_sim_s"] <= 1.05 * best
 
 
 @needs_simgrid
@@ -146,4 +171,44 @@ def test_cli_json(tmp_path):
             "model_hier_s", "model_pick"}
     assert len(records) == 4 and all(keys <= set(r) for r in records)
     assert [r["hier_sim_s"] is None for r in records] == [False, False, True, True]
-    assert "model picks the faster algorithm at 2/2 points" in proc.stdout
+    assert "model's pick within 5% of the fastest replayed algorithm at 4/4 points" in proc.stdout
+    new = {"bare_alltoallv_sim_s", "bare_alltoall_sim_s", "agreement_sim_s", "auto_sim_s", "hier_plan_sim_s",
+           "auto_plan_sim_s", "auto_pick", "model_auto_s"}
+    assert all(new <= set(r) for r in records)
+    for r in records:  # uniform counts: MPI_Alltoall is a baseline; a one-shot call pays its agreement
+        assert r["bare_alltoall_sim_s"] > 0 and r["flat_sim_s"] > r["bare_alltoallv_sim_s"] + r["agreement_sim_s"]
+
+
+def test_cpu_times_from_file_and_fallback(tmp_path):
+    """Measured seconds per path are used as given; a missing key or file falls back, warning once."""
+    import io
+    from hxmpi.simulate import CpuTimes
+    path = tmp_path / "overhead.json"
+    path.write_text(json.dumps({"cpu_s_per_call": {"flat": 3e-6, "hier_plan": 7e-6}}))
+    model, warn = CostModel(), io.StringIO()
+    cpu = CpuTimes(model, str(path), warn=warn)
+    assert cpu("flat") == 3e-6 and cpu("hier_plan") == 7e-6 and warn.getvalue() == ""
+    assert cpu("hier") == model.overhead_hier and cpu("bruck") == model.overhead_flat
+    assert warn.getvalue().count("warning") == 1 and "cpu_s_per_call['hier']" in warn.getvalue()
+    assert cpu.missing == {"hier", "bruck"}
+    missing = CpuTimes(model, str(tmp_path / "none.json"), warn=(w := io.StringIO()))
+    assert missing("flat_plan") == model.overhead_flat and "No such file" in w.getvalue()
+    # The trace starts with the measured CPU of its path.
+    line = rank_trace(Layout(node_of_sizes([2, 2])), make_counts(4, 8, False), 0, Call("flat", "oneshot"), "shm",
+                      model, cpu)[1]
+    assert line == "0 sleep 3e-06"
+
+
+@needs_simgrid
+def test_replay_over_timeout_is_null_and_named(tmp_path):
+    """A replay over --timeout is killed with its smpimain, recorded as null, and the point goes on."""
+    rec = simulate_point([8] * 8, 4096, PRESETS["hdr"], Network(), workdir=str(tmp_path), timeout=0.01)
+    assert rec["bare_alltoallv_sim_s"] is None and "flat bare" in rec["timed_out"]
+    assert rec["flat_sim_s"] is None and any(t.startswith("flat oneshot") for t in rec["timed_out"])
+    def cwd(pid):
+        try:
+            return os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            return ""
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and cwd(pid).startswith(str(tmp_path))]
+    assert left == []  # no smpimain runs in this test's replay directories any more

@@ -1,0 +1,207 @@
+"""Log-round byte all-to-alls with the interface of ``hxmpi.transfer.Transfer``: radix-k Bruck
+for non-uniform blocks, and pairwise rounds.
+
+``Bruck`` (after Bruck et al. 1997 and TuNA, arXiv 2411.02581): on P ranks, slot i of rank q
+starts as q's block for rank (q + i) mod P. Round x (x = 0 .. ceil(log_k P) - 1) sends, for each
+digit z = 1 .. k-1, every slot whose base-k digit x is z to rank q + z k^x and receives the same
+slots from rank q - z k^x. After the last round slot i holds the block from rank q - i: a call
+takes ceil(log_k P) rounds of at most k-1 messages instead of P-1 messages, and forwards each
+byte once per non-zero digit of its distance. Forwarded blocks are of sizes only their source
+knows, so the first run of an object sends each message with a header of its slots' lengths and
+receives it with ``Mprobe`` (one message per peer and round, no separate size round). The lengths
+do not change while the counts do not (the object copies them), so later runs of the same object
+(persistent plans, cached one-shot plans) send bare data into known places, and skip the
+messages they know are empty. The rounds come from ``hxmpi.plan.bruck_rounds``, which the
+simulator replays too.
+
+The per-round packing, header parsing and final copy are the compiled kernels of
+``csrc/_bruck.pyx`` (no Python per block). Scratch: a send buffer of one round and a receive
+arena of every round's messages (at most the bytes received over all rounds, about
+(k-1)/k * log_k P times the call's receive bytes); both are reused by later runs.
+
+Large counts: with ``big`` (agreed alike on every rank) both classes run the plain
+``Transfer`` (Alltoallw with chunked datatypes) instead, so counts past a C int still work.
+
+``start()`` runs the whole exchange and returns ``MPI.REQUEST_NULL``: a multi-round exchange is
+no single MPI request. A rank serving several lanes therefore runs them one after another; in
+ascending lane order (``Layout.served_lanes``) that cannot deadlock. ``init()`` returns None (no
+MPI persistent request), so a persistent plan calls ``start()`` at every Start.
+
+Messages use point-to-point tag ``TAG`` on ``comm``; hxmpi's communicators are private
+duplicates, so nothing else matches them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from ._bruck import finish, pack_round, round_bytes, take_round
+from .plan import bruck_rounds, check_radix
+from .transfer import Transfer
+
+TAG = 0x4878  # "Hx"
+
+
+@dataclass
+class _Message:
+    """One message of a round: its peers, its slots, where it lands and (once learned) its slot lengths."""
+    dest: int
+    src: int
+    slots: np.ndarray
+    learned: np.ndarray
+    base: int = 0
+    nbytes: int = 0   # data bytes (without the header)
+
+
+def _grown(buf: np.ndarray, nbytes: int) -> np.ndarray:
+    """``buf`` if it holds ``nbytes``, else a larger copy of it (offsets into it stay valid)."""
+    if buf.shape[0] >= nbytes:
+        return buf
+    out = np.empty(max(nbytes, 2 * buf.shape[0]), dtype=np.uint8)
+    out[:buf.shape[0]] = buf
+    return out
+
+
+class _Rounds:
+    """Shared run/start/free of the round-based exchanges; with ``big`` (agreed) they delegate to ``Transfer``."""
+
+    def _fallback_init(self, comm, sview, sc, sd, rview, rc, rd) -> None:
+        self.comm = comm
+        self.fallback = Transfer(comm, sview, sc, sd, rview, rc, rd, True)
+
+    def start(self) -> MPI.Request:
+        """Run the exchange (blocking); returns ``MPI.REQUEST_NULL``, as no request stays open."""
+        if self.fallback is not None:
+            return self.fallback.start()
+        self._exchange()
+        return MPI.REQUEST_NULL
+
+    def run(self) -> None:
+        """One blocking exchange."""
+        if self.fallback is not None:
+            self.fallback.run()
+        else:
+            self._exchange()
+
+    def init(self):
+        """No MPI persistent request: the caller runs ``start()`` at every Start."""
+        return None
+
+    def free(self) -> None:
+        """Drop the scratch buffers (and the fallback's datatypes)."""
+        if self.fallback is not None:
+            self.fallback.free()
+        self._free_scratch()
+
+    def _free_scratch(self) -> None:
+        pass
+
+
+class Bruck(_Rounds):
+    """Radix-``radix`` Bruck byte all-to-all on ``comm`` (counts and displacements in bytes)."""
+
+    def __init__(self, comm, sview, sc, sd, rview, rc, rd, big: bool = False, radix: int = 2):
+        p, q = comm.size, comm.rank
+        self.radix = check_radix(radix, p)
+        self.fallback = None
+        if big:
+            self._fallback_init(comm, sview, sc, sd, rview, rc, rd)
+            return
+        self.comm, self.sview, self.rview = comm, sview, rview
+        i = np.arange(p, dtype=np.int64)
+        dests = (q + i) % p
+        self.source = np.ascontiguousarray((q - i) % p)
+        self.init_off = np.ascontiguousarray(np.asarray(sd, dtype=np.int64)[dests])
+        self.init_len = np.ascontiguousarray(np.asarray(sc, dtype=np.int64)[dests])
+        self.rc = np.array(rc, dtype=np.int64)
+        self.rd = np.array(rd, dtype=np.int64)
+        self.rounds = [[_Message((q + d) % p, (q - d) % p, slots, np.zeros(slots.shape[0], np.int64))
+                        for d, slots in group] for group in bruck_rounds(p, self.radix)]
+        self.learned = False
+        self.where = np.zeros(p, dtype=np.int8)
+        self.off = np.empty(p, dtype=np.int64)
+        self.length = np.empty(p, dtype=np.int64)
+        self.sendbuf = np.empty(0, dtype=np.uint8)
+        self.arena = np.empty(0, dtype=np.uint8)
+
+    def _exchange(self) -> None:
+        comm, header = self.comm, not self.learned
+        self.where[:] = 0
+        self.off[:] = self.init_off
+        self.length[:] = self.init_len
+        fill = 0
+        for group in self.rounds:
+            sizes = [round_bytes(self.length, m.slots, header) for m in group]
+            self.sendbuf = _grown(self.sendbuf, sum(sizes))
+            reqs, pos = [], 0
+            for m, n in zip(group, sizes):
+                if n == 0 and not header:
+                    continue  # learned empty: the receiver knows and posts nothing
+                pack_round(self.sview, self.arena, self.where, self.off, self.length, m.slots,
+                           self.sendbuf, pos, header)
+                reqs.append(comm.Isend([self.sendbuf[pos:pos + n], MPI.BYTE], m.dest, TAG))
+                pos += n
+            if header:
+                # Probe every peer first: the arena grows once, before any receive lands in it.
+                probed = []
+                for m in group:
+                    status = MPI.Status()
+                    probed.append((comm.Mprobe(m.src, TAG, status), status.Get_count(MPI.BYTE)))
+                self.arena = _grown(self.arena, fill + sum(n for _, n in probed))
+                for m, (msg, n) in zip(group, probed):
+                    m.base, m.nbytes = fill, n - 8 * m.slots.shape[0]
+                    reqs.append(msg.Irecv([self.arena[fill:fill + n], MPI.BYTE]))
+                    fill += n
+            else:
+                reqs += [comm.Irecv([self.arena[m.base:m.base + m.nbytes], MPI.BYTE], m.src, TAG)
+                         for m in group if m.nbytes]
+            MPI.Request.Waitall(reqs)
+            for m in group:
+                take_round(self.arena, m.base, m.nbytes + (8 * m.slots.shape[0] if header else 0),
+                           m.slots, self.where, self.off, self.length, m.learned, header)
+        bad = finish(self.sview, self.arena, self.where, self.off, self.length, self.rview,
+                     self.rc, self.rd, self.source)
+        self.learned = True
+        if bad >= 0:
+            got = int(self.length[int(np.flatnonzero(self.source == bad)[0])])
+            raise ValueError(f"bruck: rank {comm.rank} expects {int(self.rc[bad])} B from rank {bad}, "
+                             f"which sent {got} B (or the block lies outside the receive buffer)")
+
+    def _free_scratch(self) -> None:
+        self.sendbuf = np.empty(0, dtype=np.uint8)
+        self.arena = np.empty(0, dtype=np.uint8)
+        self.learned = False
+
+
+class Pairwise(_Rounds):
+    """Pairwise byte all-to-all on ``comm``: P-1 rounds, send to rank+k and receive from rank-k, wait.
+
+    One message per non-empty block, at most one in flight each way: no incast of a linear
+    phase, one latency per round. ``radix`` is accepted (and ignored) so both classes build alike.
+    """
+
+    def __init__(self, comm, sview, sc, sd, rview, rc, rd, big: bool = False, radix: int = 2):
+        self.fallback = None
+        if big:
+            self._fallback_init(comm, sview, sc, sd, rview, rc, rd)
+            return
+        self.comm, self.sview, self.rview = comm, sview, rview
+        self.sc, self.sd = np.array(sc, dtype=np.int64), np.array(sd, dtype=np.int64)
+        self.rc, self.rd = np.array(rc, dtype=np.int64), np.array(rd, dtype=np.int64)
+
+    def _exchange(self) -> None:
+        comm, p, q = self.comm, self.comm.size, self.comm.rank
+        sc, sd, rc, rd = self.sc, self.sd, self.rc, self.rd
+        if sc[q] != rc[q]:
+            raise ValueError(f"pairwise: rank {q} sends itself {int(sc[q])} B but expects {int(rc[q])} B")
+        self.rview[rd[q]:rd[q] + rc[q]] = self.sview[sd[q]:sd[q] + sc[q]]
+        for k in range(1, p):
+            dst, src = (q + k) % p, (q - k) % p
+            reqs = []
+            if rc[src]:
+                reqs.append(comm.Irecv([self.rview[rd[src]:rd[src] + rc[src]], MPI.BYTE], src, TAG))
+            if sc[dst]:
+                reqs.append(comm.Isend([self.sview[sd[dst]:sd[dst] + sc[dst]], MPI.BYTE], dst, TAG))
+            MPI.Request.Waitall(reqs)
