@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import secrets
 import zlib
+from functools import partial
 from typing import Optional
 
 import numpy as np
@@ -28,6 +29,7 @@ from mpi4py import MPI
 from . import transfer
 from ._agree import buffer_id, spec_unchanged
 from .agreement import Agreed, Agreement
+from .bruck import Bruck, Pairwise
 from .costmodel import CostModel
 from .errors import ExchangeError, HxmpiError, agree
 from .execute import MODE_SHM, ExchangeStats, FlatRun, HierPlan, HierRun, NodeWindow, Scratch
@@ -35,8 +37,12 @@ from .msgspec import Side, exclusive_cumsum, int_vector, parse_alltoall, parse_a
 from .plan import NODE_PHASES, Layout
 from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES, CacheEntry, PlanCache
 from .topology import Topology
+from .transfer import Transfer
 
-ALGORITHMS = ("flat", "hier", "auto")
+# "bruck": radix-k Bruck on the whole communicator (log rounds); "hier_pairwise", "hier_bruck": the
+# hierarchical exchange with a pairwise or a Bruck lane phase (``hxmpi/bruck.py``).
+ALGORITHMS = ("flat", "hier", "auto", "bruck", "hier_pairwise", "hier_bruck")
+_HIER = ("hier", "hier_pairwise", "hier_bruck")
 ENV_NODE_PHASE = "HXMPI_NODE_PHASE"
 _ALGO_CODE = {name: i for i, name in enumerate(ALGORITHMS)}
 _KIND_BITS = 20  # row kinds are agreed as a 20-bit code: its square summed over ranks fits in 64 bits
@@ -49,8 +55,10 @@ class PlanStateError(HxmpiError, RuntimeError):
 class HierComm:
     """All-to-all over a Topology: flat (one MPI_Alltoallv) or hierarchical (lanes, then nodes).
 
-    ``algorithm`` is "flat", "hier" or "auto" (per call overridable); "auto" asks the cost model,
-    read from ``tuning`` (a calibration file) or env HXMPI_TUNING, else built-in defaults.
+    ``algorithm`` is "flat", "hier", "auto", "bruck", "hier_pairwise" or "hier_bruck" (per call
+    overridable); "auto" asks the cost model, read from ``tuning`` (a calibration file) or env
+    HXMPI_TUNING, else built-in defaults, which of flat and hier is faster. ``radix`` (>= 2) is
+    the Bruck radix of "bruck" and "hier_bruck".
     ``node_phase`` is "auto" (shared memory where every node's ranks share memory), "shm" or "mpi";
     env HXMPI_NODE_PHASE sets it when not given. ``cache_entries`` and ``cache_bytes`` bound the
     agreed plan cache of one-shot calls (entries; bytes per rank; 0 entries turns it off).
@@ -61,13 +69,16 @@ class HierComm:
     def __init__(self, comm: MPI.Intracomm = MPI.COMM_WORLD, ranks_per_node: Optional[int] = None,
                  node_of=None, algorithm: str = "auto", topology: Optional[Topology] = None,
                  tuning: Optional[str] = None, node_phase: Optional[str] = None,
-                 cache_entries: int = DEFAULT_ENTRIES, cache_bytes: int = DEFAULT_BYTES):
+                 cache_entries: int = DEFAULT_ENTRIES, cache_bytes: int = DEFAULT_BYTES, radix: int = 2):
         # A bad name is agreed below, with the node phase: a rank raising here alone would leave
         # the others waiting in Topology's collectives.
         bad = None if algorithm in ALGORITHMS else f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
         if bad is None and (type(cache_entries) is not int or cache_entries < 0
                             or type(cache_bytes) is not int or cache_bytes < 0):
             bad = f"cache_entries and cache_bytes must be integers >= 0, got {cache_entries!r}, {cache_bytes!r}"
+        if bad is None and (type(radix) is not int or radix < 2):
+            bad = f"radix must be an integer >= 2, got {radix!r}"
+        self.radix = radix
         self.algorithm = algorithm
         self.topology = topology if topology is not None else Topology(comm, ranks_per_node, node_of)
         self.comm = self.topology.comm
@@ -111,9 +122,11 @@ class HierComm:
             shared = probe.size == self.topology.intra.size
             probe.Free()
         key = (secrets.randbits(64), secrets.randbits(64))
-        views = self.comm.allgather((requested, shared, problem, key))
+        views = self.comm.allgather((requested, shared, problem, key, self.radix))
         if problem is None and len({v[0] for v in views}) > 1:
             problem = f"node_phase {requested!r} differs between ranks"
+        if problem is None and len({v[4] for v in views}) > 1:
+            problem = f"radix {self.radix!r} differs between ranks"
         agree(self.comm, problem, ExchangeError)
         everywhere = all(v[1] for v in views)
         if requested == "shm" and not everywhere:
@@ -267,13 +280,9 @@ class HierComm:
                 if drop_after:
                     cache.drop(entry.slot)
             return
-        algo = ALGORITHMS[settings[0]]
-        if algo == "auto":  # from agreed numbers only, so every rank decides alike
-            algo = self._choose(agreed.mean_block(self.comm.size))
-        if not self._hier_possible:
-            algo = "flat"
+        algo = self._resolve(settings[0], agreed)
         fresh = CacheEntry(0, parts if cacheable else None, settings, algo, agreed.big, key=key or 0)
-        if algo == "hier":
+        if algo in _HIER:
             fresh.plan = self._hier_plan(s, r)
         self._cache_state = "miss" if cache.max_entries else "off"
         self._run_once(fresh, s, r)
@@ -302,6 +311,14 @@ class HierComm:
         self._run_once(entry, s, r)
         entry.bound = self._identity(s, r)
 
+    def _resolve(self, code: int, agreed: Agreed) -> str:
+        """The algorithm a call runs, from agreed numbers only: "auto" asks the cost model; the
+        hierarchical ones run flat where the layout has no hierarchy."""
+        algo = ALGORITHMS[code]
+        if algo == "auto":
+            algo = self._choose(agreed.mean_block(self.comm.size))
+        return "flat" if algo in _HIER and not self._hier_possible else algo
+
     def _identity(self, s: Side, r: Side) -> tuple:
         """What a bound run depends on: the caller's buffers and the scratch it was bound to."""
         return buffer_id(s.view, r.view) + (self._scratch.generation,
@@ -318,12 +335,17 @@ class HierComm:
         """A run of ``entry``'s plan on these buffers (one-shot scratch unless others are given)."""
         if entry.algorithm == "flat":
             return FlatRun(self.comm, s, r, entry.big, persistent, entry.settings[3])
+        if entry.algorithm == "bruck":
+            return FlatRun(self.comm, s, r, entry.big, persistent, exchange=partial(Bruck, radix=self.radix),
+                           name="bruck")
         plan, scratch = entry.plan, scratch or self._scratch
         window = window or self._window
         a = scratch.get("a", plan.a_bytes)
         buf = window.ensure(plan.buf_bytes) if plan.mode == MODE_SHM else scratch.get("b", plan.buf_bytes)
+        lanes = {"hier": Transfer, "hier_pairwise": Pairwise,
+                 "hier_bruck": partial(Bruck, radix=self.radix)}[entry.algorithm]
         return HierRun(plan, s, r, entry.big, self.topology.served_lanes, self.topology.intra, a, buf,
-                       window, persistent)
+                       window, persistent, lane_exchange=lanes, name=entry.algorithm)
 
     def _run_once(self, entry: CacheEntry, s: Side, r: Side) -> None:
         run = self._bind(entry, s, r, persistent=False)
@@ -340,12 +362,10 @@ class HierComm:
         s, r, problem = parse(sendbuf, recvbuf, self.comm.size)
         code = self._code(algorithm)
         agreed = self._agree_call(s, r, problem, code, algorithm, True, 0, False, 0, "")
-        algo = ALGORITHMS[code] if ALGORITHMS[code] != "auto" else self._choose(agreed.mean_block(self.comm.size))
-        if not self._hier_possible:
-            algo = "flat"
+        algo = self._resolve(code, agreed)
         entry = CacheEntry(0, None, (code, True, 0, uniform), algo, agreed.big)
         window = None
-        if algo == "hier":
+        if algo in _HIER:
             entry.plan = self._hier_plan(s, r)
             window = NodeWindow(self.topology.intra) if self._window else None
         # A request owns its scratch and window: it may be started while one-shot calls run.
@@ -373,12 +393,12 @@ class HierComm:
         if st is None:
             return {}
         t, me = self.topology, self.comm.rank
-        if st.algorithm == "flat":
+        if st.flat_counts is not None:
             counts = st.flat_counts
             live = counts > 0
             live[me] = False
             remote = live & (self._node_of != self._node_of[me])
-            return {"algorithm": "flat", "plan_cache": self._cache_state,
+            return {"algorithm": st.algorithm, "plan_cache": self._cache_state,
                     "flat": {"messages": int(live.sum()), "bytes": int(counts[live].sum())},
                     "inter_node": {"messages": int(remote.sum()), "bytes": int(counts[remote].sum())},
                     "copy_bytes": 0}
@@ -391,7 +411,7 @@ class HierComm:
             p2_out = st.node_sends.copy()
             p2_out[t.local_rank] = 0
             intra = {"messages": int(np.count_nonzero(p2_out)), "bytes": int(p2_out.sum())}
-        return {"algorithm": "hier", "plan_cache": self._cache_state, "node_phase": self.node_phase,
+        return {"algorithm": st.algorithm, "plan_cache": self._cache_state, "node_phase": self.node_phase,
                 "inter": inter, "intra": intra, "inter_node": dict(inter), "copy_bytes": int(st.copied)}
 
     def free(self) -> None:
@@ -458,7 +478,7 @@ class ExchangeRequest:
 
     @property
     def algorithm(self) -> str:
-        """The algorithm this request runs: "flat" or "hier"."""
+        """The algorithm this request runs (one of ``ALGORITHMS`` other than "auto")."""
         return self._run.stats.algorithm
 
     def Start(self) -> None:

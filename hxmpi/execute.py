@@ -139,11 +139,11 @@ class FlatRun:
     ``Pairwise``, e.g. through functools.partial)."""
 
     def __init__(self, comm: MPI.Intracomm, s: Side, r: Side, big: bool, persistent: bool,
-                 uniform: bool = False, exchange: Optional[Callable] = None):
+                 uniform: bool = False, exchange: Optional[Callable] = None, name: str = "flat"):
         make = exchange if exchange is not None else partial(Transfer, uniform=uniform)
         self.phase = _Phase(make(comm, s.view, s.counts, s.displs, r.view, r.counts, r.displs, big),
                             persistent)
-        self.stats = ExchangeStats("flat", flat_counts=s.counts)
+        self.stats = ExchangeStats(name, flat_counts=s.counts)
         self._request: Optional[MPI.Request] = None
 
     def start(self) -> None:
@@ -207,8 +207,9 @@ class HierPlan:
                   self.lane_rd, *self.p2, *(self.pack or ()), *(self.rep or ()), *(self.unp or ())]
         return sum(a.nbytes for a in arrays)
 
-    def stats(self) -> ExchangeStats:
-        return ExchangeStats("hier", node_bytes=self.node_bytes,
+    def stats(self, name: str = "hier") -> ExchangeStats:
+        """What a run of this plan moves, under the algorithm ``name``."""
+        return ExchangeStats(name, node_bytes=self.node_bytes,
                              node_sends=None if self.mode == MODE_SHM else self.p2[0], copied=self.copied)
 
 
@@ -224,7 +225,7 @@ class HierRun:
 
     def __init__(self, plan: HierPlan, s: Side, r: Side, big: bool, lanes, intra: MPI.Intracomm,
                  a: np.ndarray, buf: np.ndarray, window: Optional[NodeWindow], persistent: bool,
-                 lane_exchange: Callable = Transfer):
+                 lane_exchange: Callable = Transfer, name: str = "hier"):
         self.plan, self.s, self.r, self.a, self.buf, self.window = plan, s, r, a, buf, window
         send = a if plan.base < 0 else s.view
         self.lanes = []
@@ -237,7 +238,7 @@ class HierRun:
         if plan.mode != MODE_SHM:
             sc, sd, rc, rd = plan.p2
             self.node = _Phase(Transfer(intra, a, sc, sd, buf, rc, rd, big), persistent)
-        self.stats = plan.stats()
+        self.stats = plan.stats(name)
         self._requests: list = []
 
     def start(self) -> None:

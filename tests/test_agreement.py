@@ -239,3 +239,28 @@ def test_uniform_alltoall_runs_mpi_alltoall(comm, cached):
         comm.Alltoall(send, ref)
         assert recv.tobytes() == ref.tobytes()
     assert hc.last_stats["algorithm"] == "flat"
+
+
+@pytest.mark.parametrize("algorithm", ["bruck", "hier_pairwise", "hier_bruck"])
+@pytest.mark.parametrize("layout", ["irregular_3_3_1", "round_robin", "one_node"])
+def test_log_round_algorithms_one_shot_cached_and_persistent(comm, layout, algorithm):
+    """The log-round algorithms through HierComm: one-shot (miss, then cached), persistent, byte-exact."""
+    hc = HierComm(comm, **layouts(comm.size)[layout], node_phase="mpi", radix=3)
+    rng = np.random.default_rng(3 + comm.rank)
+    sc, rc, sbuf, ref = _case(comm, rng)
+    out = np.full_like(ref, np.nan)
+    for _ in range(3):
+        out.fill(np.nan)
+        hc.Alltoallv([sbuf, sc], [out, rc], algorithm=algorithm)
+        assert out.tobytes() == ref.tobytes()
+    possible = hc.topology.num_nodes > 1 and hc.topology.max_node_size > 1
+    want = algorithm if algorithm == "bruck" or possible else "flat"
+    assert hc.last_stats["algorithm"] == want and hc.last_stats["plan_cache"] == "hit"
+    with hc.Alltoallv_init([sbuf, sc], [out, rc], algorithm=algorithm) as req:
+        out.fill(np.nan)
+        req.Start()
+        req.Wait()
+        assert out.tobytes() == ref.tobytes() and req.algorithm == want
+    hc.free()
+    with pytest.raises(ExchangeError, match="radix"):
+        HierComm(comm, radix=2 + (comm.rank == 0 and comm.size > 1) if comm.size > 1 else 1)
