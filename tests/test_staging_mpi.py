@@ -186,7 +186,7 @@ def test_pretrain_below_target_switches_to_distributed_and_keeps_the_model(comm,
 def test_pretrain_reaching_target_stops(comm, growing_store):
     server, url, _ = growing_store
     first_read_small(comm, server)
-    t = Trainer(run_args(url, fresh_dir(comm), "--pretrain-time", "0.1", "--target-accuracy", "0.3",
+    t = Trainer(run_args(url, fresh_dir(comm), "--pretrain-time", "0.5", "--target-accuracy", "0.3",
                          "--epochs", "50", "--straggle", "0:0.005"), comm)
     summary = t.run()
     decision = next(e for e in t.events if e["event"] == "staging_decision")
