@@ -89,19 +89,20 @@ class Agreement:
             self._request.Free()
             self._request = None
 
-    def agree(self, problem: Optional[str], algo_code: int, validate: bool, kind: int, slot: int,
+    def agree(self, problem: Optional[str], call_code: int, validate: bool, kind: int, slot: int,
               same_buffers: bool, over_budget: bool, big: bool, send_bytes: int,
               sent: Optional[np.ndarray] = None, expected: Optional[np.ndarray] = None,
               kind_text: str = "") -> Agreed:
         """One Allreduce; raises ``ExchangeError`` on every rank when any rank's input or setting is bad.
 
-        ``kind``: a 20-bit code of the row kind (``alltoallv``), else 0; ``slot``: this rank's cached
+        ``call_code``: 2 * the algorithm's code + 1 for an Alltoall (0 for an Alltoallv), so that
+        both must match; ``kind``: a 20-bit code of the row kind (``alltoallv``), else 0; ``slot``: this rank's cached
         slot for the call, 0 if none; ``sent``/``expected``: byte counts to fingerprint (None: no
         pairwise check, as with ``validate=False`` or counts learned from their senders);
         ``kind_text`` describes the row kind for the error message.
         """
         rec, comm, size = self.record, self.comm, self.comm.size
-        fill_record(rec, bool(problem), big, algo_code, validate, kind, slot, same_buffers, over_budget,
+        fill_record(rec, bool(problem), big, call_code, validate, kind, slot, same_buffers, over_budget,
                     send_bytes, _KIB_CAP, sent, expected, comm.rank, self.key[0], self.key[1])
         sums, request = self._sums, self._request
         if request is not None:
@@ -116,22 +117,29 @@ class Agreement:
                 and _same(t[KIND], t[KIND_SQ], size)):
             bad = [name for name, at in (("algorithm", ALGO), ("validate", VALIDATE), ("row kind", KIND))
                    if not _same(t[at], t[at + 1], size)]
-            self._raise_settings(bad, algo_code, validate, kind_text)
+            self._raise_settings(bad, call_code, validate, kind_text)
         if t[FP_A] or t[FP_B]:
             raise_pair_mismatch(comm, sent, expected)
         hit = t[SLOT] > 0 and _same(t[SLOT], t[SLOT_SQ], size)
         return Agreed(t[BIG] > 0, slot if hit else 0, hit and t[SAME_BUFFERS] == size, t[OVER_BUDGET] > 0,
                       t[BYTES], t[BYTES_SQ])
 
-    def _raise_settings(self, bad: list, algo_code: int, validate: bool, kind_text: str) -> None:
+    def _raise_settings(self, bad: list, call_code: int, validate: bool, kind_text: str) -> None:
         """Second pass: name the differing settings, the same text on every rank."""
         from .exchange import ALGORITHMS  # the names of the codes; exchange imports this module
-        views = self.comm.allgather((algo_code, validate, kind_text))
+        views = self.comm.allgather((call_code, validate, kind_text))
         parts = []
-        if "algorithm" in bad:
-            names = sorted({repr(ALGORITHMS[a]) if 0 <= a < len(ALGORITHMS) else "an unknown name"
-                            for a, _, _ in views})
-            parts.append("algorithm differs between ranks (" + ", ".join(names) + ")")
+        if "algorithm" in bad:  # the code is 2 * algorithm + (1 for Alltoall, 0 for Alltoallv)
+            algos = {a // 2 for a, _, _ in views}
+            if len(algos) > 1:
+                names = sorted({repr(ALGORITHMS[a]) if 0 <= a < len(ALGORITHMS) else "an unknown name"
+                                for a in algos})
+                parts.append("algorithm differs between ranks (" + ", ".join(names) + ")")
+            else:
+                odd = next(r for r, v in enumerate(views) if v[0] != views[0][0])
+                kinds = ("Alltoallv", "Alltoall")
+                parts.append(f"rank {odd} calls {kinds[views[odd][0] % 2]} but rank 0 calls "
+                             f"{kinds[views[0][0] % 2]} (every rank must make the same call)")
         if "validate" in bad:
             parts.append("validate differs between ranks")
         if "row kind" in bad and not parts:

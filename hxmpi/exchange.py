@@ -232,7 +232,7 @@ class HierComm:
         return _ALGO_CODE.get(algorithm if algorithm is not None else self.algorithm, -1)
 
     def _agree_call(self, s: Side, r: Side, problem, code: int, algorithm, validate, slot: int, same: bool,
-                    kind: int, kind_text: str) -> Agreed:
+                    kind: int, kind_text: str, uniform: bool) -> Agreed:
         if problem is None and code < 0:
             problem = f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
         big = total = 0
@@ -241,7 +241,9 @@ class HierComm:
             extent = max(s.view.shape[0], r.view.shape[0])
             big = transfer.needs_big(extent, total, self.comm.size)
         check = validate and not problem
-        return self._agreement.agree(problem, code, validate, kind, slot, same, self.plan_cache.over_budget,
+        # The call's kind goes with the algorithm: an Alltoall never matches an Alltoallv.
+        return self._agreement.agree(problem, 2 * code + uniform, validate, kind, slot, same,
+                                     self.plan_cache.over_budget,
                                      big, total, s.counts if check else None, r.counts if check else None,
                                      kind_text)
 
@@ -266,7 +268,7 @@ class HierComm:
                     self._memo = _spec_memo(uniform, *specs, s, r)
         ident = self._identity(s, r) if entry is not None else None
         agreed = self._agree_call(s, r, problem, settings[0], algorithm, validate, entry.slot if entry else 0,
-                                  entry is not None and entry.bound == ident, kind, kind_text)
+                                  entry is not None and entry.bound == ident, kind, kind_text, uniform)
         self._tick += 1
         # Over budget somewhere: every rank drops its least recently used entry, or, when the entry
         # of this call is the only one, that entry after the call.
@@ -361,7 +363,7 @@ class HierComm:
     def _init(self, parse, uniform: bool, sendbuf, recvbuf, algorithm) -> "ExchangeRequest":
         s, r, problem = parse(sendbuf, recvbuf, self.comm.size)
         code = self._code(algorithm)
-        agreed = self._agree_call(s, r, problem, code, algorithm, True, 0, False, 0, "")
+        agreed = self._agree_call(s, r, problem, code, algorithm, True, 0, False, 0, "", uniform)
         algo = self._resolve(code, agreed)
         entry = CacheEntry(0, None, (code, True, 0, uniform), algo, agreed.big)
         window = None

@@ -264,3 +264,18 @@ def test_log_round_algorithms_one_shot_cached_and_persistent(comm, layout, algor
     hc.free()
     with pytest.raises(ExchangeError, match="radix"):
         HierComm(comm, radix=2 + (comm.rank == 0 and comm.size > 1) if comm.size > 1 else 1)
+
+
+def test_alltoall_on_one_rank_and_alltoallv_on_another_fails_everywhere(comm, cached):
+    """Flat Alltoall runs as MPI_Alltoall: a rank calling Alltoallv with the same bytes must not hang."""
+    if comm.size == 1:
+        pytest.skip("needs two ranks")
+    hc = _hc(cached, "one_node", "mpi")
+    send = np.zeros(2 * comm.size, np.uint8)
+    recv = np.zeros_like(send)
+    with pytest.raises(ExchangeError, match="rank 1 calls Alltoallv but rank 0 calls Alltoall"):
+        if comm.rank == 0:
+            hc.Alltoall(send, recv, algorithm="flat")
+        else:
+            hc.Alltoallv([send, np.full(comm.size, 2, np.int64)], [recv, np.full(comm.size, 2, np.int64)],
+                         algorithm="flat")
