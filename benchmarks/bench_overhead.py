@@ -6,6 +6,8 @@ Columns (us per call, mean over ranks, median of the rounds):
   bare           ``comm.Alltoallv`` on prebuilt specs
   bare-plan      a raw MPI persistent ``Alltoallv_init`` request, Start + Wait
   allreduce      the agreement alone: one ``Allreduce`` of 16 uint64
+  floor          what a repeated one-shot call cannot go below: a persistent ``Allreduce_init`` of
+                 16 uint64 and the raw persistent ``Alltoallv_init``, each Start + Wait
   flat-new       one-shot ``HierComm.Alltoallv`` (flat, validated), a new count pattern every call
                  (receive displacements shift through 32 patterns, more than the plan cache holds)
   flat-repeat    the same, one pattern and the same buffers every call (the plan cache hits)
@@ -32,7 +34,7 @@ import numpy as np
 import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
 from mpi4py import MPI
 
-COLUMNS = ("bare", "bare-plan", "allreduce", "flat-new", "flat-repeat", "flat-plan",
+COLUMNS = ("bare", "bare-plan", "allreduce", "floor", "flat-new", "flat-repeat", "flat-plan",
            "hier-new", "hier-repeat", "hier-plan")
 PATTERNS = 32
 
@@ -59,6 +61,7 @@ def main(argv=None) -> int:
     specs = ([sbuf, (cint, dint), MPI.BYTE], [rbuf, (cint, dint), MPI.BYTE])
     raw = comm.Alltoallv_init(*specs)
     record, sums = np.zeros(16, np.uint64), np.zeros(16, np.uint64)
+    agree_req = comm.Allreduce_init(record, sums, op=MPI.SUM)
     send_spec = [sbuf, (counts, displs), MPI.BYTE]
     plans = {a: hc.Alltoallv_init(send_spec, [rbuf, (counts, displs), MPI.BYTE], algorithm=a)
              for a in ("flat", "hier")}
@@ -72,6 +75,11 @@ def main(argv=None) -> int:
             raw.Wait()
         elif col == "allreduce":
             comm.Allreduce(record, sums, op=MPI.SUM)
+        elif col == "floor":
+            agree_req.Start()
+            agree_req.Wait()
+            raw.Start()
+            raw.Wait()
         elif col.endswith("-plan"):
             plans[col[:-5]].Start()
             plans[col[:-5]].Wait()
@@ -101,6 +109,7 @@ def main(argv=None) -> int:
     for plan in plans.values():
         plan.Free()
     raw.Free()
+    agree_req.Free()
     median = {c: float(np.median([r[c] for r in rounds])) for c in COLUMNS}
     m = median
     cpu_us = {"flat": m["flat-new"] - m["allreduce"] - m["bare"],

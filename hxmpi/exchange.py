@@ -97,6 +97,7 @@ class HierComm:
         #: the agreed plan cache of one-shot calls (``hxmpi/plancache.py``).
         self.plan_cache = PlanCache(cache_entries, cache_bytes)
         self._tick = 0  # one-shot calls so far: the same on every rank
+        self._misses = 0  # agreed misses since the last hit
         self._choices: dict[int, str] = {}
         self._stats: Optional[ExchangeStats] = None
         self._cache_state = "off"
@@ -275,6 +276,7 @@ class HierComm:
         drop_after = agreed.over_budget and not cache.evict_one(keep=agreed.slot)
         if agreed.slot:
             cache.touch(entry, self._tick)
+            self._misses = 0
             self._last_entry = (s, r, entry)
             try:
                 self._run_entry(entry, s, r, agreed.same_buffers)
@@ -288,7 +290,11 @@ class HierComm:
             fresh.plan = self._hier_plan(s, r)
         self._cache_state = "miss" if cache.max_entries else "off"
         self._run_once(fresh, s, r)
-        if cache.max_entries:  # on every rank at this agreed miss, findable or not
+        # A long run of misses (a new pattern every call) keeps only every 8th pattern: the cache's
+        # bookkeeping is then nearly free. Misses are agreed, so every rank skips the same ones.
+        self._misses += 1
+        keep = self._misses <= 2 * cache.max_entries or self._misses % 8 == 0
+        if cache.max_entries and keep:  # on every rank at this agreed miss, findable or not
             fresh.bound = self._identity(s, r)
             cache.insert(fresh, self._tick)
             self._last_entry = (s, r, fresh) if cacheable else None
