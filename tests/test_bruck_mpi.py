@@ -160,7 +160,7 @@ def test_hier_lane_phase_and_flat_runs(comm, layout, node_phase):
     from functools import partial
 
     from hxmpi import HierComm
-    from hxmpi.execute import FlatRun, HierRun, NodeWindow
+    from hxmpi.execute import FlatRun, HierPlan, HierRun, NodeWindow, Scratch
     from hxmpi.msgspec import Side
 
     hc = HierComm(comm, node_of=LAYOUTS[layout](comm.size), node_phase=node_phase)
@@ -176,13 +176,14 @@ def test_hier_lane_phase_and_flat_runs(comm, layout, node_phase):
                 s, r = Side(sview, sc, sd), Side(rview, rc, rd)
                 if flat:
                     run = FlatRun(hc.comm, s, r, False, persistent, exchange=kind)
-                elif persistent:
-                    own = {}
-                    scratch = lambda name, n: own.setdefault(name, np.empty(max(n, 1), np.uint8))  # noqa: E731
-                    window = NodeWindow(hc.topology.intra) if hc._window else None
-                    run = HierRun(hc, s, r, False, rc_node, True, scratch, window, lane_exchange=kind)
                 else:
-                    run = HierRun(hc, s, r, False, rc_node, False, hc._buffer, hc._window, lane_exchange=kind)
+                    plan = HierPlan(hc._planner, hc._mode, s, r, rc_node, comm.rank)
+                    scratch = Scratch() if persistent else hc._scratch
+                    window = (NodeWindow(hc.topology.intra) if persistent else hc._window) if hc._window else None
+                    a = scratch.get("a", plan.a_bytes)
+                    buf = window.ensure(plan.buf_bytes) if window is not None else scratch.get("b", plan.buf_bytes)
+                    run = HierRun(plan, s, r, False, hc.topology.served_lanes, hc.topology.intra, a, buf, window,
+                                  persistent, lane_exchange=kind)
                 for salt in ((0, 5, 9) if persistent else (0,)):
                     sview[:] = buffers(comm, counts, salt)[0]
                     if persistent:
