@@ -29,6 +29,8 @@ RANGES = {
     "b1": "in [0, 1]", "b2": "in [0, 1]", "threads": ">= 1",
     "straggler_threshold": "> 0", "policy_window": ">= 1", "max_staleness": ">= 1",
     "target_accuracy": "in [0, 1]", "stall_timeout": ">= 0",
+    # --- issue 21 (branch train) settings ---
+    "bucket_cap_mb": "> 0",
 }
 
 
@@ -104,6 +106,8 @@ class TrainConfig:
     threads: Optional[int] = None  # BLAS/OpenMP threads per rank; None: the host's cores / its ranks
     dtype: str = "float32"  # parameters, gradients and data: float32 or float64
     balance: str = "off"  # sync: split batches by rank speed: on | off | auto (when the rule finds stragglers)
+    # --- issue 21 (branch train) settings ---
+    bucket_cap_mb: float = 25.0  # MiB of dense gradient per Iallreduce bucket, posted during the backward pass
 
     @classmethod
     def from_namespace(cls, ns) -> "TrainConfig":
@@ -139,5 +143,5 @@ class TrainConfig:
     def update_config(self) -> UpdateConfig:
         """The update-policy settings."""
         return UpdateConfig(self.update, self.b1, self.b2, self.straggler_threshold, self.policy_window,
-                            self.max_staleness, self.straggle, self.stall_timeout, self.stall_abort,
-                            self.balance, self.batch_size)
+                            self.max_staleness, self.straggle, self.balance, self.batch_size,
+                            self.bucket_cap_mb)

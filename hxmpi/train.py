@@ -132,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "at least 1)")
     p.add_argument("--dtype", choices=DTYPES, default="float32",
                    help="floating-point type of parameters, gradients and data")
+    # --- issue 21 (branch train) flags ---
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                   help="sync mode: MiB of dense gradient per reduction bucket; buckets are formed in reverse "
+                        "layer order and each Iallreduce starts as soon as its layers' backward is done "
+                        "(DDP's bucket_cap_mb)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.add_argument("--version", action="version", version=f"hxmpi {__version__}")
     return p
