@@ -12,8 +12,12 @@ same way and then commits by renaming a new ``LATEST`` over the old one. A kill 
 leaves ``LATEST`` naming a complete checkpoint, the previous one until the rename, the new one
 after it. Then all but the newest ``keep`` complete checkpoints are deleted.
 
-Resuming takes the checkpoint ``LATEST`` names if it is complete, otherwise the newest complete
-one found (and says why). Any error on any rank (a missing, truncated or corrupt shard, a run
+Resuming takes the checkpoint ``LATEST`` names if it is complete (a shard of every rank of the
+run that wrote it, as its meta.json says), otherwise the newest complete one found (and says
+why), at any world size: the same size reads its own shard; another reads every shard and
+rebuilds its part (``reshard``: dense parameters are replicated, experts re-sharded). One live
+run holds a checkpoint directory (``hold``: an ``flock`` by rank 0, as ``data.lock`` does for
+cache directories); a second one is refused at start, naming the holder's pid. Any error on any rank (a missing, truncated or corrupt shard, a run
 that does not match, a full disk while saving) is agreed on and raised as ``CheckpointError`` on
 every rank, naming the file; a failed save leaves no temp file behind.
 """

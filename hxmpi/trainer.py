@@ -24,7 +24,6 @@ from .exchange import HierComm
 from .models import build_model
 from .models.base import softmax_xent
 from .optim import SGD, learning_rate
-from .policy import gradient_coefficient
 from .balance import moved_samples, redistribute
 from .runlog import RunLog, time_to_target
 from .stall import NoWatch, StallWatch, WatchedComm
@@ -228,7 +227,7 @@ class Trainer:
         # A window's exchange happens when it is drawn, for every rank alike: the whole epoch in
         # memory mode, one window of shards at a time when streaming.
         bad_step = None  # the first step whose loss was not finite on this rank
-        busy = np.array([self.updates.compute_s, self.updates.grad_wait_s, 0.0])  # subtracted below
+        busy = np.array([*self.updates.busy(), 0.0])  # subtracted below
         rounds_before = self.rounds
         windows = self._timed(self.watch.iterate(self.shuffle.epoch_windows(epoch), "shuffle exchange",
                                                  lambda: self.rounds))
@@ -272,7 +271,7 @@ class Trainer:
             stats[3] += min(stats[2] - processed_before, sum(len(p[1]) for p in parts))
             if expired:
                 break
-        busy = np.array([self.updates.compute_s, self.updates.grad_wait_s, self.exchange_s]) - busy
+        busy = np.array([*self.updates.busy(), self.exchange_s]) - busy
         self.exchange_s = 0.0
         elapsed = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
         self.comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
@@ -314,14 +313,8 @@ class Trainer:
         return moved_samples(current, target)
 
     def adjust_from_accuracy(self, accuracy: float) -> None:
-        """Scale the next epoch's steps from the accuracy gap and the slowest step time (the
-        gradient coefficient of docs/method.md)."""
-        times = self.updates.last_step_times or [1.0]
-        median = float(np.median(times))
-        coeff = gradient_coefficient(accuracy, self.cfg.target_accuracy, max(times), median)
-        self.updates.lr_factor = coeff
-        self._emit({"event": "gradient_adjustment", "accuracy": accuracy, "target": self.cfg.target_accuracy,
-                    "max_step_time_s": max(times), "median_step_time_s": median, "coefficient": coeff})
+        """Scale the next epoch's steps by the policy's gradient coefficient (docs/method.md)."""
+        self._emit(self.updates.adjust(accuracy, self.cfg.target_accuracy))
 
     def run(self, stop_at_accuracy: Optional[float] = None) -> dict:
         """Train all epochs, or until the first epoch whose test accuracy is at least
@@ -399,9 +392,7 @@ class Trainer:
                 self.switch_to_distributed(decision)
         topo = self.hc.topology
         per_s = (lambda n: n / train_time) if train_time else (lambda n: 0.0)
-        rates = self.comm.allgather(per_s(self.updates.local_samples))
-        max_round_steps = self.comm.allreduce(self.updates.max_round_steps, op=MPI.MAX)
-        round_steps = self.comm.allgather(self.updates.async_steps / max(self.updates.async_rounds, 1))
+        figures = self.updates.figures(train_time)
         summary = {"event": "summary", "test_accuracy": test_acc, "test_loss": test_loss,
                    "epochs": last, "samples_per_s": per_s(samples), "processed_samples_per_s": per_s(processed),
                    "world_size": self.size, "num_nodes": topo.num_nodes, "model": c.model, "dtype": c.dtype,
@@ -411,10 +402,7 @@ class Trainer:
                        **dict(zip(("time_to_target_s", "epoch_at_target"),
                                   time_to_target(epochs_run, c.target_accuracy)))}
                       if c.target_accuracy is not None else {}),
-                   "update": self.updates.mode, "policy_decisions": len(self.updates.decisions),
-                   "rebalances": sum(e["event"] == "rebalance" for e in self.events),
-                   "processed_samples_per_s_per_rank": rates, "max_round_steps": max_round_steps,
-                   "steps_per_async_round_per_rank": round_steps,
+                   **figures, "rebalances": sum(e["event"] == "rebalance" for e in self.events),
                    "time_to_first_batch_s": first_batch,
                    "step_breakdown_s": {k: float(np.mean([e["step_breakdown_s"][k] for e in epochs_run]))
                                         for k in BREAKDOWN} if epochs_run else {},

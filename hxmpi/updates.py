@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 from .errors import SettingError
 from .balance import proportional_counts
-from .policy import MODES, RoundDecision, decide
+from .policy import MODES, RoundDecision, decide, gradient_coefficient
 from .stall import WatchedComm
 
 class BucketReducer:
@@ -300,6 +300,28 @@ class UpdateEngine:
         self.emit(record)
         weights = None if self.balance_weights is None else tuple(self.balance_weights)
         return RoundDecision(mode, scale, weights, moved, record)
+
+    def busy(self) -> tuple[float, float]:
+        """This rank's seconds so far in compute and in waiting for gradient sums or averages."""
+        return self.compute_s, self.grad_wait_s
+
+    def adjust(self, accuracy: float, target: float) -> dict:
+        """Take the policy's gradient coefficient for the accuracy gap and the last window's
+        slowest step as the factor of every later step size; returns the record to log."""
+        times = self.last_step_times or [1.0]
+        median = float(np.median(times))
+        self.lr_factor = gradient_coefficient(accuracy, target, max(times), median)
+        return {"event": "gradient_adjustment", "accuracy": accuracy, "target": target,
+                "max_step_time_s": max(times), "median_step_time_s": median, "coefficient": self.lr_factor}
+
+    def figures(self, train_time: float) -> dict:
+        """The run's update figures for the summary (collective): mode, decisions, processed
+        samples/s per rank over ``train_time`` seconds, async round sizes."""
+        rate = self.local_samples / train_time if train_time else 0.0
+        return {"update": self.mode, "policy_decisions": len(self.decisions),
+                "processed_samples_per_s_per_rank": self.comm.allgather(rate),
+                "max_round_steps": self.comm.allreduce(self.max_round_steps, op=MPI.MAX),
+                "steps_per_async_round_per_rank": self.comm.allgather(self.async_steps / max(self.async_rounds, 1))}
 
     def state(self) -> dict:
         """The policy state a checkpoint carries (the same on every rank; JSON-ready)."""
