@@ -106,7 +106,11 @@ def main(argv=None) -> int:
         for straggler in ("none", f"x{args.factor:g}"):
             extra = [] if straggler == "none" else ["--straggle", f"{comm.size - 1}:x{args.factor:g}"]
             for name, flags in CONFIGS:
-                runs.setdefault(f"{name}/{straggler}", []).append(run_one(args, comm, flags + extra))
+                r = run_one(args, comm, flags + extra)
+                runs.setdefault(f"{name}/{straggler}", []).append(r)
+                if comm.rank == 0:  # progress, so that a long benchmark shows where it is
+                    print(f"# done {name}/{straggler}: epoch {r['epoch_time_s']:.2f} s, to target "
+                          f"{r['time_to_target_s']}", file=sys.stderr, flush=True)
     results = {key: median_run(rs) for key, rs in runs.items()}
     if comm.rank != 0:
         return 0
