@@ -40,6 +40,19 @@ class Decision:
         return {"event": "policy", **asdict(self)}
 
 
+@dataclass(frozen=True)
+class RoundDecision:
+    """What the update engine does from the next round on, returned to the trainer (the same on
+    every rank): the mode, the gradient scale, the balance weights (per-rank share weights of a
+    sync batch; None: even) and whether they changed, so that the steps left in the window must
+    be re-split (``rebalance``). ``record`` is the logged decision with its inputs."""
+    mode: str
+    grad_scale: float
+    balance_weights: Optional[tuple]
+    rebalance: bool
+    record: dict
+
+
 def auto_threshold(step_times: Sequence[float], factor: float = AUTO_THRESHOLD_FACTOR) -> float:
     """``factor`` times the lower median step time (seconds).
 

@@ -250,10 +250,14 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _S("log", str, None, "JSONL file: one record per epoch, then a summary (README: *Summary*)",
        metavar="FILE", default_text="none"),
     _S("checkpoint", str, None, "checkpoint after every epoch into DIR/epoch-NNNNNN/ (a shard per rank, then "
-       "meta.json), committed by renaming DIR/LATEST; DIR is checked writable before training", metavar="DIR",
+       "meta.json), committed by renaming DIR/LATEST; DIR is checked writable before training; one live run per directory: a "
+       "second run is refused at start, naming the holder's pid (README: *Failure behaviour*)", metavar="DIR",
        default_text="none"),
     _S("resume", bool, False, "continue from the newest complete checkpoint in --checkpoint (logged: which, and "
-       "why); the final parameters equal an uninterrupted run's"),
+       "why), at the world size it was written with or any other: dense parameters and momentum are replicated, "
+       "MoE experts re-sharded (--experts must divide by the new rank count), epoch, schedule step and policy "
+       "state (mode, gradient scale and coefficient; balance weights at the same size only) carried; the final "
+       "parameters equal an uninterrupted run's (tested 4 -> 2 -> 3 ranks, float64, sync, to 1e-6)"),
     _S("keep_checkpoints", int, 2, "complete checkpoints kept in --checkpoint (older epoch directories are "
        "deleted)", rule=">= 1", metavar="K"),
     _S("stop_after", int, None, "stop after this many epochs of this run (time-limited jobs), continue later "
@@ -280,6 +284,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        "speed, the gradient staying the global mean (README: *Load-balanced sync*); auto: once the rule finds stragglers and stays sync. Off unless asked, "
        "because the split then depends on timings, so runs are no longer bit-reproducible",
        choices="hxmpi.updates:BALANCE_MODES"),
+    _S("bucket_cap_mb", float, 25.0, "sync mode: MiB of dense gradient per reduction bucket; buckets are formed in "
+       "reverse layer order and each Iallreduce starts as soon as its layers' backward is done (DDP's "
+       "bucket_cap_mb)", rule="> 0", metavar="MIB"),
     # performance
     _S("threads", int, None, "BLAS/OpenMP threads per rank, applied to every pool with threadpoolctl; shown in "
        "the summary and by python -m hxmpi", rule=">= 1", default_text="host's usable cores / its ranks, at least 1"),

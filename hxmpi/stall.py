@@ -1,9 +1,8 @@
 """Stall watch: every blocking collective of a training run, on every rank (``--stall-timeout``).
 
-The trainer wraps each blocking collective it makes (the shuffle exchange, the gradient
-Allreduce, an async round's wait for the average, the policy gather, the end-of-epoch
-evaluation and checkpoint, the summary) in ``watch.waiting(label, step)``, and sets
-``watch.step`` as training moves on. Each rank counts the waits it has entered (every rank
+Every collective of a run goes through one ``WatchedComm`` (the trainer's communicator, and its
+HierComm's exchanges), which runs it inside ``watch.waiting(label, step)``: coverage holds by
+construction. The trainer sets ``watch.step`` as training moves on. Each rank counts the waits it has entered (every rank
 enters the same ones, in the same order); a heartbeat thread sends that count and the step to
 every other rank over a communicator of its own, promptly when a wait begins and every
 ``interval`` seconds otherwise. An async round's wait for the average happens only on ranks that
@@ -37,6 +36,25 @@ from .errors import SettingError
 HEARTBEAT_TAG = 7072
 ABORT_CODE = 3
 ABORT_GRACE_S = 5.0  # after MPI_Abort, exit anyway (an abort can hang while a host is cut off)
+
+
+SPIN_S = 200e-6   # a wait polls MPI this long before it starts sleeping between polls
+NAP_S = 50e-6     # sleep between polls after that
+
+
+def wait_politely(request) -> None:
+    """Wait for ``request`` without keeping a core busy for long.
+
+    Open MPI's own waits poll in a loop. Where ranks share cores (more ranks than cores, other
+    jobs, or two virtual CPUs on one physical core) a polling rank takes cycles from the ranks
+    still computing: on the 2-vCPU development VM a matmul ran 1.7x slower while the other
+    rank polled than while it slept. So poll for ``SPIN_S`` (short waits stay fast), then sleep
+    ``NAP_S`` between polls.
+    """
+    t0 = time.perf_counter()
+    while not request.Test():
+        if time.perf_counter() - t0 > SPIN_S:
+            time.sleep(NAP_S)
 
 
 class NoWatch:
@@ -96,6 +114,9 @@ class StallWatch(NoWatch):
     def waiting(self, label: str, step: int, counted: bool = True):
         """Mark a blocking collective named ``label`` at training step ``step``; ``counted=False``
         for a wait that only some ranks make."""
+        if self._where is not None:  # inside a wait already (a collective made while producing an
+            yield                    # item of ``iterate``): every rank nests alike, the outer one counts
+            return
         self.seq += counted
         self._waits += 1
         self._where = (label, step, time.monotonic(), self.seq if counted else step, counted, self._waits)
@@ -170,3 +191,89 @@ class StallWatch(NoWatch):
             timer.daemon = True
             timer.start()
             MPI.COMM_WORLD.Abort(ABORT_CODE)
+
+
+# The collectives of an MPI communicator and of a HierComm that a training run makes (blocking,
+# then nonblocking and persistent: they return requests whose Wait is watched).
+BLOCKING = frozenset({"allreduce", "Allreduce", "allgather", "Allgather", "Allgatherv", "bcast", "Bcast",
+                      "Barrier", "barrier", "gather", "Gather", "scatter", "Scatter", "reduce", "Reduce",
+                      "alltoall", "Alltoall", "alltoallv", "Alltoallv", "Reduce_scatter", "scan", "exscan"})
+NONBLOCKING = frozenset({"Iallreduce", "Iallgather", "Ibcast", "Ibarrier", "Ialltoall", "Ialltoallv",
+                         "Alltoallv_init"})
+
+
+class WatchedComm:
+    """``comm`` (an MPI intracommunicator or a ``HierComm``) with every collective inside the
+    run's stall watch, so that coverage holds by construction, not by wrapping call sites.
+
+    A blocking collective is one wait labelled with its name (``"allreduce"``); a nonblocking or
+    persistent one returns a ``WatchedRequest`` whose ``Wait`` is one (polite, see
+    ``wait_politely``). Every other attribute passes through, except a HierComm's ``comm``, which
+    comes watched too. ``watch`` (a ``StallWatch`` or the free ``NoWatch``) may be replaced while
+    the proxy is in use: the trainer sets it when a run starts. Never pass a proxy to MPI itself
+    (``HierComm(...)``, windows): give those the communicator it wraps, ``raw``.
+    """
+
+    def __init__(self, comm, watch: Optional[NoWatch] = None, owner: Optional["WatchedComm"] = None):
+        self.raw, self._owner = comm, owner
+        self._watch = watch or NoWatch()
+
+    @property
+    def watch(self) -> NoWatch:
+        """The stall watch in force (the owner's, for a HierComm's ``comm``)."""
+        return self._owner.watch if self._owner is not None else self._watch
+
+    @watch.setter
+    def watch(self, watch: NoWatch) -> None:
+        self._watch = watch
+
+    def __getattr__(self, name: str):
+        attr = getattr(self.raw, name)
+        if name in BLOCKING:
+            def blocking(*args, **kwargs):
+                with self.watch.waiting(name.lower(), self.watch.step):
+                    return attr(*args, **kwargs)
+            return blocking
+        if name in NONBLOCKING:
+            def nonblocking(*args, **kwargs):
+                return WatchedRequest(attr(*args, **kwargs), self, name.lower().lstrip("i").replace("_init", ""))
+            return nonblocking
+        if name == "comm" and not isinstance(self.raw, MPI.Comm):  # a HierComm's communicator
+            return WatchedComm(attr, owner=self)
+        return attr
+
+
+class WatchedRequest:
+    """A request of a ``WatchedComm``: ``Wait`` is a wait of the stall watch, ``Test`` and
+    ``Start`` (persistent requests) pass through."""
+
+    def __init__(self, request, comm: WatchedComm, label: str):
+        self.request, self._comm, self.label = request, comm, label
+
+    def Test(self) -> bool:
+        """Whether the operation is complete (progresses it)."""
+        return self.request.Test()
+
+    def Start(self) -> None:
+        """Start a persistent operation (inside the watch for a HierComm's, whose start may
+        already exchange)."""
+        if isinstance(self.request, MPI.Request):
+            self.request.Start()
+            return
+        watch = self._comm.watch
+        with watch.waiting(self.label, watch.step):
+            self.request.Start()
+
+    def Wait(self, counted: bool = True) -> None:
+        """Wait politely inside the watch; ``counted=False`` for a wait that only some ranks make
+        (an async round's, on the ranks that ran ahead)."""
+        watch = self._comm.watch
+        with watch.waiting(self.label, watch.step, counted=counted):
+            if isinstance(self.request, MPI.Request):
+                wait_politely(self.request)
+            else:  # a HierComm ExchangeRequest: its Wait runs the remaining stages
+                self.request.Wait()
+
+    def Free(self) -> None:
+        """Free a persistent request (collective for HierComm's)."""
+        self.request.Free()

@@ -1,8 +1,8 @@
 """``mpirun -np N python -m hxmpi.train``: data-parallel SGD over MPI on numpy models.
 
 Every epoch the training samples are reshuffled globally across ranks with ``HierComm.alltoallv``;
-dense gradients are averaged with one Allreduce per step; MoE experts are sharded over ranks and
-fed their tokens through the same hierarchical exchange. Rank 0 logs; every rank computes. The
+dense gradients are averaged in buckets posted during the backward pass (``--bucket-cap-mb``); MoE
+experts are sharded over ranks and fed their tokens through the same hierarchical exchange. Rank 0 logs; every rank computes. The
 method (exchange, staging, update policy) is described in docs/method.md.
 """
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Optional
 
 import numpy as np
 from mpi4py import MPI
@@ -23,14 +24,17 @@ from .exchange import HierComm
 from .models import build_model
 from .models.base import softmax_xent
 from .optim import SGD, learning_rate
-from .policy import gradient_coefficient
 from .balance import moved_samples, redistribute
 from .runlog import RunLog, time_to_target
-from .stall import NoWatch, StallWatch
+from .stall import NoWatch, StallWatch, WatchedComm
 from .threads import default_threads, limit_threads
 from .updates import UpdateEngine
 
 DTYPES = ("float32", "float64")
+# Where a step's time goes (seconds per step, mean over ranks): forward/backward and optimizer,
+# waiting for the gradient sums after the backward pass (or an async round's average), the
+# shuffle and rebalance exchanges, waiting for shards (streaming).
+BREAKDOWN = ("compute", "gradient_wait", "exchange", "data")
 
 
 class Trainer:
@@ -39,7 +43,12 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, comm: MPI.Intracomm):
         cfg.check()
-        self.cfg, self.comm = cfg, comm
+        self.cfg = cfg
+        # Every collective of the run goes through this proxy, and so runs inside the run's stall
+        # watch (--stall-timeout): the shuffle and rebalance exchanges (its HierComm), gradient
+        # buckets, the policy, evaluation, checkpoints and the summary. Only staging, which builds
+        # node windows on communicators of its own, gets the raw one.
+        self.comm = WatchedComm(comm)
         self.rank, self.size = comm.rank, comm.size
         if cfg.batch_size < self.size:
             raise SettingError("batch_size", f"{cfg.batch_size} is smaller than the {self.size} ranks: "
@@ -48,7 +57,7 @@ class Trainer:
         self.threads = cfg.threads or default_threads(comm)
         self.thread_pools = limit_threads(self.threads)
         self.dtype = np.dtype(cfg.dtype)
-        self.hc = HierComm(comm, ranks_per_node=cfg.ranks_per_node)
+        self.hc = WatchedComm(HierComm(comm, ranks_per_node=cfg.ranks_per_node), owner=self.comm)
         self.log = RunLog(cfg.log, self.rank, cfg.quiet)
         self.staging_info = None
         if cfg.dataset in DATASETS:
@@ -69,7 +78,7 @@ class Trainer:
                                  capacity_factor=cfg.capacity_factor, dtype=self.dtype)
         self.flat = self.model.flat
         self.shuffle = self._make_shuffle()
-        self.opt = SGD(self.flat, comm, cfg.lr, cfg.momentum, cfg.weight_decay, cfg.clip_norm)
+        self.opt = SGD(self.flat, self.comm, cfg.lr, cfg.momentum, cfg.weight_decay, cfg.clip_norm)
         steps = self.shuffle.steps(0)
         self.total_steps = sum(self.shuffle.steps(e) for e in range(cfg.epochs))
         self.warmup_steps = int(round(cfg.warmup_epochs * steps))
@@ -78,11 +87,13 @@ class Trainer:
         self.first_batch_s = None  # seconds from start-up to the first batch in hand (rank's own)
         self.pretrain_deadline = None
         self.rounds = 0  # global steps so far: sync steps or async rounds (drives the schedule)
-        self.updates = UpdateEngine(cfg.update_config(), comm, self.model, self.opt, emit=self._emit)
-        self.watch = NoWatch()  # run() watches its collectives with --stall-timeout (stall.StallWatch)
+        self.updates = UpdateEngine(cfg.update_config(), self.comm, self.model, self.opt, emit=self._emit)
+        self.watch = NoWatch()  # run() sets the stall watch of --stall-timeout (stall.StallWatch)
+        self.checkpoint_lock = None  # one live run per checkpoint directory, held until run() ends
         if cfg.checkpoint:  # found now, not after the first epoch
-            checkpoint.check_writable(cfg.checkpoint, comm)
+            self.checkpoint_lock = checkpoint.hold(cfg.checkpoint, comm)
         self.local_batch = max(1, cfg.batch_size // self.size)
+        self.exchange_s = 0.0  # this rank's seconds in shuffle and rebalance exchanges, this epoch
 
     @property
     def events(self) -> list[dict]:
@@ -96,7 +107,7 @@ class Trainer:
     def _stage(self, staging: StagingConfig, epochs: range) -> None:
         """Stage the store at ``cfg.dataset`` (collective): sets ``data`` and ``staging_info``."""
         topo = self.hc.topology
-        self.data, self.staging_info = stage(self.cfg.dataset, self.comm, topo.intra, topo.node, topo.num_nodes,
+        self.data, self.staging_info = stage(self.cfg.dataset, self.comm.raw, topo.intra, topo.node, topo.num_nodes,
                                              staging, self.cfg.seed, epochs)
 
     def _make_shuffle(self):
@@ -134,29 +145,40 @@ class Trainer:
 
     # ------------------------------------------------------------------ checkpoints
     def _meta(self) -> dict:
-        return checkpoint.run_meta(self.cfg, self.size, self.model, self.flat.params.size)
+        return checkpoint.run_meta(self.cfg, self.model)
 
     def save_checkpoint(self, epoch: int) -> None:
         """Checkpoint after ``epoch`` epochs into ``cfg.checkpoint`` (collective)."""
         checkpoint.save(self.cfg.checkpoint, self.comm,
                         {"params": self.flat.params, "velocity": self.opt.velocity,
                          "opt_steps": np.int64(self.opt.steps), "rounds": np.int64(self.rounds)},
-                        self._meta(), epoch, keep=self.cfg.keep_checkpoints)
+                        {**self._meta(), "policy": self.updates.state()}, epoch, keep=self.cfg.keep_checkpoints)
 
     def load_checkpoint(self) -> None:
-        """Restore parameters, momentum and progress from ``cfg.checkpoint``; a checkpoint of
+        """Restore parameters, momentum, progress and the policy's state from ``cfg.checkpoint``,
+        written at this or any other world size (MoE experts are re-sharded); a checkpoint of
         another run raises CheckpointError on every rank (collective)."""
-        shard, meta = checkpoint.load(self.cfg.checkpoint, self.comm, self._meta())
-        self.flat.params[:] = shard["params"]
-        self.opt.velocity[:] = shard["velocity"]
-        self.opt.steps = int(shard["opt_steps"])
-        self.rounds = int(shard["rounds"])
+        shards, meta = checkpoint.load(self.cfg.checkpoint, self.comm, self._meta())
+        saved = int(meta["world_size"])
+        if saved == self.size:
+            mine = shards[self.rank]
+            self.flat.params[:], self.opt.velocity[:] = mine["params"], mine["velocity"]
+        else:
+            experts = getattr(self.model, "E", None)
+            for key, target in (("params", self.flat.params), ("velocity", self.opt.velocity)):
+                target[:] = checkpoint.reshard(shards, self.flat, experts, saved, self.rank, self.size, key)
+            mine = shards[0]
+        self.opt.steps = int(mine["opt_steps"])
+        self.rounds = int(mine["rounds"])
+        if "policy" in meta:
+            self.updates.restore(meta["policy"])
         self.start_epoch = int(meta["epochs_done"])
+        moved = f", written by {saved} ranks" if saved != self.size else ""
         if self.rank == 0 and not self.cfg.quiet:
             print(f"resuming from {meta['checkpoint_dir']} ({meta['chosen_because']}), after epoch "
-                  f"{self.start_epoch}", file=sys.stderr, flush=True)
+                  f"{self.start_epoch}{moved}", file=sys.stderr, flush=True)
         self._emit({"event": "resume", "checkpoint": meta["checkpoint_dir"], "epochs_done": self.start_epoch,
-                    "chosen_because": meta["chosen_because"]})
+                    "chosen_because": meta["chosen_because"], "saved_world_size": saved})
         if self.data.train_stream is not None:
             self.data.train_stream.seek(self.start_epoch)
 
@@ -201,62 +223,76 @@ class Trainer:
         # A window's exchange happens when it is drawn, for every rank alike: the whole epoch in
         # memory mode, one window of shards at a time when streaming.
         bad_step = None  # the first step whose loss was not finite on this rank
-        for parts in self.watch.iterate(self.shuffle.epoch_windows(epoch), "shuffle exchange", lambda: self.rounds):
+        busy = np.array([*self.updates.busy(), 0.0])  # subtracted below
+        rounds_before = self.rounds
+        windows = self._timed(self.watch.iterate(self.shuffle.epoch_windows(epoch), "shuffle exchange",
+                                                 lambda: self.rounds))
+        for parts in windows:
             if self.first_batch_s is None:
                 self.first_batch_s = time.perf_counter() - self.t_start
             parts = list(parts)
             processed_before = stats[2]
             batches = self._local_batches(parts)
             if self.updates.balance_weights is not None:  # the shuffle dealt evenly: apply the split
-                with self.watch.waiting("rebalance", self.rounds):
-                    self._rebalance(parts, 0)
+                t_re = time.perf_counter()
+                self._rebalance(parts, 0)
+                self.exchange_s += time.perf_counter() - t_re
             s = 0
             while s < len(parts):
-                X, y, global_batch = parts[s]
                 if fail_at and tuple(fail_at) == (self.rank, self.rounds):
                     raise RuntimeError(f"injected failure (fail_at) at step {self.rounds}")
-                lr = self.lr_at(self.rounds)
-                if self.updates.mode == "sync":
-                    # Local sums scaled by 1/global batch: summed over ranks, the exact global mean.
-                    loss, correct = self.updates.sync_step(X, y, global_batch, lr, self.rounds)
-                    stats[:3] += (loss, correct, len(y))
-                else:
-                    loss, *_ = round_stats = self.updates.async_round(batches, lr)
-                    stats[:3] += round_stats
+                # Sync: local sums scaled by 1/global batch, summed over ranks: the exact global mean.
+                loss, *_ = step_stats = self.updates.step(parts[s], batches, self.lr_at(self.rounds))
+                stats[:3] += step_stats
                 if bad_step is None and not np.isfinite(loss):
                     bad_step = self.rounds
                 self.rounds += 1
                 self.watch.step = self.rounds
                 s += 1
-                self.updates.end_of_round(self.rounds, epoch)
-                if self.updates.balance_changed:  # the same on every rank: a collective decision
-                    self.updates.balance_changed = False
-                    with self.watch.waiting("rebalance", self.rounds):
-                        moved = self._rebalance(parts, s)
+                decision = self.updates.end_of_round(self.rounds, epoch)
+                if decision is not None and decision.rebalance:  # the same on every rank
+                    t_re = time.perf_counter()
+                    moved = self._rebalance(parts, s)
+                    self.exchange_s += time.perf_counter() - t_re
                     self._emit({"event": "rebalance", "epoch": epoch, "round": self.rounds,
                                 "counts": [int(c) for c in self.updates.shares(self.cfg.batch_size)],
-                                "weights": self.updates.balance_weights, "samples_moved": moved})
+                                "weights": decision.balance_weights, "samples_moved": moved})
                 if self.pretrain_deadline is not None:
                     # Rank 0's clock decides, so every rank leaves after the same step.
-                    with self.watch.waiting("pre-train clock", self.rounds):
-                        expired = self.comm.bcast(time.perf_counter() > self.pretrain_deadline if self.rank == 0
-                                                  else None, root=0)
+                    expired = self.comm.bcast(time.perf_counter() > self.pretrain_deadline if self.rank == 0
+                                              else None, root=0)
                     if expired:
                         break
             # Unique: at most this rank's share of the window (async re-reads it cyclically).
             stats[3] += min(stats[2] - processed_before, sum(len(p[1]) for p in parts))
             if expired:
                 break
-        with self.watch.waiting("end of epoch", self.rounds):
-            elapsed = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
-            self.comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
-            bad_step = self.comm.allreduce(np.inf if bad_step is None else bad_step, op=MPI.MIN)
+        busy = np.array([*self.updates.busy(), self.exchange_s]) - busy
+        self.exchange_s = 0.0
+        elapsed = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+        self.comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
+        self.comm.Allreduce(MPI.IN_PLACE, busy, op=MPI.SUM)
+        bad_step = self.comm.allreduce(np.inf if bad_step is None else bad_step, op=MPI.MIN)
         if np.isfinite(bad_step):  # the same on every rank: raised everywhere, the run ends with exit 1
             raise NonFiniteLoss(f"training loss is not finite in epoch {epoch + 1} at step {int(bad_step)} "
                                 f"(steps counted from the start of the run); lower lr or check the data")
         return {"train_loss": stats[0] / max(stats[2], 1), "train_accuracy": stats[1] / max(stats[2], 1),
                 "train_time_s": elapsed, "samples": int(stats[3]), "processed_samples": int(stats[2]),
+                "step_breakdown_s": dict(zip(("compute", "gradient_wait", "exchange"),
+                                             (busy / self.size / max(self.rounds - rounds_before, 1)).tolist())),
                 "update": self.updates.mode, **({"pretrain_expired": True} if expired else {})}
+
+    def _timed(self, windows):
+        """``windows`` with the time each takes to produce (its shuffle exchange, and in streaming
+        mode the wait for its shards) added to ``exchange_s``."""
+        it = iter(windows)
+        while True:
+            t0 = time.perf_counter()
+            parts = next(it, None)
+            self.exchange_s += time.perf_counter() - t0
+            if parts is None:
+                return
+            yield parts
 
     def _rebalance(self, parts: list, start: int) -> int:
         """Re-split steps ``parts[start:]`` over the ranks by the current balance (collective);
@@ -273,25 +309,28 @@ class Trainer:
         return moved_samples(current, target)
 
     def adjust_from_accuracy(self, accuracy: float) -> None:
-        """Scale the next epoch's steps from the accuracy gap and the slowest step time (the
-        gradient coefficient of docs/method.md)."""
-        times = self.updates.last_step_times or [1.0]
-        median = float(np.median(times))
-        coeff = gradient_coefficient(accuracy, self.cfg.target_accuracy, max(times), median)
-        self.updates.lr_factor = coeff
-        self._emit({"event": "gradient_adjustment", "accuracy": accuracy, "target": self.cfg.target_accuracy,
-                    "max_step_time_s": max(times), "median_step_time_s": median, "coefficient": coeff})
+        """Scale the next epoch's steps by the policy's gradient coefficient (docs/method.md)."""
+        self._emit(self.updates.adjust(accuracy, self.cfg.target_accuracy))
 
-    def run(self) -> dict:
-        """Train all epochs; returns the summary record (collective)."""
-        self.watch = self.updates.watch = StallWatch.for_run(self.comm, self.cfg.stall_timeout, self.cfg.stall_abort,
-                                                             self._emit)
+    def run(self, stop_at_accuracy: Optional[float] = None) -> dict:
+        """Train all epochs, or until the first epoch whose test accuracy is at least
+        ``stop_at_accuracy`` (benchmarks: time to target); returns the summary record (collective)."""
+        self.comm.watch = self.watch = StallWatch.for_run(self.comm.raw, self.cfg.stall_timeout,
+                                                          self.cfg.stall_abort, self._emit)
         try:
-            return self._run()
+            return self._run(stop_at_accuracy)
         finally:
             self.watch.close()
+            self.comm.watch = self.watch = NoWatch()
+            self.release()
 
-    def _run(self) -> dict:
+    def release(self) -> None:
+        """Let another run use this run's checkpoint directory (run() does it when it ends)."""
+        if self.checkpoint_lock is not None:
+            self.checkpoint_lock.release()
+            self.checkpoint_lock = None
+
+    def _run(self, stop_at_accuracy: Optional[float]) -> dict:
         c = self.cfg
         if self.staging_info:
             self._emit(self.staging_info)
@@ -312,12 +351,17 @@ class Trainer:
             train_time += m["train_time_s"]
             samples += m["samples"]
             processed += m["processed_samples"]
-            with self.watch.waiting("evaluation", self.rounds):
-                test_loss, test_acc = self.evaluate()
-                first_batch = self.comm.allreduce(self.first_batch_s or 0.0, op=MPI.MAX)  # slowest rank
+            test_loss, test_acc = self.evaluate()
+            first_batch = self.comm.allreduce(self.first_batch_s or 0.0, op=MPI.MAX)  # slowest rank
+            with self.watch.waiting("staging progress", self.rounds):  # the staging's own communicators
                 staged = self.staging_progress()
             if c.target_accuracy is not None:
                 self.adjust_from_accuracy(test_acc)
+            steps = max(self.shuffle.steps(epoch), 1)
+            # The exchange time includes waiting for shards (streaming): the breakdown shows it apart.
+            waited = (staged.get("data_wait_s", 0.0) - data_wait) / steps
+            m["step_breakdown_s"]["exchange"] = max(0.0, m["step_breakdown_s"]["exchange"] - waited)
+            m["step_breakdown_s"]["data"] = waited
             data_wait = staged.get("data_wait_s", 0.0)
             record = {"event": "epoch", "epoch": epoch + 1, **m, "test_loss": test_loss,
                       "test_accuracy": test_acc, "lr": self.updates.last_lr,
@@ -326,10 +370,12 @@ class Trainer:
                       **({"staging": staged, "data_wait_fraction": data_wait / train_time if train_time else 0.0}
                          if staged else {})}
             if c.checkpoint:
-                with self.watch.waiting("checkpoint", self.rounds):
-                    self.save_checkpoint(epoch + 1)
+                self.save_checkpoint(epoch + 1)
             self.log.epoch(record)
             epochs_run.append(record)
+            if stop_at_accuracy is not None and test_acc >= stop_at_accuracy:
+                stop_reason, last = f"test accuracy {test_acc:.4g} reached {stop_at_accuracy}", epoch + 1
+                break
             if m.get("pretrain_expired"):
                 self.pretrain_deadline = None
                 decision = {"event": "staging_decision", "epoch": epoch + 1, "accuracy": test_acc,
@@ -342,10 +388,7 @@ class Trainer:
                 self.switch_to_distributed(decision)
         topo = self.hc.topology
         per_s = (lambda n: n / train_time) if train_time else (lambda n: 0.0)
-        with self.watch.waiting("summary", self.rounds):
-            rates = self.comm.allgather(per_s(self.updates.local_samples))
-            max_round_steps = self.comm.allreduce(self.updates.max_round_steps, op=MPI.MAX)
-            round_steps = self.comm.allgather(self.updates.async_steps / max(self.updates.async_rounds, 1))
+        figures = self.updates.figures(train_time)
         summary = {"event": "summary", "test_accuracy": test_acc, "test_loss": test_loss,
                    "epochs": last, "samples_per_s": per_s(samples), "processed_samples_per_s": per_s(processed),
                    "world_size": self.size, "num_nodes": topo.num_nodes, "model": c.model, "dtype": c.dtype,
@@ -355,11 +398,10 @@ class Trainer:
                        **dict(zip(("time_to_target_s", "epoch_at_target"),
                                   time_to_target(epochs_run, c.target_accuracy)))}
                       if c.target_accuracy is not None else {}),
-                   "update": self.updates.mode, "policy_decisions": len(self.updates.decisions),
-                   "rebalances": sum(e["event"] == "rebalance" for e in self.events),
-                   "processed_samples_per_s_per_rank": rates, "max_round_steps": max_round_steps,
-                   "steps_per_async_round_per_rank": round_steps,
+                   **figures, "rebalances": sum(e["event"] == "rebalance" for e in self.events),
                    "time_to_first_batch_s": first_batch,
+                   "step_breakdown_s": {k: float(np.mean([e["step_breakdown_s"][k] for e in epochs_run]))
+                                        for k in BREAKDOWN} if epochs_run else {},
                    "data_wait_s": data_wait, "data_wait_fraction": data_wait / train_time if train_time else 0.0,
                    **({"stop_reason": stop_reason} if stop_reason else {})}
         self.data.close()

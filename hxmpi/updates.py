@@ -1,7 +1,8 @@
 """How parameters are updated across ranks: synchronous steps, asynchronous rounds, the policy loop.
 
-Synchronous: every step, one Allreduce of the dense gradients (the global mean), then the
-optimizer. Asynchronous (after the policy picks it, or ``--update async``): local SGD in rounds.
+Synchronous: every step, the dense gradients are summed over the ranks (the global mean) in
+buckets posted during the backward pass (``BucketReducer``), then the optimizer steps.
+Asynchronous (after the policy picks it, or ``--update async``): local SGD in rounds.
 At the start of a round a rank posts a nonblocking ``Iallreduce`` of its parameters and keeps
 taking local steps on its own data, testing the request after each step; when the average
 arrives it keeps its own progress since the snapshot on top of it
@@ -11,13 +12,12 @@ step of a round uses ``lr / j`` (staleness damping after Zhang et al., 2016). Ev
 exactly one ``Iallreduce`` per round and an epoch has a fixed number of rounds, so no rank waits
 for a collective another rank never starts.
 
-Every ``window`` rounds the ranks gather their mean compute time per step (the time in
+Every ``policy_window`` rounds the ranks gather their mean compute time per step (the time in
 forward/backward and the optimizer, not in communication) and apply ``policy.decide``; every
 rank gets the same numbers, so every rank takes the same decision, which is logged with its inputs.
 
-Stall detection (``stall_timeout`` > 0): every blocking collective here runs inside
-``watch.waiting`` of the run's ``stall.StallWatch`` (set by the trainer), which names the ranks
-missing from it after the timeout on every rank, and aborts the job if asked to.
+The engine gets the run's ``stall.WatchedComm``, so every collective here (buckets, async
+averages, the policy gather) is a wait of the run's stall watch without wrapping it here.
 """
 from __future__ import annotations
 
@@ -30,27 +30,58 @@ from mpi4py import MPI
 
 from .errors import SettingError
 from .balance import proportional_counts
-from .policy import decide
-from .settings import check_fields, default
-from .stall import NoWatch
+from .policy import RoundDecision, decide, gradient_coefficient
+from .settings import check, check_fields, default
+from .stall import WatchedComm
 
-SPIN_S = 200e-6   # a wait polls MPI this long before it starts sleeping between polls
-NAP_S = 50e-6     # sleep between polls after that
+class BucketReducer:
+    """Sums the dense gradient over the ranks in buckets, each posted as soon as it is complete.
 
-
-def wait_politely(request: MPI.Request) -> None:
-    """Wait for ``request`` without keeping a core busy for long.
-
-    Open MPI's own waits poll in a loop. Where ranks share cores (more ranks than cores, other
-    jobs, or two virtual CPUs on one physical core) a polling rank takes cycles from the ranks
-    still computing: on the 2-vCPU development VM a matmul ran 1.7x slower while the other
-    rank polled than while it slept. So poll for ``SPIN_S`` (short waits stay fast), then sleep
-    ``NAP_S`` between polls.
+    The model's ``grad_segments()`` (one per layer, in backward order) are grouped, in that order,
+    into buckets of at most ``cap_bytes`` (a segment larger than the cap is a bucket of its own),
+    as DDP groups parameters in reverse order into 25 MiB buckets. During the backward pass
+    ``segment_done(k)`` posts a bucket's ``Iallreduce`` once its last segment is done and tests
+    every bucket in flight, so MPI progresses them while the remaining layers compute; ``finish()``
+    waits for them. Every rank posts the same buckets in the same order, and the sums are the
+    same element for element as one Allreduce over the whole buffer.
     """
-    t0 = time.perf_counter()
-    while not request.Test():
-        if time.perf_counter() - t0 > SPIN_S:
-            time.sleep(NAP_S)
+
+    def __init__(self, grads: np.ndarray, comm: MPI.Intracomm, segments: list, cap_bytes: float):
+        check("bucket_cap_mb", cap_bytes / 2**20)  # the library's own callers: the one range check
+        self.grads, self.comm = grads, comm
+        self.buckets: list[tuple[int, int]] = []  # [lo, hi) of grads, in posting order
+        self.closing: dict[int, int] = {}  # segment index -> the bucket it completes
+        lo = hi = None
+        for k, (s_lo, s_hi) in enumerate(segments):
+            if lo is not None and (max(hi, s_hi) - min(lo, s_lo)) * grads.itemsize > cap_bytes:
+                self.buckets.append((lo, hi))
+                self.closing[k - 1] = len(self.buckets) - 1
+                lo = hi = None
+            lo, hi = (s_lo, s_hi) if lo is None else (min(lo, s_lo), max(hi, s_hi))
+        if lo is not None:
+            self.buckets.append((lo, hi))
+            self.closing[len(segments) - 1] = len(self.buckets) - 1
+        self._requests: list = []
+
+    def segment_done(self, k: int) -> None:
+        """Segment ``k`` of the backward pass is complete: post its bucket if it closes one, and
+        let MPI progress the buckets in flight."""
+        b = self.closing.get(k)
+        if b is not None:
+            lo, hi = self.buckets[b]
+            self._requests.append(self.comm.Iallreduce(MPI.IN_PLACE, self.grads[lo:hi], op=MPI.SUM))
+        for request in self._requests:
+            request.Test()
+
+    def finish(self) -> None:
+        """Post the buckets not posted yet (a model that never called ``segment_done``), then wait
+        for all of them."""
+        for b in range(len(self._requests), len(self.buckets)):
+            lo, hi = self.buckets[b]
+            self._requests.append(self.comm.Iallreduce(MPI.IN_PLACE, self.grads[lo:hi], op=MPI.SUM))
+        for request in self._requests:
+            request.Wait()
+        self._requests = []
 
 
 @dataclass(frozen=True)
@@ -79,6 +110,7 @@ class UpdateConfig:
     straggle: Straggle = field(default_factory=Straggle)
     balance: str = default("balance")                  # on | off | auto: split sync batches by rank speed
     batch_size: int = default("batch_size")            # global batch (samples): the reference for rebalancing
+    bucket_cap_mb: float = default("bucket_cap_mb")    # MiB per gradient bucket (DDP's default cap)
 
     def __post_init__(self):
         check_fields(self)
@@ -102,6 +134,7 @@ class UpdateEngine:
         if cfg.update == "async" and model.collective_steps:
             raise SettingError("update", f"async needs a model whose steps are local; "
                                          f"{type(model).__name__} steps are collective")
+        comm = comm if isinstance(comm, WatchedComm) else WatchedComm(comm)  # waits go through the watch
         self.cfg, self.comm, self.model, self.opt, self.emit = cfg, comm, model, opt, emit
         self.mode = "async" if cfg.update == "async" else "sync"
         self.grad_scale = 1.0
@@ -119,19 +152,20 @@ class UpdateEngine:
         self.async_steps = 0
         self.round_budget = cfg.max_staleness  # async: local steps before this rank waits for the average
         self.balance_weights = None       # sync: per-rank share weights of a batch; None: even
-        self.balance_changed = False      # set by a decision that changed the weights; the trainer clears it
         self._times_ema = None            # step times per rank, smoothed over the windows since the last split
         self.last_lr = 0.0                # the rate of this rank's last optimizer step
         self.decisions: list[dict] = []
-        self.watch = NoWatch()            # the run's stall watch (stall.StallWatch), set by the trainer
-        self.round = 0                    # rounds completed (for stall messages)
+        self.round = 0                    # rounds completed
+        self.reducer = BucketReducer(opt.flat.dense_grads, comm, model.grad_segments(), cfg.bucket_cap_mb * 2**20)
+        self.compute_s = 0.0              # this rank's seconds in forward/backward and the optimizer
+        self.grad_wait_s = 0.0            # ... waiting for the gradient sums (sync) or the average (async)
 
     # ------------------------------------------------------------------ steps
-    def _compute(self, X, y, scale: float):
+    def _compute(self, X, y, scale: float, segment_done=None):
         """Forward/backward (+ injected straggling), timed as compute."""
         t0 = time.perf_counter()
         self.opt.flat.grads[:] = 0.0
-        loss, correct = self.model.loss_and_grad(X, y, scale)
+        loss, correct = self.model.loss_and_grad(X, y, scale, segment_done)
         if self.slow:
             time.sleep(self.cfg.straggle.delay_s)
             self._stretch(t0)
@@ -150,15 +184,24 @@ class UpdateEngine:
         if self.cfg.straggle.factor != 1.0:
             time.sleep((self.cfg.straggle.factor - 1.0) * (time.perf_counter() - t0))
 
-    def sync_step(self, X, y, global_batch: int, lr: float, round_index: int) -> tuple[float, int]:
+    def step(self, part: tuple, batches: Iterator, lr: float) -> tuple[float, int, int]:
+        """The next global step in the mode in effect: a sync step on ``part`` (this rank's
+        (X, y, global batch) of the step), or an async round drawing local batches from
+        ``batches``; returns (summed loss, correct, samples processed) on this rank."""
+        if self.mode == "sync":
+            X, y, global_batch = part
+            return (*self.sync_step(X, y, global_batch, lr), len(y))
+        return self.async_round(batches, lr)
+
+    def sync_step(self, X, y, global_batch: int, lr: float) -> tuple[float, int]:
         """One synchronous step on this rank's share of a global batch."""
-        if self.model.collective_steps:  # the forward/backward exchanges tokens: a collective too
-            with self.watch.waiting("expert exchange", round_index):
-                loss, correct, compute = self._compute(X, y, 1.0 / max(global_batch, 1))
-        else:
-            loss, correct, compute = self._compute(X, y, 1.0 / max(global_batch, 1))
-        with self.watch.waiting("gradient allreduce", round_index):
-            wait_politely(self.comm.Iallreduce(MPI.IN_PLACE, self.opt.flat.dense_grads, op=MPI.SUM))
+        # A slowed rank (testing aid) posts its buckets after its injected delay, as a backward pass
+        # that is really that slow would: its gradients must not reach the others early.
+        done = None if self.slow else self.reducer.segment_done
+        loss, correct, compute = self._compute(X, y, 1.0 / max(global_batch, 1), done)
+        t0 = time.perf_counter()
+        self.reducer.finish()
+        self.grad_wait_s += time.perf_counter() - t0
         if self.grad_scale != 1.0:
             self.opt.flat.grads *= self.grad_scale
         compute += self._timed_step(lr * self.lr_factor)
@@ -187,8 +230,9 @@ class UpdateEngine:
             correct_sum += correct
             samples += len(y)
             if steps >= self.round_budget:
-                with self.watch.waiting("async average", self.round, counted=False):
-                    wait_politely(request)
+                t0 = time.perf_counter()
+                request.Wait(counted=False)  # only the ranks that ran ahead wait here
+                self.grad_wait_s += time.perf_counter() - t0
                 break
             if request.Test():
                 break
@@ -200,6 +244,7 @@ class UpdateEngine:
         return loss_sum, correct_sum, samples
 
     def _account(self, compute: float, samples: int, steps: int) -> None:
+        self.compute_s += compute
         self._window_time += compute
         self._window_steps += steps
         self._window_samples += samples
@@ -208,8 +253,9 @@ class UpdateEngine:
         self.local_samples += samples
 
     # ------------------------------------------------------------------ policy
-    def end_of_round(self, round_index: int, epoch: int) -> None:
-        """Every ``window`` rounds: gather compute times, decide, log (collective at those rounds).
+    def end_of_round(self, round_index: int, epoch: int) -> Optional[RoundDecision]:
+        """Every ``policy_window`` rounds: gather compute times, decide, log, and return the decision,
+        now in effect (collective at those rounds); None between decisions.
 
         Balancing (sync) gives each rank a share of a batch in proportion to its speed in the
         window, samples per second of compute. Step time is not proportional to samples (every
@@ -219,10 +265,9 @@ class UpdateEngine:
         """
         self.round = round_index
         if self._window_rounds < self.cfg.policy_window:
-            return
+            return None
         mine = (self._window_time, self._window_steps, self._window_samples)
-        with self.watch.waiting("policy gather", round_index):
-            gathered = np.array(self.comm.allgather(mine), dtype=np.float64)
+        gathered = np.array(self.comm.allgather(mine), dtype=np.float64)
         self._window_time, self._window_steps, self._window_samples, self._window_rounds = 0.0, 0, 0, 0
         seconds, steps, samples = gathered.T
         times = [float(t / max(k, 1.0)) for t, k in zip(seconds, steps)]
@@ -245,12 +290,48 @@ class UpdateEngine:
         was_on = self.balance_weights is not None
         balanced = mode == "sync" and (self.cfg.balance == "on" or (self.cfg.balance == "auto"
                                                                      and (decision.ratio > 0 or was_on)))
-        self._set_balance(balanced, times, samples / np.maximum(steps, 1.0))
+        moved = self._set_balance(balanced, times, samples / np.maximum(steps, 1.0))
         record["balance"] = "on" if self.balance_weights is not None else "off"
         if note:
             record["note"] = note
         self.decisions.append(record)
         self.emit(record)
+        weights = None if self.balance_weights is None else tuple(self.balance_weights)
+        return RoundDecision(mode, scale, weights, moved, record)
+
+    def busy(self) -> tuple[float, float]:
+        """This rank's seconds so far in compute and in waiting for gradient sums or averages."""
+        return self.compute_s, self.grad_wait_s
+
+    def adjust(self, accuracy: float, target: float) -> dict:
+        """Take the policy's gradient coefficient for the accuracy gap and the last window's
+        slowest step as the factor of every later step size; returns the record to log."""
+        times = self.last_step_times or [1.0]
+        median = float(np.median(times))
+        self.lr_factor = gradient_coefficient(accuracy, target, max(times), median)
+        return {"event": "gradient_adjustment", "accuracy": accuracy, "target": target,
+                "max_step_time_s": max(times), "median_step_time_s": median, "coefficient": self.lr_factor}
+
+    def figures(self, train_time: float) -> dict:
+        """The run's update figures for the summary (collective): mode, decisions, processed
+        samples/s per rank over ``train_time`` seconds, async round sizes."""
+        rate = self.local_samples / train_time if train_time else 0.0
+        return {"update": self.mode, "policy_decisions": len(self.decisions),
+                "processed_samples_per_s_per_rank": self.comm.allgather(rate),
+                "max_round_steps": self.comm.allreduce(self.max_round_steps, op=MPI.MAX),
+                "steps_per_async_round_per_rank": self.comm.allgather(self.async_steps / max(self.async_rounds, 1))}
+
+    def state(self) -> dict:
+        """The policy state a checkpoint carries (the same on every rank; JSON-ready)."""
+        return {"mode": self.mode, "grad_scale": self.grad_scale, "lr_factor": self.lr_factor,
+                "balance_weights": self.balance_weights, "world_size": self.comm.size}
+
+    def restore(self, state: dict) -> None:
+        """Continue from a checkpoint's ``state()``. Balance weights are per rank: at another world
+        size the split starts even again and the next decisions re-balance."""
+        self.mode, self.grad_scale, self.lr_factor = state["mode"], state["grad_scale"], state["lr_factor"]
+        if state.get("world_size") == self.comm.size:
+            self.balance_weights = state.get("balance_weights")
 
     def shares(self, batch: int) -> np.ndarray:
         """Samples per rank of a synchronous global batch of ``batch`` samples under the current
@@ -258,17 +339,17 @@ class UpdateEngine:
         weights = self.balance_weights if self.balance_weights is not None else [1.0] * self.comm.size
         return proportional_counts(weights, batch)
 
-    def _set_balance(self, on: bool, times: list[float], share: np.ndarray) -> None:
+    def _set_balance(self, on: bool, times: list[float], share: np.ndarray) -> bool:
         """Balancing ``on``: when the step times (smoothed over windows) are out of balance, give
         each rank ``share`` (its samples per step) times the median step time over its own, i.e.
-        its speed; off: back to even. Sets ``balance_changed`` if any rank's share of a batch moves."""
+        its speed; off: back to even. Returns whether any rank's share of a batch moved."""
         weights = None
         if on:
             t = np.asarray(times) if self._times_ema is None else 0.5 * self._times_ema + 0.5 * np.asarray(times)
             self._times_ema = t
             median = float(np.median(t))
             if t.min() <= 0 or t.max() <= (1 + REBALANCE_IMBALANCE) * median:
-                return  # balanced enough: keep the pieces where they are
+                return False  # balanced enough: keep the pieces where they are
             # A rank with no samples keeps the weight of one, so it can win some back.
             weights = [float(max(n, 1.0) * median / s) for n, s in zip(share, t)]
         reference = max(self.cfg.batch_size, self.comm.size)
@@ -277,6 +358,6 @@ class UpdateEngine:
         moved = np.abs(self.shares(reference) - before).max()
         if weights is not None and moved <= REBALANCE_SHIFT * reference / self.comm.size:
             self.balance_weights = old
-            return
+            return False
         self._times_ema = None  # times measured under the old split say nothing about the new one
-        self.balance_changed = moved > 0
+        return bool(moved > 0)

@@ -59,6 +59,8 @@ def rank_pid(sid, rank, deadline=60):
     (["--b1", "0.8", "--b2", "0.5"], "--b1 0.8 is above b2 (0.5)"),
     (["--retries", "-1"], "--retries must be >= 0, got -1"),
     (["--keep-checkpoints", "0"], "--keep-checkpoints must be >= 1, got 0"),
+    (["--bucket-cap-mb", "0"], "--bucket-cap-mb must be > 0, got 0.0"),
+    (["--bucket-cap-mb", "nan"], "--bucket-cap-mb must be > 0, got nan"),
 ])
 def test_numeric_flags_are_checked_when_parsed(flags, message):
     from hxmpi.errors import SettingError
@@ -138,7 +140,8 @@ def test_keep_checkpoints_and_resume_from_the_newest_complete(tmp_path):
     ckpt, log = tmp_path / "c", tmp_path / "log.jsonl"
     assert launch(2, *QUICK, "--epochs", "6", "--stop-after", "4", "--keep-checkpoints", "3",
                   "--checkpoint", str(ckpt)).returncode == 0
-    assert sorted(p.name for p in ckpt.iterdir()) == ["LATEST", "epoch-000002", "epoch-000003", "epoch-000004"]
+    assert sorted(p.name for p in ckpt.iterdir() if p.name != ".hxmpi.lock") == \
+        ["LATEST", "epoch-000002", "epoch-000003", "epoch-000004"]
     assert (ckpt / "LATEST").read_text() == "epoch-000004"
     # A checkpoint the pointer names but that lost a shard: the one before is taken, and logged.
     (ckpt / "epoch-000004" / "rank1.npz").unlink()
@@ -150,6 +153,63 @@ def test_keep_checkpoints_and_resume_from_the_newest_complete(tmp_path):
     resume = [json.loads(line) for line in log.read_text().splitlines() if '"resume"' in line]
     assert resume[0]["checkpoint"] == str(ckpt / "epoch-000003")
     assert [r["epoch"] for r in epochs_logged(log)] == [4, 5, 6]
+
+
+def final_params(ckpt: Path, hidden: int) -> np.ndarray:
+    """The dense parameters, then every expert's weights and every expert's biases (MoE), of the
+    newest checkpoint: the same layout at any world size."""
+    where = ckpt / (ckpt / "LATEST").read_text()
+    meta = json.loads((where / "meta.json").read_text())
+    params = [np.load(where / f"rank{r}.npz")["params"] for r in range(meta["world_size"])]
+    dense = meta["dense_params"]
+    local = (meta["experts"] or 0) // meta["world_size"]
+    weights = [p[dense:dense + local * hidden * hidden] for p in params]
+    biases = [p[dense + local * hidden * hidden:] for p in params]
+    return np.concatenate([params[0][:dense], *weights, *biases])
+
+
+@needs_mpirun
+@pytest.mark.watchdog(300)
+@pytest.mark.parametrize("model", ["mlp", "moe"])
+def test_resume_at_other_world_sizes_ends_at_the_uninterrupted_parameters(tmp_path, model):
+    """4 ranks for 2 epochs, 2 ranks for 2 more, 3 ranks for the last 2 (float64, sync): the final
+    parameters (MoE: experts re-sharded 3 -> 6 -> 4 per rank) equal an uninterrupted 4-rank run's."""
+    flags = [*QUICK, "--dtype", "float64", "--epochs", "6", "--model", model, "--hidden", "32"]
+    if model == "moe":  # no token dropped at any rank count (capacity is per rank)
+        flags += ["--experts", "12", "--capacity-factor", "1000"]
+    whole, parts = tmp_path / "whole", tmp_path / "parts"
+    assert launch(4, *flags, "--checkpoint", str(whole)).returncode == 0
+    log = tmp_path / "log.jsonl"
+    for n, resume in ((4, []), (2, ["--resume"]), (3, ["--resume"])):
+        proc = launch(n, *flags, "--checkpoint", str(parts), "--stop-after", "2", "--log", str(log), *resume)
+        assert proc.returncode == 0, proc.stderr
+    resumes = [json.loads(line) for line in log.read_text().splitlines() if '"resume"' in line]
+    assert [(r["epochs_done"], r["saved_world_size"]) for r in resumes] == [(2, 4), (4, 2)]
+    assert json.loads((parts / "epoch-000006" / "meta.json").read_text())["world_size"] == 3
+    np.testing.assert_allclose(final_params(parts, 32), final_params(whole, 32), rtol=1e-6, atol=1e-9)
+
+
+@needs_mpirun
+@pytest.mark.watchdog(120)
+def test_second_live_run_on_a_checkpoint_directory_is_refused(tmp_path):
+    ckpt = tmp_path / "c"
+    first = start(2, *QUICK, "--epochs", "100000", "--checkpoint", str(ckpt))
+    try:
+        deadline = time.time() + 60
+        while not (ckpt / ".hxmpi.lock").exists() or not (ckpt / ".hxmpi.lock").read_text().strip():
+            assert time.time() < deadline and first.poll() is None, "the first run did not start"
+            time.sleep(0.1)
+        holder = (ckpt / ".hxmpi.lock").read_text().strip()
+        proc = launch(2, *QUICK, "--epochs", "2", "--checkpoint", str(ckpt))
+        assert proc.returncode == 2
+        assert f"checkpoint directory {ckpt} is in use by a live run (pid {holder}); runs cannot share one: " \
+               f"give this run another checkpoint" in proc.stderr
+        assert first.poll() is None  # the first run goes on
+    finally:
+        kill_session(first.pid)
+        first.communicate(timeout=30)
+    # Once the holder is gone, even killed, the directory is free again.
+    assert launch(2, *QUICK, "--epochs", "1", "--checkpoint", str(ckpt)).returncode == 0
 
 
 @needs_mpirun

@@ -6,6 +6,7 @@ import pytest
 from mpi4py import MPI
 
 from hxmpi.exchange import HierComm
+from hxmpi.errors import SettingError
 from hxmpi.models import MoE
 from hxmpi.train import Trainer, parse_config
 
@@ -24,10 +25,48 @@ def test_same_loss_at_any_rank_count(comm, model):
         # Experts and capacity chosen so no token is dropped: capacity is per rank, so drops
         # would differ between rank counts by design.
         extra += ["--experts", str(comm.size * 2), "--capacity-factor", str(comm.size * 2 * 64)]
-    world = Trainer(args_for(*extra), comm).run()
+    # The world run reduces in buckets of a few KiB (one per layer, posted during the backward
+    # pass), the single one in one bucket: the sums must not depend on it.
+    world = Trainer(args_for(*extra, "--bucket-cap-mb", "0.001"), comm).run()
     single = Trainer(args_for(*extra), MPI.COMM_SELF).run()
     assert world["test_loss"] == pytest.approx(single["test_loss"], rel=1e-6)
     assert world["test_accuracy"] == pytest.approx(single["test_accuracy"], abs=1e-12)
+
+
+@pytest.mark.parametrize("cap_mb", [1e-4, 0.02, 25.0])
+def test_bucketed_reduction_equals_one_allreduce(comm, cap_mb):
+    """Buckets cover the dense gradient once, in backward order, within the cap (or one layer);
+    each is posted during the backward pass as soon as its last layer is done; the sums equal one
+    Allreduce over the whole buffer."""
+    from hxmpi.models import MLP
+    from hxmpi.updates import BucketReducer
+    model = MLP(64, 10, [48, 24], seed=0, dtype=np.float64)
+    segments = model.grad_segments()
+    reducer = BucketReducer(model.flat.dense_grads, comm, segments, cap_mb * 2**20)
+    covered = sorted(reducer.buckets)
+    assert covered[0][0] == 0 and covered[-1][1] == model.flat.dense_size
+    assert all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
+    assert [lo for lo, _ in reducer.buckets] == sorted((lo for lo, _ in reducer.buckets), reverse=True)
+    layer_bytes = [(hi - lo) * 8 for lo, hi in segments]
+    for lo, hi in reducer.buckets:
+        assert (hi - lo) * 8 <= cap_mb * 2**20 or (hi - lo) * 8 in layer_bytes
+    assert len(reducer.buckets) == {1e-4: 3, 0.02: 2, 25.0: 1}[cap_mb]
+    rng = np.random.default_rng(comm.rank)
+    X, y = rng.standard_normal((20, 64)), rng.integers(0, 10, 20)
+    posted = []
+    model.loss_and_grad(X, y, 0.5, lambda k: (reducer.segment_done(k), posted.append(len(reducer._requests))))
+    assert posted[0] == (1 if cap_mb == 1e-4 else 0)  # the last layer's bucket goes out at once
+    reducer.finish()
+    bucketed = model.flat.dense_grads.copy()
+    model.flat.grads[:] = 0
+    model.loss_and_grad(X, y, 0.5)
+    comm.Allreduce(MPI.IN_PLACE, model.flat.dense_grads, op=MPI.SUM)
+    np.testing.assert_allclose(bucketed, model.flat.dense_grads, rtol=1e-12, atol=1e-15)
+
+
+def test_bad_bucket_cap_is_refused(comm):
+    with pytest.raises(SettingError, match="bucket_cap_mb"):
+        Trainer(args_for("--bucket-cap-mb", "0"), comm)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -1,4 +1,4 @@
-"""One live run per node cache directory.
+"""One live run per node cache directory (and per checkpoint directory: ``hold_directory``).
 
 Two runs that share a ``--cache-dir`` would evict and adopt each other's shards (the cache deletes
 what its own run does not need), so hxmpi refuses a directory that a live run holds instead of
@@ -38,6 +38,12 @@ class CacheDirLock:
 
 def hold_cache_dir(directory) -> CacheDirLock:
     """Create ``directory`` if needed and hold it for this run; CacheDirBusy if a live run holds it."""
+    return hold_directory(directory, "cache directory", "cache_dir", CacheDirBusy)
+
+
+def hold_directory(directory, what: str, setting: str, error: type = CacheDirBusy) -> CacheDirLock:
+    """Create ``directory`` if needed and hold it for this run (``what`` names it in the error, and
+    the ``setting`` that chooses another); ``error`` naming the holder's pid if a live run holds it."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / LOCK_NAME
@@ -47,8 +53,8 @@ def hold_cache_dir(directory) -> CacheDirLock:
     except BlockingIOError:
         holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
         os.close(fd)
-        raise CacheDirBusy(f"cache directory {directory} is in use by a live run (pid {holder}); "
-                           f"runs cannot share one: give this run another cache_dir") from None
+        raise error(f"{what} {directory} is in use by a live run (pid {holder}); "
+                    f"runs cannot share one: give this run another {setting}") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return CacheDirLock(directory, fd)

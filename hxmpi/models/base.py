@@ -20,8 +20,10 @@ class FlatParams:
         self.params = np.zeros(int(sum(sizes)), dtype=dtype)
         self.grads = np.zeros_like(self.params)
         self.p, self.g = {}, {}
+        self.offsets: dict[str, tuple[int, int]] = {}  # name -> [lo, hi) in params and grads
         offset = 0
         for name, size in zip(self.names, sizes):
+            self.offsets[name] = (offset, offset + size)
             self.p[name] = self.params[offset:offset + size].reshape(all_shapes[name])
             self.g[name] = self.grads[offset:offset + size].reshape(all_shapes[name])
             offset += size

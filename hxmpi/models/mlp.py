@@ -1,7 +1,7 @@
 """Softmax regression and MLPs (ReLU hidden layers, softmax cross-entropy) on a flat buffer."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -34,8 +34,18 @@ class MLP:
                 h = np.maximum(h, 0.0)
         return h
 
-    def loss_and_grad(self, X: np.ndarray, y: np.ndarray, scale: float) -> tuple[float, int]:
-        """Add scale * d(sum of losses) to the gradients; return (summed loss, correct count)."""
+    def grad_segments(self) -> list[tuple[int, int]]:
+        """The dense gradient ranges [lo, hi) (elements of ``flat.grads``) that ``loss_and_grad``
+        completes one after another, in that order: one per layer, last layer first."""
+        bounds = self.flat.offsets
+        return [(bounds[f"W{i}"][0], bounds[f"b{i}"][1]) for i in reversed(range(self.layers))]
+
+    def loss_and_grad(self, X: np.ndarray, y: np.ndarray, scale: float,
+                      segment_done: Optional[Callable[[int], None]] = None) -> tuple[float, int]:
+        """Add scale * d(sum of losses) to the gradients; return (summed loss, correct count).
+
+        ``segment_done(k)`` is called as soon as the k-th range of ``grad_segments()`` holds its
+        final gradient, while the rest of the backward pass still runs (gradient reduction hooks)."""
         p, g = self.flat.p, self.flat.g
         acts = [X]
         for i in range(self.layers):
@@ -45,6 +55,8 @@ class MLP:
         for i in reversed(range(self.layers)):
             g[f"W{i}"] += acts[i].T @ delta
             g[f"b{i}"] += delta.sum(axis=0)
+            if segment_done is not None:
+                segment_done(self.layers - 1 - i)
             if i:
                 delta = (delta @ p[f"W{i}"].T) * (acts[i] > 0)
         return loss, correct

@@ -142,8 +142,14 @@ class MoE:
         f = self._forward(X)
         return f["y"] @ self.flat.p["W_out"] + self.flat.p["b_out"]
 
-    def loss_and_grad(self, X: np.ndarray, y: np.ndarray, scale: float) -> tuple[float, int]:
-        """Add scale * d(sum of losses) to the gradients (collective); return (summed loss, correct)."""
+    def grad_segments(self) -> list[tuple[int, int]]:
+        """One dense gradient range, complete only at the end of the backward pass (its token
+        exchanges are collectives of their own: the dense reduction is not overlapped with them)."""
+        return [(0, self.flat.dense_size)]
+
+    def loss_and_grad(self, X: np.ndarray, y: np.ndarray, scale: float, segment_done=None) -> tuple[float, int]:
+        """Add scale * d(sum of losses) to the gradients (collective); return (summed loss, correct);
+        ``segment_done(0)`` once the dense gradient is complete (see ``MLP.loss_and_grad``)."""
         p, g = self.flat.p, self.flat.g
         f = self._forward(X)
         loss, correct, dlogits = softmax_xent(f["y"] @ p["W_out"] + p["b_out"], y, scale)
@@ -178,4 +184,6 @@ class MoE:
         dz1 = dh * (f["z1"] > 0)
         g["W_in"] += X.T @ dz1
         g["b_in"] += dz1.sum(axis=0)
+        if segment_done is not None:
+            segment_done(0)
         return loss, correct
