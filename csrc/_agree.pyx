@@ -134,14 +134,11 @@ def fill_record(cnp.ndarray rec not None, bint problem, bint big, int64_t algo, 
     if kib > kib_cap:
         kib = kib_cap
     r[1] = big
-    r[2] = <uint64_t>algo
-    r[3] = <uint64_t>(algo * algo)
-    r[4] = validate
-    r[5] = validate
-    r[6] = <uint64_t>kind
-    r[7] = <uint64_t>(kind * kind)
-    r[8] = <uint64_t>slot
-    r[9] = <uint64_t>(slot * slot)
+    cdef int64_t settings[4]
+    settings[0], settings[1], settings[2], settings[3] = algo, validate, kind, slot
+    for p in range(4):  # each setting as (x, x^2): words 2..9
+        r[2 + 2 * p] = <uint64_t>settings[p]
+        r[3 + 2 * p] = <uint64_t>(settings[p] * settings[p])
     r[10] = same_buffers
     r[11] = over_budget
     r[12] = <uint64_t>send_bytes
