@@ -157,8 +157,8 @@ def stage_times(hc, send_spec, recv_spec, iterations: int) -> dict:
     stages = {"parse two new specs": lambda: parse_alltoallv(send_spec, recv_spec, size),
               "recognise unchanged specs": lambda: spec_unchanged((send_spec, recv_spec), *memo[1:5]),
               "plan-cache lookup": lambda: hc.plan_cache.lookup(parts, (0, True, 0, False)),
-              "agreement record": lambda: fill_record(rec, False, False, 0, True, 0, 1, True, False, s.total,
-                                                      1 << 20, s.counts, r.counts, comm.rank, 1, 2),
+              "agreement record": lambda: fill_record(rec, False, False, 0, True, 0, 1, True, False, 1 << 20,
+                                                      s.counts, r.counts, True, comm.rank, 1, 2),
               "bind + free flat run": lambda: FlatRun(comm, s, r, False, False).free()}
     if hc.layout.hier_possible:
         plan = HierPlan(hc.layout.planner(comm.rank), hc._mode, s, r, rc_node, comm.rank)

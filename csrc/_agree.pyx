@@ -109,19 +109,22 @@ def spec_unchanged(now, then, tuple checks, tuple dtypes, tuple writable):
 
 
 def fill_record(cnp.ndarray rec not None, bint problem, bint big, int64_t algo, bint validate,
-                int64_t kind, int64_t slot, bint same_buffers, bint over_budget, int64_t send_bytes,
-                int64_t kib_cap, sent, expected, Py_ssize_t me, uint64_t key_a, uint64_t key_b):
-    """Write one rank's agreement record (the words of ``hxmpi/agreement.py``): 16 uint64.
+                int64_t kind, int64_t slot, bint same_buffers, bint over_budget, int64_t kib_cap,
+                sent, expected, bint fingerprint, Py_ssize_t me, uint64_t key_a, uint64_t key_b):
+    """Write one rank's agreement record (the 16 uint64 words of ``hxmpi/agreement.py``).
 
-    ``sent``/``expected``: int64 byte counts to fingerprint into words 14 and 15, or None (no
-    pairwise check). Arrays are read through their data pointers: this is on every call's path.
+    ``sent``/``expected``: this rank's int64 send and receive byte counts (None only on a problem
+    rank). From them come the pattern words (send bytes, receive KiB squared, messages to other
+    ranks, the pairwise term) and, with ``fingerprint``, the two fingerprint lanes. Arrays are read
+    through their data pointers: this is on every call's path.
     """
-    cdef int64_t kib
     cdef uint64_t* r
     cdef const int64_t* s
     cdef const int64_t* e
-    cdef Py_ssize_t n, p
+    cdef Py_ssize_t n, p, d
     cdef uint64_t a = 0, b = 0, m = <uint64_t>me
+    cdef int64_t total = 0, received = 0, messages = 0, pairwise = 0, kib
+    cdef int64_t settings[4]
     if rec.dtype != np.uint64 or rec.shape[0] < 16 or not cnp.PyArray_IS_C_CONTIGUOUS(rec):
         raise ValueError("fill_record: the record must be 16 contiguous uint64")
     r = <uint64_t*>cnp.PyArray_DATA(rec)
@@ -130,30 +133,41 @@ def fill_record(cnp.ndarray rec not None, bint problem, bint big, int64_t algo, 
     if problem:
         r[0] = 1
         return
-    kib = send_bytes >> 10
-    if kib > kib_cap:
-        kib = kib_cap
-    r[1] = big
-    cdef int64_t settings[4]
-    settings[0], settings[1], settings[2], settings[3] = algo, validate, kind, slot
-    for p in range(4):  # each setting as (x, x^2): words 2..9
-        r[2 + 2 * p] = <uint64_t>settings[p]
-        r[3 + 2 * p] = <uint64_t>(settings[p] * settings[p])
-    r[10] = same_buffers
-    r[11] = over_budget
-    r[12] = <uint64_t>send_bytes
-    r[13] = <uint64_t>(kib * kib)
-    if sent is None:
-        return
     n = _int64_data(sent, &s)
     if _int64_data(expected, &e) != n:
         raise ValueError("fill_record: sent and expected differ in length")
+    if not 0 <= me < n:
+        raise ValueError(f"fill_record: rank {me} outside the {n} counts")
     with nogil:
         for p in range(n):
-            a += _pair_hash(key_a, m, <uint64_t>p, <uint64_t>s[p])
-            a -= _pair_hash(key_a, <uint64_t>p, m, <uint64_t>e[p])
-            b += _pair_hash(key_b, m, <uint64_t>p, <uint64_t>s[p])
-            b -= _pair_hash(key_b, <uint64_t>p, m, <uint64_t>e[p])
+            total += s[p]
+            received += e[p]
+            if p != me and s[p] > 0:
+                messages += 1
+        for p in range(1, n):  # pairwise round p: send to me + p, receive from me - p
+            d = (me - p + n) % n
+            pairwise += s[(me + p) % n] if s[(me + p) % n] > e[d] else e[d]
+        if fingerprint:
+            for p in range(n):
+                a += _pair_hash(key_a, m, <uint64_t>p, <uint64_t>s[p])
+                a -= _pair_hash(key_a, <uint64_t>p, m, <uint64_t>e[p])
+                b += _pair_hash(key_b, m, <uint64_t>p, <uint64_t>s[p])
+                b -= _pair_hash(key_b, <uint64_t>p, m, <uint64_t>e[p])
+    kib = received >> 10
+    if kib > kib_cap:
+        kib = kib_cap
+    r[0] = (<uint64_t>big) << 32  # the problem count is the low half
+    r[1] = validate  # 0 or 1: the same everywhere exactly when the sum is 0 or P
+    settings[0], settings[1], settings[2] = algo, kind, slot
+    for p in range(3):  # algorithm, row kind, slot as (x, x^2): words 2..7
+        r[2 + 2 * p] = <uint64_t>settings[p]
+        r[3 + 2 * p] = <uint64_t>(settings[p] * settings[p])
+    r[8] = same_buffers
+    r[9] = over_budget
+    r[10] = <uint64_t>total
+    r[11] = <uint64_t>(kib * kib)
+    r[12] = <uint64_t>messages
+    r[13] = <uint64_t>pairwise
     r[14] = a
     r[15] = b
 

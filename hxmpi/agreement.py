@@ -5,13 +5,17 @@ per-call settings match, does any count need the large-count path, do senders an
 every pair of counts, and may every rank run a cached plan. One ``MPI_Allreduce(SUM)`` of a fixed
 record settles all of it:
 
-  problems      number of ranks with a bad spec (then a second, diagnostic pass names them)
-  big           number of ranks whose counts or displacements may pass a C int in some phase
-  setting, its square   for the algorithm code, the validate flag, the row kind (``alltoallv``) and
-                the cache slot: all ranks passed the same value exactly when P * sum(x^2) == sum(x)^2
+  flags         number of ranks with a bad spec (then a second, diagnostic pass names them), plus
+                2**32 times the number of ranks whose counts or displacements may pass a C int in
+                some phase (the large-count path)
+  validate      ranks that validate: the same everywhere exactly when the sum is 0 or P
+  setting, its square   for the algorithm code, the row kind (``alltoallv``) and the cache slot:
+                all ranks passed the same value exactly when P * sum(x^2) == sum(x)^2
   same_buffers  ranks whose cached run is still bound to this call's buffers
   over_budget   ranks whose plan cache holds more than its byte budget
-  bytes, bytes_sq  sum of every rank's send bytes, and of their squares in KiB (the skew of the call)
+  pattern       what ``algorithm="auto"`` prices (``costmodel.Pattern``): send bytes; the squares
+                of each rank's receive KiB (the skew); non-empty blocks to other ranks; and each
+                rank's pairwise term, sum over k of max(bytes to rank + k, bytes from rank - k)
   fingerprint   two lanes of a keyed hash of (source, destination, bytes), added by the sender and
                 subtracted by the receiver (``csrc/_agree.pyx``): zero exactly when every pair
                 agrees, up to a 2**-128 collision
@@ -27,12 +31,13 @@ import numpy as np
 from mpi4py import MPI
 
 from ._agree import fill_record
+from .costmodel import KIB_CAP, Pattern
 from .errors import ExchangeError, raise_gathered
 
 WORDS = 16
-(PROBLEMS, BIG, ALGO, ALGO_SQ, VALIDATE, VALIDATE_SQ, KIND, KIND_SQ, SLOT, SLOT_SQ, SAME_BUFFERS,
- OVER_BUDGET, BYTES, BYTES_SQ, FP_A, FP_B) = range(WORDS)
-_KIB_CAP = (1 << 21) - 1  # per-rank KiB are capped so that P * cap**2 stays below 2**64 up to 2**22 ranks
+(FLAGS, VALIDATE, ALGO, ALGO_SQ, KIND, KIND_SQ, SLOT, SLOT_SQ, SAME_BUFFERS, OVER_BUDGET, BYTES,
+ RECV_KIB_SQ, MESSAGES, PAIRWISE, FP_A, FP_B) = range(WORDS)
+_LOW = (1 << 32) - 1  # the problem count's half of FLAGS
 
 
 class Agreed:
@@ -41,25 +46,27 @@ class Agreed:
     ``big``: the large-count path (Alltoallw) for every phase; ``slot``: the cache slot every rank
     hit, 0 where any rank missed; ``same_buffers``: every rank's cached run is bound to this call's
     buffers; ``over_budget``: some rank's cache is over its byte budget (evict one entry);
-    ``total_bytes``: bytes sent, summed over every rank; ``rank_kib_sq``: sum over ranks of (send
-    KiB)^2, capped (the call's skew).
+    ``total_bytes``: bytes sent, summed over every rank; ``recv_kib_sq``: sum over ranks of
+    (receive KiB)^2, each capped; ``messages``: non-empty blocks to other ranks, summed;
+    ``pairwise_bytes``: the sum of every rank's pairwise term (see the module docstring).
     """
-    __slots__ = ("big", "slot", "same_buffers", "over_budget", "total_bytes", "rank_kib_sq")
+    __slots__ = ("big", "slot", "same_buffers", "over_budget", "total_bytes", "recv_kib_sq", "messages",
+                 "pairwise_bytes")
 
     def __init__(self, big: bool, slot: int, same_buffers: bool, over_budget: bool, total_bytes: int,
-                 rank_kib_sq: int):
+                 recv_kib_sq: int = 0, messages: int = 0, pairwise_bytes: int = 0):
         self.big, self.slot, self.same_buffers, self.over_budget = big, slot, same_buffers, over_budget
-        self.total_bytes, self.rank_kib_sq = total_bytes, rank_kib_sq
+        self.total_bytes, self.recv_kib_sq = total_bytes, recv_kib_sq
+        self.messages, self.pairwise_bytes = messages, pairwise_bytes
 
     def mean_block(self, size: int) -> int:
         """Mean block of the call in bytes (total bytes / P^2)."""
         return self.total_bytes // max(size * size, 1)
 
-    def largest_rank_bytes(self, size: int) -> int:
-        """An estimate of the largest rank's send bytes from the first two moments (bytes)."""
-        mean = self.total_bytes / max(size, 1)
-        var = max(self.rank_kib_sq * 1048576.0 / max(size, 1) - mean * mean, 0.0)
-        return int(min(mean + var ** 0.5 * max(size - 1, 0) ** 0.5, self.total_bytes))
+    def pattern(self, size: int, uniform: bool) -> Pattern:
+        """The call's count pattern as the cost model sees it (``uniform``: an ``Alltoall``)."""
+        return Pattern(size, float(self.total_bytes), float(self.messages), float(self.recv_kib_sq),
+                       uniform, float(self.pairwise_bytes))
 
 
 def _same(total: int, squares: int, size: int) -> bool:
@@ -90,20 +97,21 @@ class Agreement:
             self._request = None
 
     def agree(self, problem: Optional[str], call_code: int, validate: bool, kind: int, slot: int,
-              same_buffers: bool, over_budget: bool, big: bool, send_bytes: int,
-              sent: Optional[np.ndarray] = None, expected: Optional[np.ndarray] = None,
+              same_buffers: bool, over_budget: bool, big: bool, sent: Optional[np.ndarray] = None,
+              expected: Optional[np.ndarray] = None, fingerprint: bool = True,
               kind_text: str = "") -> Agreed:
         """One Allreduce; raises ``ExchangeError`` on every rank when any rank's input or setting is bad.
 
         ``call_code``: 2 * the algorithm's code + 1 for an Alltoall (0 for an Alltoallv), so that
-        both must match; ``kind``: a 20-bit code of the row kind (``alltoallv``), else 0; ``slot``: this rank's cached
-        slot for the call, 0 if none; ``sent``/``expected``: byte counts to fingerprint (None: no
-        pairwise check, as with ``validate=False`` or counts learned from their senders);
+        both must match; ``kind``: a 20-bit code of the row kind (``alltoallv``), else 0; ``slot``:
+        this rank's cached slot for the call, 0 if none; ``sent``/``expected``: this rank's int64
+        send and receive byte counts (None only with a ``problem``); ``fingerprint``: check every
+        pair of them (not with ``validate=False``, nor for counts learned from their senders);
         ``kind_text`` describes the row kind for the error message.
         """
         rec, comm, size = self.record, self.comm, self.comm.size
         fill_record(rec, bool(problem), big, call_code, validate, kind, slot, same_buffers, over_budget,
-                    send_bytes, _KIB_CAP, sent, expected, comm.rank, self.key[0], self.key[1])
+                    KIB_CAP, sent, expected, fingerprint, comm.rank, self.key[0], self.key[1])
         sums, request = self._sums, self._request
         if request is not None:
             request.Start()
@@ -111,18 +119,18 @@ class Agreement:
         else:
             comm.Allreduce(rec, sums, op=MPI.SUM)
         t = sums.tolist()
-        if t[PROBLEMS]:
+        if t[FLAGS] & _LOW:
             raise_gathered(comm, problem, ExchangeError)
-        if not (_same(t[ALGO], t[ALGO_SQ], size) and _same(t[VALIDATE], t[VALIDATE_SQ], size)
-                and _same(t[KIND], t[KIND_SQ], size)):
-            bad = [name for name, at in (("algorithm", ALGO), ("validate", VALIDATE), ("row kind", KIND))
-                   if not _same(t[at], t[at + 1], size)]
+        validate_same = t[VALIDATE] in (0, size)
+        if not (_same(t[ALGO], t[ALGO_SQ], size) and validate_same and _same(t[KIND], t[KIND_SQ], size)):
+            bad = [name for name, at in (("algorithm", ALGO), ("row kind", KIND))
+                   if not _same(t[at], t[at + 1], size)] + ([] if validate_same else ["validate"])
             self._raise_settings(bad, call_code, validate, kind_text)
         if t[FP_A] or t[FP_B]:
             raise_pair_mismatch(comm, sent, expected)
         hit = t[SLOT] > 0 and _same(t[SLOT], t[SLOT_SQ], size)
-        return Agreed(t[BIG] > 0, slot if hit else 0, hit and t[SAME_BUFFERS] == size, t[OVER_BUDGET] > 0,
-                      t[BYTES], t[BYTES_SQ])
+        return Agreed(t[FLAGS] > _LOW, slot if hit else 0, hit and t[SAME_BUFFERS] == size, t[OVER_BUDGET] > 0,
+                      t[BYTES], t[RECV_KIB_SQ], t[MESSAGES], t[PAIRWISE])
 
     def _raise_settings(self, bad: list, call_code: int, validate: bool, kind_text: str) -> None:
         """Second pass: name the differing settings, the same text on every rank."""

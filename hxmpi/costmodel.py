@@ -204,6 +204,8 @@ CALL_ALGORITHMS = ("flat", "bruck", "hier", "hier_pairwise", "hier_bruck", "allt
 #: Radices ``choose_call`` tries for the Bruck algorithms.
 RADICES = (2, 3, 4, 8, 16, 32)
 AGREEMENT_BYTES = 128   # issue 20: one SUM Allreduce of 16 uint64
+#: The agreement's cap on a rank's receive KiB (2 GiB): P * cap**2 stays below 2**64 up to 2**22 ranks.
+KIB_CAP = (1 << 21) - 1
 HEADER_BYTES = 8        # a Bruck length header entry (first run)
 
 
@@ -226,13 +228,14 @@ class Pattern:
     pairwise_bytes: Optional[float] = None
 
     @classmethod
-    def from_counts(cls, counts: np.ndarray) -> "Pattern":
-        """The agreed sums of a (P, P) bytes matrix (what a real call would agree on)."""
+    def from_counts(cls, counts: np.ndarray, whole_kib: bool = False) -> "Pattern":
+        """The agreed sums of a (P, P) bytes matrix (what a real call would agree on). ``whole_kib``:
+        receive bytes in whole KiB, capped, exactly as ``hxmpi.agreement`` carries them."""
         counts = np.asarray(counts, dtype=np.int64)
         p = counts.shape[0]
         off = counts.copy()
         np.fill_diagonal(off, 0)
-        recv_kib = counts.sum(axis=0) / 1024.0
+        recv_kib = np.minimum(counts.sum(axis=0) >> 10, KIB_CAP) if whole_kib else counts.sum(axis=0) / 1024.0
         q, k = np.meshgrid(np.arange(p), np.arange(1, p), indexing="ij")
         pairwise = np.maximum(counts[q, (q + k) % p], counts[(q - k) % p, q]).sum() if p > 1 else 0
         return cls(p, float(counts.sum()), float(np.count_nonzero(off)), float((recv_kib ** 2).sum()),
@@ -392,3 +395,28 @@ def choose_call(model: "CostModel", mode: str, nodes: int, per_node: int, patter
                for i, (a, k) in enumerate(cands))
     algo, radix = cands[best[1]]
     return algo, radix, best[0]
+
+
+def pattern_class(pattern: Pattern) -> tuple:
+    """The pattern's class: its size, uniformity and agreed sums rounded to quarter powers of two
+    (a factor of 2**0.25 = 1.19). ``auto_pick`` decides per class."""
+    sums = (pattern.total_bytes, pattern.messages, pattern.sumsq_recv_kib, pattern.pairwise_bytes)
+    return (pattern.size, pattern.uniform) + tuple(None if x is None else round(4 * math.log2(1.0 + x)) for x in sums)
+
+
+def auto_pick(model: "CostModel", mode: str, nodes: int, per_node: int, pattern: Pattern,
+              node_phase: str = "shm", hier_possible: bool = True) -> tuple[str, int]:
+    """What ``HierComm(algorithm="auto")`` runs: (one of hxmpi's algorithms, Bruck radix).
+
+    ``choose_call`` on the representative of the pattern's class (``pattern_class``), so that one
+    pick serves every call of the class; MPI_Alltoall ("alltoall") is hxmpi's flat path of an
+    ``Alltoall`` call, and the hierarchical ones run flat where the layout has no hierarchy
+    (``hier_possible`` False). ``mode``: "oneshot" or "plan".
+    """
+    size, uniform, *sums = pattern_class(pattern)
+    total, messages, recv_sq, pairwise = (None if q is None else 2.0 ** (q / 4) - 1.0 for q in sums)
+    rep = Pattern(size, total, messages, recv_sq, uniform, pairwise)
+    algo, radix, _ = choose_call(model, mode, nodes, per_node, rep, node_phase)
+    if algo == "alltoall" or (algo.startswith("hier") and not hier_possible):
+        algo = "flat"
+    return algo, radix

@@ -9,8 +9,9 @@ The hierarchical algorithm (``docs/method.md``; planner in ``hxmpi/plan.py``, ex
 
 A one-shot call goes through typed stages: parse the specs (``msgspec``), look the count pattern up
 in the agreed plan cache (``plancache``), agree (``agreement``: one Allreduce of 16 uint64 that also
-fingerprints every pair of counts), then run the cached plan, or plan (the hierarchical path learns
-its node's receive counts from the node) and bind a run (``execute``). A persistent request
+fingerprints every pair of counts and carries the sums "auto" prices), then run the cached plan,
+or plan (the hierarchical path learns its node's receive counts from the node) and bind a run
+(``execute``). A persistent request
 (``Alltoallv_init``) agrees and plans once; each ``Start`` then only copies and communicates.
 
 All counts and displacements are int64 bytes. Bad input raises ``ExchangeError`` on every rank.
@@ -30,7 +31,7 @@ from . import transfer
 from ._agree import buffer_id, spec_unchanged
 from .agreement import Agreed, Agreement
 from .bruck import Bruck, Pairwise
-from .costmodel import CostModel
+from .costmodel import CostModel, auto_pick, pattern_class
 from .errors import ExchangeError, HxmpiError, agree
 from .execute import MODE_SHM, ExchangeStats, FlatRun, HierPlan, HierRun, NodeWindow, Scratch
 from .msgspec import Side, exclusive_cumsum, int_vector, parse_alltoall, parse_alltoallv
@@ -57,8 +58,9 @@ class HierComm:
 
     ``algorithm`` is "flat", "hier", "auto", "bruck", "hier_pairwise" or "hier_bruck" (per call
     overridable); "auto" asks the cost model, read from ``tuning`` (a calibration file) or env
-    HXMPI_TUNING, else built-in defaults, which of flat and hier is faster. ``radix`` (>= 2) is
-    the Bruck radix of "bruck" and "hier_bruck".
+    HXMPI_TUNING, else built-in defaults, which algorithm and Bruck radix is fastest for each
+    call's agreed count pattern (``costmodel.auto_pick``). ``radix`` (>= 2) is the Bruck radix of
+    an explicit "bruck" or "hier_bruck".
     ``node_phase`` is "auto" (shared memory where every node's ranks share memory), "shm" or "mpi";
     env HXMPI_NODE_PHASE sets it when not given. ``cache_entries`` and ``cache_bytes`` bound the
     agreed plan cache of one-shot calls (entries; bytes per rank; 0 entries turns it off).
@@ -98,7 +100,7 @@ class HierComm:
         self.plan_cache = PlanCache(cache_entries, cache_bytes)
         self._tick = 0  # one-shot calls so far: the same on every rank
         self._misses = 0  # agreed misses since the last hit
-        self._choices: dict[int, str] = {}
+        self._choices: dict[tuple, tuple[str, int]] = {}  # auto's picks by pattern class (_pick)
         self._stats: Optional[ExchangeStats] = None
         self._cache_state = "off"
         self._node_of = np.asarray(t.node_of, dtype=np.int64)
@@ -214,19 +216,16 @@ class HierComm:
     # ------------------------------------------------------------------ core
     def _exchange_counts(self, counts: Optional[np.ndarray]) -> np.ndarray:
         """Every rank learns what each sender sends it (int64 per peer; -1 from a rank with a problem),
-        by the cheaper of ``MPI_Alltoall`` and a persistent hierarchical plan for 8-byte blocks."""
+        by a persistent ``Alltoall`` of 8-byte blocks, its algorithm the cost model's pick."""
         send, recv = self._count_send, self._count_recv
         if counts is None:
             send.fill(-1)
         else:
             send[:] = counts
-        if self._count_request is None and self._hier_possible and self._choose(8) == "hier":
-            self._count_request = self.Alltoall_init(send, recv, algorithm="hier")
-        if self._count_request is not None:
-            self._count_request.Start()
-            self._count_request.Wait()
-        else:
-            self.comm.Alltoall(send, recv)
+        if self._count_request is None:  # bound once, to the reused count buffers
+            self._count_request = self.Alltoall_init(send, recv, algorithm="auto")
+        self._count_request.Start()
+        self._count_request.Wait()
         return recv.copy()
 
     def _code(self, algorithm) -> int:
@@ -236,17 +235,15 @@ class HierComm:
                     kind: int, kind_text: str, uniform: bool) -> Agreed:
         if problem is None and code < 0:
             problem = f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
-        big = total = 0
+        big = False
         if not problem:
-            total = s.total
             extent = max(s.view.shape[0], r.view.shape[0])
-            big = transfer.needs_big(extent, total, self.comm.size)
-        check = validate and not problem
+            big = transfer.needs_big(extent, s.total, self.comm.size)
         # The call's kind goes with the algorithm: an Alltoall never matches an Alltoallv.
         return self._agreement.agree(problem, 2 * code + uniform, validate, kind, slot, same,
-                                     self.plan_cache.over_budget,
-                                     big, total, s.counts if check else None, r.counts if check else None,
-                                     kind_text)
+                                     self.plan_cache.over_budget, big,
+                                     None if problem else s.counts, None if problem else r.counts,
+                                     bool(validate), kind_text)
 
     def _one_shot(self, s: Side, r: Side, problem, algorithm, validate, uniform: bool, cacheable: bool,
                   kind: int = 0, kind_text: str = "", specs=None) -> None:
@@ -284,8 +281,9 @@ class HierComm:
                 if drop_after:
                     cache.drop(entry.slot)
             return
-        algo = self._resolve(settings[0], agreed)
-        fresh = CacheEntry(0, parts if cacheable else None, settings, algo, agreed.big, key=key or 0)
+        algo, radix = self._resolve(settings[0], agreed, uniform)
+        fresh = CacheEntry(0, parts if cacheable else None, settings, algo, agreed.big, key=key or 0,
+                           radix=radix)
         if algo in _HIER:
             fresh.plan = self._hier_plan(s, r)
         self._cache_state = "miss" if cache.max_entries else "off"
@@ -319,13 +317,27 @@ class HierComm:
         self._run_once(entry, s, r)
         entry.bound = self._identity(s, r)
 
-    def _resolve(self, code: int, agreed: Agreed) -> str:
-        """The algorithm a call runs, from agreed numbers only: "auto" asks the cost model; the
-        hierarchical ones run flat where the layout has no hierarchy."""
+    def _resolve(self, code: int, agreed: Agreed, uniform: bool, mode: str = "oneshot") -> tuple[str, int]:
+        """(algorithm, radix) a call runs, from agreed numbers only: "auto" asks the cost model
+        (``_pick``); the hierarchical ones run flat where the layout has no hierarchy."""
         algo = ALGORITHMS[code]
         if algo == "auto":
-            algo = self._choose(agreed.mean_block(self.comm.size))
-        return "flat" if algo in _HIER and not self._hier_possible else algo
+            return self._pick(agreed, uniform, mode)
+        return ("flat" if algo in _HIER and not self._hier_possible else algo), self.radix
+
+    def _pick(self, agreed: Agreed, uniform: bool, mode: str) -> tuple[str, int]:
+        """The cost model's pick for the agreed pattern (``costmodel.auto_pick``), memoised by
+        pattern class: one decision per class, however many patterns of it come."""
+        pat = agreed.pattern(self.comm.size, uniform)
+        key = (mode,) + pattern_class(pat)
+        pick = self._choices.get(key)
+        if pick is None:
+            if len(self._choices) > 4096:
+                self._choices.clear()
+            t = self.topology
+            pick = self._choices[key] = auto_pick(self.cost_model, mode, t.num_nodes, t.max_node_size, pat,
+                                                  self.node_phase, self._hier_possible)
+        return pick
 
     def _identity(self, s: Side, r: Side) -> tuple:
         """What a bound run depends on: the caller's buffers and the scratch it was bound to."""
@@ -341,19 +353,22 @@ class HierComm:
     def _bind(self, entry: CacheEntry, s: Side, r: Side, persistent: bool, scratch: Optional[Scratch] = None,
               window: Optional[NodeWindow] = None):
         """A run of ``entry``'s plan on these buffers (one-shot scratch unless others are given)."""
+        bruck = partial(Bruck, radix=entry.radix)
         if entry.algorithm == "flat":
             return FlatRun(self.comm, s, r, entry.big, persistent, entry.settings[3])
         if entry.algorithm == "bruck":
-            return FlatRun(self.comm, s, r, entry.big, persistent, exchange=partial(Bruck, radix=self.radix),
-                           name="bruck")
-        plan, scratch = entry.plan, scratch or self._scratch
-        window = window or self._window
-        a = scratch.get("a", plan.a_bytes)
-        buf = window.ensure(plan.buf_bytes) if plan.mode == MODE_SHM else scratch.get("b", plan.buf_bytes)
-        lanes = {"hier": Transfer, "hier_pairwise": Pairwise,
-                 "hier_bruck": partial(Bruck, radix=self.radix)}[entry.algorithm]
-        return HierRun(plan, s, r, entry.big, self.topology.served_lanes, self.topology.intra, a, buf,
-                       window, persistent, lane_exchange=lanes, name=entry.algorithm)
+            run = FlatRun(self.comm, s, r, entry.big, persistent, exchange=bruck, name="bruck")
+        else:
+            plan, scratch = entry.plan, scratch or self._scratch
+            window = window or self._window
+            a = scratch.get("a", plan.a_bytes)
+            buf = window.ensure(plan.buf_bytes) if plan.mode == MODE_SHM else scratch.get("b", plan.buf_bytes)
+            lanes = {"hier": Transfer, "hier_pairwise": Pairwise, "hier_bruck": bruck}[entry.algorithm]
+            run = HierRun(plan, s, r, entry.big, self.topology.served_lanes, self.topology.intra, a, buf,
+                          window, persistent, lane_exchange=lanes, name=entry.algorithm)
+        if entry.algorithm in ("bruck", "hier_bruck"):
+            run.stats.radix = entry.radix
+        return run
 
     def _run_once(self, entry: CacheEntry, s: Side, r: Side) -> None:
         run = self._bind(entry, s, r, persistent=False)
@@ -370,8 +385,8 @@ class HierComm:
         s, r, problem = parse(sendbuf, recvbuf, self.comm.size)
         code = self._code(algorithm)
         agreed = self._agree_call(s, r, problem, code, algorithm, True, 0, False, 0, "", uniform)
-        algo = self._resolve(code, agreed)
-        entry = CacheEntry(0, None, (code, True, 0, uniform), algo, agreed.big)
+        algo, radix = self._resolve(code, agreed, uniform, "plan")
+        entry = CacheEntry(0, None, (code, True, 0, uniform), algo, agreed.big, radix=radix)
         window = None
         if algo in _HIER:
             entry.plan = self._hier_plan(s, r)
@@ -381,32 +396,22 @@ class HierComm:
         # In place, the send side is a copy of the receive blocks: refreshed at every Start.
         return ExchangeRequest(self, run, (r.view, s.view) if sendbuf is MPI.IN_PLACE else None)
 
-    def _choose(self, mean_block: int) -> str:
-        """The cost model's pick for this layout and block size, memoised (it is on the hot path)."""
-        algo = self._choices.get(mean_block)
-        if algo is None:
-            if len(self._choices) > 4096:
-                self._choices.clear()
-            t = self.topology
-            algo = self._choices[mean_block] = self.cost_model.choose(t.num_nodes, t.max_node_size, mean_block,
-                                                                      self.node_phase)
-        return algo
-
     @property
     def last_stats(self) -> dict:
         """Messages and bytes of the last call: per phase, across node boundaries, and copied (bytes);
-        ``plan_cache``: "hit" (a cached persistent run), "hit-rebound" (a cached plan on new
+        ``algorithm`` (with ``radix`` for the Bruck ones) is what ran, "auto"'s pick included; ``plan_cache``: "hit" (a cached persistent run), "hit-rebound" (a cached plan on new
         buffers), "miss" (planned anew), "off" (cache off), "request" (a persistent request)."""
         st = self._stats
         if st is None:
             return {}
         t, me = self.topology, self.comm.rank
+        picked = {"radix": st.radix} if st.radix else {}
         if st.flat_counts is not None:
             counts = st.flat_counts
             live = counts > 0
             live[me] = False
             remote = live & (self._node_of != self._node_of[me])
-            return {"algorithm": st.algorithm, "plan_cache": self._cache_state,
+            return {"algorithm": st.algorithm, **picked, "plan_cache": self._cache_state,
                     "flat": {"messages": int(live.sum()), "bytes": int(counts[live].sum())},
                     "inter_node": {"messages": int(remote.sum()), "bytes": int(counts[remote].sum())},
                     "copy_bytes": 0}
@@ -419,7 +424,7 @@ class HierComm:
             p2_out = st.node_sends.copy()
             p2_out[t.local_rank] = 0
             intra = {"messages": int(np.count_nonzero(p2_out)), "bytes": int(p2_out.sum())}
-        return {"algorithm": st.algorithm, "plan_cache": self._cache_state, "node_phase": self.node_phase,
+        return {"algorithm": st.algorithm, **picked, "plan_cache": self._cache_state, "node_phase": self.node_phase,
                 "inter": inter, "intra": intra, "inter_node": dict(inter), "copy_bytes": int(st.copied)}
 
     def free(self) -> None:

@@ -102,15 +102,17 @@ class ExchangeStats:
     """What one run moves on this rank (bytes): its algorithm, per-peer sends, copies.
 
     ``flat_counts``: bytes to each world rank (flat); ``node_bytes``: phase-1 bytes to each node and
-    ``node_sends``: phase-2 bytes to each local rank, None with shm (hier); ``copied``: kernel copies.
+    ``node_sends``: phase-2 bytes to each local rank, None with shm (hier); ``copied``: kernel copies;
+    ``radix``: the Bruck radix of "bruck" and "hier_bruck" runs (0 for the others).
     """
-    __slots__ = ("algorithm", "flat_counts", "node_bytes", "node_sends", "copied")
+    __slots__ = ("algorithm", "flat_counts", "node_bytes", "node_sends", "copied", "radix")
 
     def __init__(self, algorithm: str, flat_counts: Optional[np.ndarray] = None,
                  node_bytes: Optional[np.ndarray] = None, node_sends: Optional[np.ndarray] = None,
                  copied: int = 0):
         self.algorithm, self.flat_counts, self.node_bytes = algorithm, flat_counts, node_bytes
         self.node_sends, self.copied = node_sends, copied
+        self.radix = 0
 
 
 class _Phase:

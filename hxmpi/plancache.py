@@ -29,7 +29,7 @@ class CacheEntry:
     slot: int                  # 1..max_entries, the same on every rank for the same agreed call
     parts: Optional[tuple]     # this rank's int64 arrays of the pattern; None: not findable here
     settings: tuple            # (algorithm code, validate, row kind, uniform)
-    algorithm: str             # "flat" or "hier", as agreed when it was made
+    algorithm: str             # one of ``exchange.ALGORITHMS`` but "auto", as agreed when it was made
     big: bool                  # large-count path, as agreed
     plan: Any = None           # HierPlan for hier, None for flat
     run: Any = None            # persistent run bound to ``bound``, or None
@@ -37,6 +37,7 @@ class CacheEntry:
     last_use: int = 0          # agreed call counter
     key: int = 0
     pinned: int = 0            # bytes of caller buffers the persistent run keeps alive
+    radix: int = 2             # the Bruck radix ("bruck", "hier_bruck"), as agreed
 
     @property
     def nbytes(self) -> int:

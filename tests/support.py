@@ -166,6 +166,25 @@ def exchange_case(comm, rng, dtype, row=1, zero_frac=0.3, max_count=6):
     return sc, rc, sbuf, ref
 
 
+def auto_expected(comm, hc, send_bytes, uniform=False, mode="oneshot") -> tuple:
+    """(algorithm, radix) ``hc``'s "auto" should run for this call: ``costmodel.auto_pick`` on the
+    pattern of the whole send-bytes matrix (every rank's row gathered), computed here with numpy."""
+    from hxmpi.costmodel import Pattern, auto_pick
+    matrix = np.array(comm.allgather(np.asarray(send_bytes, np.int64)))
+    pattern = Pattern.from_counts(matrix, whole_kib=True)
+    pattern = Pattern(pattern.size, pattern.total_bytes, pattern.messages, pattern.sumsq_recv_kib, uniform,
+                      pattern.pairwise_bytes)
+    t = hc.topology
+    return auto_pick(hc.cost_model, mode, t.num_nodes, t.max_node_size, pattern, hc.node_phase,
+                     hc.layout.hier_possible)
+
+
+def ran(hc) -> tuple:
+    """(algorithm, radix) of ``hc``'s last call (radix 2 where the algorithm has none, as ``auto_pick``)."""
+    stats = hc.last_stats
+    return stats["algorithm"], stats.get("radix", 2)
+
+
 def assert_exchange_works(comm, hc, algorithm="hier"):
     """A random Alltoallv through ``hc`` equals the flat one on ``comm``: after a refused call,
     nothing was left half-done (a stray message or collective would mix into this one or hang)."""

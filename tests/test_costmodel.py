@@ -1,6 +1,8 @@
 """Cost model: fitting recovers known parameters, decisions follow predictions, bad files fail."""
 import json
 
+import numpy as np
+
 import pytest
 
 from hxmpi.costmodel import CostModel, alltoallv_algorithm, fit
@@ -138,3 +140,27 @@ def test_pattern_sees_skew_and_sparsity():
         predict_call(m, "ring", "plan", 8, 8, 8)
     with pytest.raises(ValueError, match="mode must be"):
         predict_call(m, "flat", "persistent", 8, 8, 8)
+
+
+def test_auto_pick_is_choose_call_per_pattern_class():
+    """What HierComm's "auto" runs: the model's pick for the pattern's class, hxmpi's names only."""
+    from dataclasses import replace
+
+    from hxmpi.costmodel import Pattern, auto_pick, choose_call, pattern_class
+    from hxmpi.simulate import PRESETS
+    hdr = PRESETS["hdr"]
+    small = Pattern.even(512, 8)
+    # 64 x 8 at 8 B: Bruck at a radix above 2 as a plan; one-shot uniform, MPI_Alltoall = hxmpi's flat.
+    algo, radix = auto_pick(hdr, "plan", 64, 8, small)
+    assert algo == "bruck" and radix > 2 and radix == choose_call(hdr, "plan", 64, 8, small)[1]
+    assert choose_call(hdr, "oneshot", 64, 8, small)[0] == "alltoall"
+    assert auto_pick(hdr, "oneshot", 64, 8, small) == ("flat", 2)
+    # Mid blocks go hierarchical, large ones flat; without a hierarchy, never a hier algorithm.
+    assert auto_pick(hdr, "plan", 32, 8, Pattern.even(256, 512))[0] == "hier"
+    assert auto_pick(hdr, "plan", 32, 8, Pattern.even(256, 512), hier_possible=False)[0] in ("flat", "bruck")
+    assert auto_pick(hdr, "plan", 64, 8, Pattern.even(512, 65536)) == ("flat", 2)
+    # One class: sums within a few percent of each other; a factor 2 is another class.
+    a = Pattern.from_counts(np.full((8, 8), 1000))
+    assert pattern_class(replace(a, total_bytes=a.total_bytes * 1.02)) == pattern_class(a)
+    assert pattern_class(replace(a, total_bytes=a.total_bytes * 2)) != pattern_class(a)
+    assert pattern_class(replace(a, uniform=False)) != pattern_class(a)

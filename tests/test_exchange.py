@@ -8,7 +8,7 @@ from mpi4py import MPI
 import hxmpi.exchange as exchange
 import hxmpi.transfer as transfer
 from hxmpi import ExchangeError, HierComm
-from support import LAYOUT_NAMES, assert_exchange_works, exchange_case, hier_comms, mpi_type
+from support import LAYOUT_NAMES, assert_exchange_works, auto_expected, exchange_case, hier_comms, mpi_type, ran
 
 pytestmark = pytest.mark.mpi
 
@@ -32,12 +32,12 @@ def test_random_counts_all_layouts(comm, hcs, layout, algorithm):
         t = mpi_type(dtype)
         hc.Alltoallv([sbuf, (sc, None), t], [out, (rc, None), t], algorithm=algorithm)
         assert out.tobytes() == ref.tobytes(), (layout, algorithm, dtype)
+        if algorithm == "auto":  # the cost model's pick for the whole call's pattern
+            assert ran(hc) == auto_expected(comm, hc, sc * np.dtype(dtype).itemsize), (layout, dtype)
     t = hc.topology
     possible = t.num_nodes > 1 and t.max_node_size > 1
-    if algorithm == "auto":  # the cost model's pick for the largest rank's mean block
-        mean_block = comm.allreduce(sbuf.nbytes, op=MPI.MAX) // comm.size
-        algorithm = hc.cost_model.choose(t.num_nodes, t.max_node_size, mean_block, hc.node_phase)
-    assert hc.last_stats["algorithm"] == (algorithm if possible else "flat")
+    if algorithm != "auto":
+        assert hc.last_stats["algorithm"] == (algorithm if possible else "flat")
 
 
 @pytest.mark.parametrize("layout", ["irregular_3_3_1", "round_robin"])
@@ -339,21 +339,39 @@ def test_big_path_chosen_by_one_rank_only(comm, hcs, monkeypatch):
         assert out.tobytes() == ref.tobytes()
 
 
-@pytest.mark.parametrize("favour", ["flat", "hier"])
+_FAVOURED = {  # a calibration file per family: what makes it far cheaper than the others (flat and
+    # Bruck share one fixed cost, overhead_flat)
+    "flat": dict(overhead_flat=0.0, overhead_hier=1.0),
+    "hier": dict(overhead_flat=1.0, overhead_hier=0.0),
+    "bruck": dict(overhead_flat=0.0, overhead_hier=1.0, msg_overhead=1e-3, alpha_inter=0.0, alpha_intra=0.0),
+    # latency and message costs balanced: radix 3 at 3, 6 and 7 ranks (the radix is the model's too)
+    "bruck3": dict(overhead_flat=0.0, overhead_hier=1.0, msg_overhead=1e-3, alpha_inter=3e-3, alpha_intra=3e-3),
+}
+
+
+@pytest.mark.parametrize("favour", sorted(_FAVOURED))
 def test_auto_follows_the_tuning_file(comm, favour, tmp_path_factory):
-    """A calibration file that makes one algorithm far cheaper decides "auto" on every rank."""
+    """A calibration file decides "auto" on every rank: it runs the cost model's pick for the call
+    (algorithm and Bruck radix), and the family the file favours where the layout allows it."""
     from hxmpi.costmodel import CostModel
     path = comm.bcast(str(tmp_path_factory.mktemp("tune") / "t.json") if comm.rank == 0 else None)
     if comm.rank == 0:
-        CostModel(overhead_flat=0.0 if favour == "flat" else 1.0,
-                  overhead_hier=1.0 if favour == "flat" else 0.0).save(path)
+        CostModel(**_FAVOURED[favour]).save(path)
     comm.Barrier()
     hc = HierComm(comm, ranks_per_node=2, tuning=path)
-    sbuf = np.arange(4 * comm.size, dtype=np.float64)
+    size = comm.size
+    sbuf = np.arange(4 * size, dtype=np.float64)
+    counts = np.full(size, 4, np.int64)
     out, ref = np.zeros_like(sbuf), np.zeros_like(sbuf)
     comm.Alltoall(sbuf, ref)
-    hc.Alltoall(sbuf, out)
-    possible = hc.topology.num_nodes > 1 and hc.topology.max_node_size > 1
-    assert hc.last_stats["algorithm"] == (favour if possible else "flat")
+    hc.Alltoallv([sbuf, counts], [out, counts])  # an Alltoallv: MPI_Alltoall is not a candidate
     assert out.tobytes() == ref.tobytes()
+    assert ran(hc) == auto_expected(comm, hc, counts * 8)
+    hier = hc.topology.num_nodes > 1 and hc.topology.max_node_size > 1
+    if (favour == "hier" and hier) or favour == "flat" or (favour == "bruck" and size >= 4):
+        # Bruck shares flat's fixed cost: at 3 ranks one radix-3 round beats Open MPI's pairwise rounds.
+        family = {"flat": ("flat", "bruck"), "hier": ("hier", "hier_pairwise", "hier_bruck"), "bruck": ("bruck",)}
+        assert hc.last_stats["algorithm"] in family[favour], hc.last_stats
+    if favour == "bruck3" and size in (3, 6, 7):
+        assert ran(hc) == ("bruck", 3), hc.last_stats
     hc.free()

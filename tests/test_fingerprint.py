@@ -13,8 +13,8 @@ def world_sum(counts: np.ndarray, expected: np.ndarray) -> np.ndarray:
     total = np.zeros(agreement.WORDS, dtype=np.uint64)
     rec = np.zeros(agreement.WORDS, dtype=np.uint64)
     for me in range(counts.shape[0]):
-        fill_record(rec, False, False, 1, True, 0, 0, False, False, int(counts[me].sum()), 1 << 20,
-                    np.ascontiguousarray(counts[me]), np.ascontiguousarray(expected[me]), me, *KEY)
+        fill_record(rec, False, False, 1, True, 0, 0, False, False, 1 << 20,
+                    np.ascontiguousarray(counts[me]), np.ascontiguousarray(expected[me]), True, me, *KEY)
         total += rec  # numpy's uint64 addition wraps, as MPI_SUM on uint64 does
     return total
 
@@ -58,26 +58,53 @@ def test_every_kind_of_mismatch_is_seen(case):
 
 def test_settings_words_are_sums_and_squares():
     rec = np.zeros(agreement.WORDS, dtype=np.uint64)
-    fill_record(rec, False, True, 2, True, 77, 3, True, False, 5 << 10, 1 << 20, None, None, 0, *KEY)
-    assert rec[agreement.BIG] == 1
+    sent, expected = np.array([5 << 10, 0, 7], np.int64), np.array([1, 2, 3 << 10], np.int64)
+    fill_record(rec, False, True, 2, True, 77, 3, True, False, 1 << 20, sent, expected, False, 0, *KEY)
+    assert rec[agreement.FLAGS] == 1 << 32  # large-count path, no problem
+    assert rec[agreement.VALIDATE] == 1
     assert (rec[agreement.ALGO], rec[agreement.ALGO_SQ]) == (2, 4)
     assert (rec[agreement.KIND], rec[agreement.KIND_SQ]) == (77, 77 * 77)
     assert (rec[agreement.SLOT], rec[agreement.SLOT_SQ]) == (3, 9)
-    assert (rec[agreement.BYTES], rec[agreement.BYTES_SQ]) == (5 << 10, 25)
-    assert rec[agreement.FP_A] == rec[agreement.FP_B] == 0  # no counts given: no pairwise check
-    fill_record(rec, True, True, 2, True, 77, 3, True, False, 5 << 10, 1 << 20, None, None, 0, *KEY)
+    assert (rec[agreement.SAME_BUFFERS], rec[agreement.OVER_BUDGET]) == (1, 0)
+    assert rec[agreement.BYTES] == (5 << 10) + 7
+    assert rec[agreement.RECV_KIB_SQ] == 3 ** 2  # 3 KiB + 3 B received: whole KiB
+    assert rec[agreement.MESSAGES] == 1  # rank 0 sends to rank 2 only (not to itself, not 0 B)
+    # Pairwise rounds of rank 0: k=1 sends 0 to 1, receives 3 KiB from 2; k=2 sends 7 to 2, receives 2 from 1.
+    assert rec[agreement.PAIRWISE] == (3 << 10) + 7
+    assert rec[agreement.FP_A] == rec[agreement.FP_B] == 0  # no fingerprint asked for
+    fill_record(rec, True, True, 2, True, 77, 3, True, False, 1 << 20, None, None, True, 0, *KEY)
     assert rec.tolist() == [1] + [0] * (agreement.WORDS - 1)  # a problem rank says only that
 
 
 def test_record_refuses_bad_arrays():
     with pytest.raises(ValueError, match="16 contiguous uint64"):
-        fill_record(np.zeros(8, np.uint64), False, False, 0, True, 0, 0, False, False, 0, 1, None, None, 0, 1, 2)
+        fill_record(np.zeros(8, np.uint64), False, False, 0, True, 0, 0, False, False, 1,
+                    np.zeros(3, np.int64), np.zeros(3, np.int64), True, 0, 1, 2)
     with pytest.raises(ValueError, match="differ in length"):
-        fill_record(np.zeros(16, np.uint64), False, False, 0, True, 0, 0, False, False, 0, 1,
-                    np.zeros(3, np.int64), np.zeros(4, np.int64), 0, 1, 2)
+        fill_record(np.zeros(16, np.uint64), False, False, 0, True, 0, 0, False, False, 1,
+                    np.zeros(3, np.int64), np.zeros(4, np.int64), True, 0, 1, 2)
     with pytest.raises(ValueError, match="int64"):
-        fill_record(np.zeros(16, np.uint64), False, False, 0, True, 0, 0, False, False, 0, 1,
-                    np.zeros(3, np.int32), np.zeros(3, np.int32), 0, 1, 2)
+        fill_record(np.zeros(16, np.uint64), False, False, 0, True, 0, 0, False, False, 1,
+                    np.zeros(3, np.int32), np.zeros(3, np.int32), True, 0, 1, 2)
+    with pytest.raises(ValueError, match="rank 3 outside"):
+        fill_record(np.zeros(16, np.uint64), False, False, 0, True, 0, 0, False, False, 1,
+                    np.zeros(3, np.int64), np.zeros(3, np.int64), True, 3, 1, 2)
+
+
+@pytest.mark.parametrize("p", [1, 3, 8])
+def test_pattern_words_are_the_cost_models_sums(p):
+    """Summed over ranks, the pattern words are ``Pattern.from_counts(..., whole_kib=True)`` (uniform
+    is the call's kind, an Alltoallv here)."""
+    from dataclasses import replace
+
+    from hxmpi.costmodel import Pattern
+    rng = np.random.default_rng(p)
+    counts = rng.integers(0, 5000, (p, p)).astype(np.int64)
+    counts[rng.random((p, p)) < 0.3] = 0  # empty blocks are not messages
+    t = world_sum(counts, np.ascontiguousarray(counts.T))
+    agreed = agreement.Agreed(False, 0, False, False, int(t[agreement.BYTES]), int(t[agreement.RECV_KIB_SQ]),
+                              int(t[agreement.MESSAGES]), int(t[agreement.PAIRWISE]))
+    assert agreed.pattern(p, False) == replace(Pattern.from_counts(counts, whole_kib=True), uniform=False)
 
 
 def test_pattern_keys_tell_patterns_apart():
@@ -90,11 +117,3 @@ def test_pattern_keys_tell_patterns_apart():
     assert same_arrays((a, a), (a.copy(), a.copy()))
     assert not same_arrays((a, a), (a, b))
     assert not same_arrays((a,), (a, a))
-
-
-def test_skew_estimate_from_moments():
-    # One heavy rank of 8: the largest rank's bytes are recovered from the sum and sum of squares.
-    kib = np.array([1, 1, 1, 1, 1, 1, 1, 64])
-    agreed = agreement.Agreed(False, 0, False, False, int(kib.sum()) << 10, int((kib ** 2).sum()))
-    assert agreed.largest_rank_bytes(8) == pytest.approx(64 << 10, rel=0.02)
-    assert agreed.mean_block(8) == (int(kib.sum()) << 10) // 64

@@ -18,9 +18,10 @@ costly (mpi4py loops over every backend, typecode, root and count: ~9000 calls p
 at -n 4), so they run at -n 1, 3 (nodes 2+1 with ranks_per_node 2 and round-robin; 3 single-rank
 nodes; one node) and 4 (2+2, 3+1, 2+2 interleaved; single-rank nodes), and skip elsewhere. The
 msgspec tests (COMM_SELF only) run at -n 1. A configuration whose every call is the same as an
-earlier one's (a layout with one node or one rank per node always runs flat; "auto" runs flat where
-the cost model never prefers hier on that layout) is skipped, naming the one it repeats: with the
-built-in cost model, 8 of the 24 run (1 at -n 1, 3 at -n 3, 4 at -n 4).
+earlier one's ("hier" on a layout with one node or one rank per node always runs flat; "auto" runs
+the cost model's pick per call, which depends on the node count, the widest node and, where hier is
+possible, the node map) is skipped, naming the one it repeats: 17 of the 24 run (2 at -n 1, 7 at
+-n 3, 8 at -n 4).
 """
 from __future__ import annotations
 
@@ -40,7 +41,6 @@ import pytest
 from mpi4py import MPI
 
 from hxmpi import ExchangeTypeError, HierComm
-from hxmpi.costmodel import CostModel
 from support import assert_exchange_works, layouts
 from support import node_of as layout_node_of
 
@@ -161,17 +161,19 @@ def _hier_factory(layout: str, algorithm: str):
 
 
 def _behaviour(layout_name: str, algorithm: str, size: int):
-    """What every exchange of a configuration runs on COMM_WORLD: ("flat",) or ("hier", node_of).
+    """What every exchange of a configuration runs on COMM_WORLD: ("flat",), ("hier", node_of) or
+    ("auto", ...).
 
-    A layout with one node or one rank per node always runs flat, and "auto" runs flat where the
-    cost model never prefers hier on the layout (crossover 0), whatever the message size.
+    "hier" on a layout with one node or one rank per node always runs flat. "auto" runs the cost
+    model's pick per call (``costmodel.auto_pick``), which depends on the node count and the widest
+    node, and on the node map where the hierarchical algorithms are possible.
     """
     node_of = layout_node_of(layouts(size)[layout_name], size)
     nodes, widest = max(node_of) + 1, max(node_of.count(n) for n in set(node_of))
     degenerate = nodes == 1 or widest == 1
-    if degenerate or (algorithm == "auto" and CostModel.from_env_or_default().crossover(nodes, widest) == 0):
-        return ("flat",)
-    return ("hier", tuple(node_of)) if algorithm == "hier" else ("auto", tuple(node_of))
+    if algorithm == "auto":
+        return ("auto", nodes, widest) + (() if degenerate else (tuple(node_of),))
+    return ("flat",) if degenerate else ("hier", tuple(node_of))
 
 
 def _first_with_same_behaviour(layout_name: str, algorithm: str, size: int):
