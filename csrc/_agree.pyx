@@ -55,11 +55,10 @@ def same_arrays(tuple a, tuple b):
     return True
 
 
-def buffer_id(const unsigned char[::1] send not None, const unsigned char[::1] recv not None):
+def buffer_id(cnp.ndarray send not None, cnp.ndarray recv not None):
     """(send address, send bytes, receive address, receive bytes): what a bound run is tied to."""
-    cdef size_t sa = <size_t>&send[0] if send.shape[0] else 0
-    cdef size_t ra = <size_t>&recv[0] if recv.shape[0] else 0
-    return (sa, send.shape[0], ra, recv.shape[0])
+    cdef Py_ssize_t sn = cnp.PyArray_NBYTES(send), rn = cnp.PyArray_NBYTES(recv)
+    return (<size_t>cnp.PyArray_DATA(send) if sn else 0, sn, <size_t>cnp.PyArray_DATA(recv) if rn else 0, rn)
 
 
 cdef bint _same_shape(object now, object then):
@@ -178,3 +177,46 @@ cdef Py_ssize_t _int64_data(object arr, const int64_t** out) except -1:
         raise ValueError("expected a contiguous 1-D int64 array")
     out[0] = <const int64_t*>cnp.PyArray_DATA(a)
     return a.shape[0]
+
+
+cdef extern from *:
+    """
+    typedef unsigned __int128 hx_u128;
+    """
+    ctypedef unsigned long long hx_u128  # 128 bits in C: P * sum(x^2) may pass 2**64
+
+
+# Bits of ``verdict``: the first three mean the call must fail.
+PROBLEM, SETTINGS, PAIRS, HIT, SAME_BUFFERS, OVER_BUDGET, BIG = 1, 2, 4, 8, 16, 32, 64
+
+
+cdef inline bint _all_same(uint64_t total, uint64_t squares, uint64_t size) noexcept nogil:
+    return <hx_u128>size * <hx_u128>squares == <hx_u128>total * <hx_u128>total
+
+
+def verdict(cnp.ndarray sums not None, Py_ssize_t size):
+    """The agreement's verdict from the summed record (``hxmpi/agreement.py``'s words), as bits:
+    PROBLEM (a rank's input is bad), SETTINGS (algorithm, validate or row kind differ), PAIRS (the
+    fingerprint is not zero), HIT (every rank is at the same cache slot), SAME_BUFFERS (every cached
+    run is bound to this call's buffers), OVER_BUDGET, BIG (the large-count path)."""
+    cdef const uint64_t* t
+    cdef uint64_t p = <uint64_t>size
+    cdef int out = 0
+    if sums.dtype != np.uint64 or sums.shape[0] < 16 or not cnp.PyArray_IS_C_CONTIGUOUS(sums):
+        raise ValueError("verdict: the sums must be 16 contiguous uint64")
+    t = <const uint64_t*>cnp.PyArray_DATA(sums)
+    if t[0] & 0xFFFFFFFF:
+        out |= PROBLEM
+    if t[0] >> 32:
+        out |= BIG
+    if not (t[1] == 0 or t[1] == p) or not _all_same(t[2], t[3], p) or not _all_same(t[4], t[5], p):
+        out |= SETTINGS
+    if t[14] or t[15]:
+        out |= PAIRS
+    if t[6] > 0 and _all_same(t[6], t[7], p):
+        out |= HIT
+        if t[8] == p:
+            out |= SAME_BUFFERS
+    if t[9]:
+        out |= OVER_BUDGET
+    return out

@@ -30,6 +30,7 @@ from typing import Optional
 import numpy as np
 from mpi4py import MPI
 
+from . import _agree as _v
 from ._agree import fill_record
 from .costmodel import KIB_CAP, Pattern
 from .errors import ExchangeError, raise_gathered
@@ -37,11 +38,10 @@ from .errors import ExchangeError, raise_gathered
 WORDS = 16
 (FLAGS, VALIDATE, ALGO, ALGO_SQ, KIND, KIND_SQ, SLOT, SLOT_SQ, SAME_BUFFERS, OVER_BUDGET, BYTES,
  RECV_KIB_SQ, MESSAGES, PAIRWISE, FP_A, FP_B) = range(WORDS)
-_LOW = (1 << 32) - 1  # the problem count's half of FLAGS
 
 
 class Agreed:
-    """What every rank of the call agreed on (identical on every rank).
+    """What every rank of the call agreed on (identical on every rank), read from the summed record.
 
     ``big``: the large-count path (Alltoallw) for every phase; ``slot``: the cache slot every rank
     hit, 0 where any rank missed; ``same_buffers``: every rank's cached run is bound to this call's
@@ -49,15 +49,21 @@ class Agreed:
     ``total_bytes``: bytes sent, summed over every rank; ``recv_kib_sq``: sum over ranks of
     (receive KiB)^2, each capped; ``messages``: non-empty blocks to other ranks, summed;
     ``pairwise_bytes``: the sum of every rank's pairwise term (see the module docstring).
+    ``sums``: the summed record (16 ints); an ``Agreement``'s is reused, so read it before the
+    next agreement.
     """
-    __slots__ = ("big", "slot", "same_buffers", "over_budget", "total_bytes", "recv_kib_sq", "messages",
-                 "pairwise_bytes")
+    __slots__ = ("flags", "slot", "sums")
 
-    def __init__(self, big: bool, slot: int, same_buffers: bool, over_budget: bool, total_bytes: int,
-                 recv_kib_sq: int = 0, messages: int = 0, pairwise_bytes: int = 0):
-        self.big, self.slot, self.same_buffers, self.over_budget = big, slot, same_buffers, over_budget
-        self.total_bytes, self.recv_kib_sq = total_bytes, recv_kib_sq
-        self.messages, self.pairwise_bytes = messages, pairwise_bytes
+    def __init__(self, flags: int, slot: int, sums):
+        self.flags, self.slot, self.sums = flags, slot, sums
+
+    big = property(lambda self: bool(self.flags & _v.BIG))
+    same_buffers = property(lambda self: bool(self.flags & _v.SAME_BUFFERS))
+    over_budget = property(lambda self: bool(self.flags & _v.OVER_BUDGET))
+    total_bytes = property(lambda self: int(self.sums[BYTES]))
+    recv_kib_sq = property(lambda self: int(self.sums[RECV_KIB_SQ]))
+    messages = property(lambda self: int(self.sums[MESSAGES]))
+    pairwise_bytes = property(lambda self: int(self.sums[PAIRWISE]))
 
     def mean_block(self, size: int) -> int:
         """Mean block of the call in bytes (total bytes / P^2)."""
@@ -82,6 +88,7 @@ class Agreement:
     def __init__(self, comm: MPI.Intracomm, key: tuple[int, int]):
         self.comm, self.key = comm, key
         self.record = np.zeros(WORDS, dtype=np.uint64)
+        self.last_big = False  # this rank's large-count flag in the last record
         self._sums = np.zeros(WORDS, dtype=np.uint64)
         # An MPI-4 persistent Allreduce where the library has one (bound once to the record): Open MPI
         # starts a bound collective faster than it runs a blocking one. Collective, as construction is.
@@ -110,6 +117,7 @@ class Agreement:
         ``kind_text`` describes the row kind for the error message.
         """
         rec, comm, size = self.record, self.comm, self.comm.size
+        self.last_big = big
         fill_record(rec, bool(problem), big, call_code, validate, kind, slot, same_buffers, over_budget,
                     KIB_CAP, sent, expected, fingerprint, comm.rank, self.key[0], self.key[1])
         sums, request = self._sums, self._request
@@ -118,19 +126,21 @@ class Agreement:
             request.Wait()
         else:
             comm.Allreduce(rec, sums, op=MPI.SUM)
-        t = sums.tolist()
-        if t[FLAGS] & _LOW:
-            raise_gathered(comm, problem, ExchangeError)
-        validate_same = t[VALIDATE] in (0, size)
-        if not (_same(t[ALGO], t[ALGO_SQ], size) and validate_same and _same(t[KIND], t[KIND_SQ], size)):
-            bad = [name for name, at in (("algorithm", ALGO), ("row kind", KIND))
-                   if not _same(t[at], t[at + 1], size)] + ([] if validate_same else ["validate"])
-            self._raise_settings(bad, call_code, validate, kind_text)
-        if t[FP_A] or t[FP_B]:
-            raise_pair_mismatch(comm, sent, expected)
-        hit = t[SLOT] > 0 and _same(t[SLOT], t[SLOT_SQ], size)
-        return Agreed(t[FLAGS] > _LOW, slot if hit else 0, hit and t[SAME_BUFFERS] == size, t[OVER_BUDGET] > 0,
-                      t[BYTES], t[RECV_KIB_SQ], t[MESSAGES], t[PAIRWISE])
+        flags = _v.verdict(sums, size)
+        if flags & (_v.PROBLEM | _v.SETTINGS | _v.PAIRS):
+            self._fail(flags, problem, call_code, validate, kind_text, sent, expected)
+        return Agreed(flags, slot if flags & _v.HIT else 0, sums)
+
+    def _fail(self, flags: int, problem, call_code: int, validate: bool, kind_text: str, sent, expected) -> None:
+        """The diagnostic pass of a failed verdict: the same ``ExchangeError`` on every rank."""
+        t, size = self._sums.tolist(), self.comm.size
+        if flags & _v.PROBLEM:
+            raise_gathered(self.comm, problem, ExchangeError)
+        if flags & _v.SETTINGS:
+            bad = [name for name, at in (("algorithm", ALGO), ("row kind", KIND)) if not _same(t[at], t[at + 1], size)]
+            self._raise_settings(bad + ([] if t[VALIDATE] in (0, size) else ["validate"]), call_code, validate,
+                                 kind_text)
+        raise_pair_mismatch(self.comm, sent, expected)
 
     def _raise_settings(self, bad: list, call_code: int, validate: bool, kind_text: str) -> None:
         """Second pass: name the differing settings, the same text on every rank."""

@@ -110,7 +110,8 @@ class HierComm:
         self._count_recv = np.empty(size, dtype=np.int64)
         self._count_request: Optional[ExchangeRequest] = None
         self._memo: Optional[tuple] = None  # the last call's specs and their parse (see _parse)
-        self._last_entry: Optional[tuple] = None  # (send side, receive side, cache entry) of the last call
+        # (send side, receive side, cache entry, this rank's large-count flag) of the last call
+        self._last_entry: Optional[tuple] = None
 
     def _agree_settings(self, requested: Optional[str], problem: Optional[str]) -> tuple[str, tuple]:
         """Agree on the constructor's settings; return the node phase every rank uses ("shm" only
@@ -232,13 +233,14 @@ class HierComm:
         return _ALGO_CODE.get(algorithm if algorithm is not None else self.algorithm, -1)
 
     def _agree_call(self, s: Side, r: Side, problem, code: int, algorithm, validate, slot: int, same: bool,
-                    kind: int, kind_text: str, uniform: bool) -> Agreed:
+                    kind: int, kind_text: str, uniform: bool, big: Optional[bool] = None) -> Agreed:
+        """The call's agreement; ``big``: this rank's large-count need, if already known for these sides."""
         if problem is None and code < 0:
             problem = f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
-        big = False
-        if not problem:
-            extent = max(s.view.shape[0], r.view.shape[0])
-            big = transfer.needs_big(extent, s.total, self.comm.size)
+        if problem:
+            big = False
+        elif big is None:
+            big = transfer.needs_big(max(s.view.shape[0], r.view.shape[0]), s.total, self.comm.size)
         # The call's kind goes with the algorithm: an Alltoall never matches an Alltoallv.
         return self._agreement.agree(problem, 2 * code + uniform, validate, kind, slot, same,
                                      self.plan_cache.over_budget, big,
@@ -252,7 +254,7 @@ class HierComm:
         ``specs``: the (send, receive) specs the sides were parsed from, remembered for the next call
         once the pattern is seen again (None: nothing to remember)."""
         cache = self.plan_cache
-        entry = key = parts = None
+        entry = key = parts = big = None
         settings = (self._code(algorithm), bool(validate), kind, uniform)
         if problem is None and cacheable and cache.max_entries:
             parts = (s.counts, s.displs, r.counts, r.displs)
@@ -260,13 +262,14 @@ class HierComm:
             if last is not None and last[0] is s and last[1] is r and last[2].settings == settings \
                     and cache.entries.get(last[2].slot) is last[2] and last[2].parts is not None:
                 entry, key = last[2], last[2].key
+                big = last[3]  # the same sides: the same local large-count need
             else:
                 entry, key = cache.lookup(parts, settings)
                 if entry is not None and specs is not None:  # seen again: remember the specs
                     self._memo = _spec_memo(uniform, *specs, s, r)
         ident = self._identity(s, r) if entry is not None else None
         agreed = self._agree_call(s, r, problem, settings[0], algorithm, validate, entry.slot if entry else 0,
-                                  entry is not None and entry.bound == ident, kind, kind_text, uniform)
+                                  entry is not None and entry.bound == ident, kind, kind_text, uniform, big)
         self._tick += 1
         # Over budget somewhere: every rank drops its least recently used entry, or, when the entry
         # of this call is the only one, that entry after the call.
@@ -274,7 +277,7 @@ class HierComm:
         if agreed.slot:
             cache.touch(entry, self._tick)
             self._misses = 0
-            self._last_entry = (s, r, entry)
+            self._last_entry = (s, r, entry, self._agreement.last_big)
             try:
                 self._run_entry(entry, s, r, agreed.same_buffers)
             finally:
@@ -295,7 +298,7 @@ class HierComm:
         if cache.max_entries and keep:  # on every rank at this agreed miss, findable or not
             fresh.bound = self._identity(s, r)
             cache.insert(fresh, self._tick)
-            self._last_entry = (s, r, fresh) if cacheable else None
+            self._last_entry = (s, r, fresh, self._agreement.last_big) if cacheable else None
 
     def _run_entry(self, entry: CacheEntry, s: Side, r: Side, same_buffers: bool) -> None:
         """Run a cached entry that every rank hit: its persistent run when every rank's buffers are

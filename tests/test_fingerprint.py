@@ -102,8 +102,7 @@ def test_pattern_words_are_the_cost_models_sums(p):
     counts = rng.integers(0, 5000, (p, p)).astype(np.int64)
     counts[rng.random((p, p)) < 0.3] = 0  # empty blocks are not messages
     t = world_sum(counts, np.ascontiguousarray(counts.T))
-    agreed = agreement.Agreed(False, 0, False, False, int(t[agreement.BYTES]), int(t[agreement.RECV_KIB_SQ]),
-                              int(t[agreement.MESSAGES]), int(t[agreement.PAIRWISE]))
+    agreed = agreement.Agreed(0, 0, t)
     assert agreed.pattern(p, False) == replace(Pattern.from_counts(counts, whole_kib=True), uniform=False)
 
 
@@ -117,3 +116,34 @@ def test_pattern_keys_tell_patterns_apart():
     assert same_arrays((a, a), (a.copy(), a.copy()))
     assert not same_arrays((a, a), (a, b))
     assert not same_arrays((a,), (a, a))
+
+
+def test_verdict_bits():
+    from hxmpi import _agree as v
+    p = 4
+    rec = np.zeros(agreement.WORDS, dtype=np.uint64)
+    rec[agreement.VALIDATE] = p
+    rec[agreement.ALGO], rec[agreement.ALGO_SQ] = 2 * p, 4 * p  # code 2 everywhere
+    rec[agreement.SLOT], rec[agreement.SLOT_SQ] = 3 * p, 9 * p  # slot 3 everywhere
+    rec[agreement.SAME_BUFFERS] = p
+    assert v.verdict(rec, p) == v.HIT | v.SAME_BUFFERS
+    one = rec.copy()
+    one[agreement.ALGO], one[agreement.ALGO_SQ] = 2 * 3 + 1, 4 * 3 + 1  # one rank passed code 1
+    assert v.verdict(one, p) & v.SETTINGS
+    one = rec.copy()
+    one[agreement.VALIDATE] = p - 1
+    assert v.verdict(one, p) & v.SETTINGS
+    one = rec.copy()
+    one[agreement.SLOT], one[agreement.SLOT_SQ] = 3 * 3 + 2, 9 * 3 + 4  # one rank at slot 2: a miss
+    assert not v.verdict(one, p) & v.HIT
+    one = rec.copy()
+    one[agreement.FLAGS] = (1 << 32) * 2 + 1
+    one[agreement.FP_B] = 5
+    assert v.verdict(one, p) == v.PROBLEM | v.BIG | v.PAIRS | v.HIT | v.SAME_BUFFERS
+    # Squares of 20-bit kinds summed over 2**22 ranks pass 2**64 when multiplied by P: compared exactly.
+    big_p, kind = 1 << 22, (1 << 20) - 1
+    huge = np.zeros(agreement.WORDS, dtype=np.uint64)
+    huge[agreement.KIND], huge[agreement.KIND_SQ] = kind * big_p, kind * kind * big_p
+    assert not v.verdict(huge, big_p) & v.SETTINGS
+    huge[agreement.KIND_SQ] += 1
+    assert v.verdict(huge, big_p) & v.SETTINGS
