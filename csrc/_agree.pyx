@@ -28,29 +28,29 @@ cdef inline uint64_t _pair_hash(uint64_t key, uint64_t src, uint64_t dst, uint64
 def pattern_key(tuple parts):
     """A 64-bit hash of several int64 arrays' contents and lengths (the local key of a count pattern)."""
     cdef uint64_t h = 0x2545f4914f6cdd1d
-    cdef const int64_t[::1] v
-    cdef Py_ssize_t i
+    cdef const int64_t* v
+    cdef Py_ssize_t i, n
     for arr in parts:
-        v = arr
-        h = _mix(h ^ <uint64_t>v.shape[0])
+        n = _int64_data(arr, &v)
+        h = _mix(h ^ <uint64_t>n)
         with nogil:
-            for i in range(v.shape[0]):
+            for i in range(n):
                 h = _mix(h ^ <uint64_t>v[i])
     return <int64_t>(h >> 1)
 
 
 def same_arrays(tuple a, tuple b):
     """Whether two tuples of int64 arrays hold the same contents (lengths included)."""
-    cdef const int64_t[::1] x
-    cdef const int64_t[::1] y
+    cdef const int64_t* x
+    cdef const int64_t* y
+    cdef Py_ssize_t n
     if len(a) != len(b):
         return False
     for i in range(len(a)):
-        x = a[i]
-        y = b[i]
-        if x.shape[0] != y.shape[0]:
+        n = _int64_data(a[i], &x)
+        if _int64_data(b[i], &y) != n:
             return False
-        if x.shape[0] and memcmp(&x[0], &y[0], x.shape[0] * sizeof(int64_t)) != 0:
+        if n and memcmp(x, y, n * sizeof(int64_t)) != 0:
             return False
     return True
 

@@ -46,31 +46,37 @@ def copy_blocks(const unsigned char[::1] src not None, const int64_t[::1] src_of
     return total
 
 
-def side_bytes(const int64_t[::1] counts not None, displs, int64_t elem, int64_t nbytes, bint no_overlap):
+def side_bytes(cnp.ndarray counts not None, displs, int64_t elem, int64_t nbytes, bint no_overlap):
     """Scale one side's counts/displs (elements) to bytes and check them in one pass.
 
-    ``displs`` is an int64 array or None (packed prefix sums). Returns (count_bytes, displ_bytes,
-    kind, index): kind 0 = fine; 1 negative count, 2 negative displacement, 3 block past the
-    buffer, 4 overflow past 2**62 bytes, 6 non-empty blocks not in ascending order (only with
-    ``no_overlap``; the caller then checks overlap by sorting). ``index`` is the peer concerned.
+    ``counts``: a contiguous 1-D int64 array; ``displs`` one of the same length or None (packed
+    prefix sums). Returns (count_bytes, displ_bytes, kind, index, total bytes): kind 0 = fine;
+    1 negative count, 2 negative displacement, 3 block past the buffer, 4 overflow past 2**62
+    bytes, 6 non-empty blocks not in ascending order (only with ``no_overlap``; the caller then
+    checks overlap by sorting). ``index`` is the peer concerned.
     """
-    cdef Py_ssize_t n = counts.shape[0], i
-    cdef const int64_t[::1] d
+    # Raw pointers rather than typed memoryviews: this runs twice on every new call's path, and
+    # acquiring four memoryviews cost more than the loop.
+    cdef Py_ssize_t n = _int64_1d(counts, "counts"), i
+    cdef const int64_t* cnt = <const int64_t*>cnp.PyArray_DATA(counts)
+    cdef const int64_t* d = NULL
     cdef bint packed = displs is None
     if not packed:
-        d = displs
-        if d.shape[0] != n:
+        if _int64_1d(displs, "displs") != n:
             raise ValueError("side_bytes: counts and displs differ in length")
-    out_c = np.empty(n, dtype=np.int64)
-    out_d = np.empty(n, dtype=np.int64)
-    cdef int64_t[::1] oc = out_c, od = out_d
+        d = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>displs)
+    cdef cnp.npy_intp dims = n
+    cdef cnp.ndarray out_c = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
+    cdef cnp.ndarray out_d = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
+    cdef int64_t* oc = <int64_t*>cnp.PyArray_DATA(out_c)
+    cdef int64_t* od = <int64_t*>cnp.PyArray_DATA(out_d)
     cdef int64_t limit = (<int64_t>1 << 62) // (elem if elem > 0 else 1)
-    cdef int64_t pos = 0, prev_end = 0, c, off
+    cdef int64_t pos = 0, prev_end = 0, c, off, total = 0
     cdef int kind = 0
     cdef Py_ssize_t where = 0
     with nogil:
         for i in range(n):
-            c = counts[i]
+            c = cnt[i]
             off = pos if packed else d[i]
             if c < 0:
                 kind, where = 1, i
@@ -83,6 +89,7 @@ def side_bytes(const int64_t[::1] counts not None, displs, int64_t elem, int64_t
                 break
             oc[i] = c * elem
             od[i] = off * elem
+            total += oc[i]  # at most 2**62 per block: a bad side stops at its first bad block
             pos += c
             if c > 0:
                 if od[i] + oc[i] > nbytes:
@@ -93,7 +100,28 @@ def side_bytes(const int64_t[::1] counts not None, displs, int64_t elem, int64_t
                         kind, where = 6, i  # not ascending: bounds still checked; caller sorts
                     else:
                         prev_end = od[i] + oc[i]
-    return out_c, out_d, kind, where
+    return out_c, out_d, kind, where, total
+
+
+cdef Py_ssize_t _int64_1d(object arr, str name) except -1:
+    """The length of a contiguous 1-D int64 array; ValueError naming ``name`` otherwise."""
+    if type(arr) is not np.ndarray and not isinstance(arr, np.ndarray):
+        raise ValueError(f"side_bytes: {name} must be an int64 array")
+    cdef cnp.ndarray a = <cnp.ndarray>arr
+    if cnp.PyArray_TYPE(a) != cnp.NPY_INT64 or cnp.PyArray_NDIM(a) != 1 or not cnp.PyArray_IS_C_CONTIGUOUS(a):
+        raise ValueError(f"side_bytes: {name} must be a contiguous 1-D int64 array")
+    return a.shape[0]
+
+
+cdef cnp.ndarray _bytes_view(cnp.ndarray a):
+    """A 1-D uint8 view of a C-contiguous array's bytes (read-only where ``a`` is), kept alive by ``a``:
+    what ``np.frombuffer(a, np.uint8)`` gives, without the buffer protocol's round trip."""
+    cdef cnp.npy_intp n = cnp.PyArray_NBYTES(a)
+    cdef cnp.ndarray view = cnp.PyArray_SimpleNewFromData(1, &n, cnp.NPY_UINT8, cnp.PyArray_DATA(a))
+    cnp.set_array_base(view, a)
+    if not cnp.PyArray_ISWRITEABLE(a):
+        cnp.PyArray_CLEARFLAGS(view, cnp.NPY_ARRAY_WRITEABLE)
+    return view
 
 
 cdef inline bint _int64_vector(object values, Py_ssize_t size):
@@ -106,8 +134,8 @@ cdef inline bint _int64_vector(object values, Py_ssize_t size):
 
 def common_vector(spec, Py_ssize_t size, bint writable, dict predefined, object datatype_type):
     """The form hot loops pass, ``[ndarray, int64 counts or (counts, displs), predefined datatype]``,
-    read in one compiled pass: (uint8 view, count bytes, displacement bytes, element bytes), or
-    None when the spec is not that form or not valid (the general reader then says why).
+    read in one compiled pass: (uint8 view, count bytes, displacement bytes, element bytes, None,
+    total bytes: ``msgspec.Side``'s fields), or None when the spec is not that form or not valid (the general reader then says why).
 
     ``predefined``: element bytes by datatype handle; ``datatype_type``: ``MPI.Datatype``.
     """
@@ -130,7 +158,7 @@ def common_vector(spec, Py_ssize_t size, bint writable, dict predefined, object 
             return None
     if not _int64_vector(counts, size):
         return None
-    cb, db, kind, _ = side_bytes(counts, displs, elem, nbytes, writable)
+    cb, db, kind, _, total = side_bytes(counts, displs, elem, nbytes, writable)
     if kind != 0:
         return None
-    return np.frombuffer(buf, np.uint8), cb, db, elem
+    return _bytes_view(a), cb, db, elem, None, total

@@ -356,9 +356,9 @@ class HierComm:
     def _bind(self, entry: CacheEntry, s: Side, r: Side, persistent: bool, scratch: Optional[Scratch] = None,
               window: Optional[NodeWindow] = None):
         """A run of ``entry``'s plan on these buffers (one-shot scratch unless others are given)."""
-        bruck = partial(Bruck, radix=entry.radix)
         if entry.algorithm == "flat":
             return FlatRun(self.comm, s, r, entry.big, persistent, entry.settings[3])
+        bruck = partial(Bruck, radix=entry.radix)
         if entry.algorithm == "bruck":
             run = FlatRun(self.comm, s, r, entry.big, persistent, exchange=bruck, name="bruck")
         else:

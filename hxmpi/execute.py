@@ -142,9 +142,8 @@ class FlatRun:
 
     def __init__(self, comm: MPI.Intracomm, s: Side, r: Side, big: bool, persistent: bool,
                  uniform: bool = False, exchange: Optional[Callable] = None, name: str = "flat"):
-        make = exchange if exchange is not None else partial(Transfer, uniform=uniform)
-        self.phase = _Phase(make(comm, s.view, s.counts, s.displs, r.view, r.counts, r.displs, big),
-                            persistent)
+        args = (comm, s.view, s.counts, s.displs, r.view, r.counts, r.displs, big)
+        self.phase = _Phase(exchange(*args) if exchange is not None else Transfer(*args, uniform), persistent)
         self.stats = ExchangeStats(name, flat_counts=s.counts)
         self._request: Optional[MPI.Request] = None
 

@@ -421,8 +421,8 @@ def parse_uniform(spec, size: int, writable: bool, name: str) -> tuple[Side, Opt
 
 def _checked(view, c, d, elem, keep, writable, name, buf) -> tuple[Side, Optional[Problem]]:
     """Scale counts and displacements to bytes and check every block lies in the buffer."""
-    cb, db, kind, i = side_bytes(c, d, elem, view.shape[0], writable)
-    side = Side(view, cb, db, elem, keep)
+    cb, db, kind, i, total = side_bytes(c, d, elem, view.shape[0], writable)
+    side = Side(view, cb, db, elem, keep, total if kind == 0 else -1)
     if kind == 0:
         return side, None
     if kind == 6:  # receive blocks out of order: overlap needs a sort
