@@ -12,37 +12,45 @@ import numpy as np
 cnp.import_array()
 
 
-def copy_blocks(const unsigned char[::1] src not None, const int64_t[::1] src_off not None,
-                unsigned char[::1] dst not None, const int64_t[::1] dst_off not None,
-                const int64_t[::1] length not None):
-    """Copy block i: length[i] bytes from src[src_off[i]:] to dst[dst_off[i]:]. Returns bytes copied."""
-    cdef Py_ssize_t n = length.shape[0]
-    if src_off.shape[0] != n or dst_off.shape[0] != n:
+def copy_blocks(cnp.ndarray src not None, cnp.ndarray src_off not None, cnp.ndarray dst not None,
+                cnp.ndarray dst_off not None, cnp.ndarray length not None):
+    """Copy block i: length[i] bytes from src[src_off[i]:] to dst[dst_off[i]:]. Returns bytes copied.
+
+    ``src``/``dst``: contiguous 1-D uint8 arrays (``dst`` writable); the lists: contiguous 1-D
+    int64 arrays of one length. Read through pointers: a hierarchical call makes 3 or 4 of these,
+    and typed memoryviews cost more to acquire than small copies take."""
+    cdef Py_ssize_t n = _int64_1d(length, "length")
+    if _int64_1d(src_off, "src_off") != n or _int64_1d(dst_off, "dst_off") != n:
         raise ValueError("copy_blocks: src_off, dst_off and length must have the same length")
+    _check_bytes(src, "src", False)
+    _check_bytes(dst, "dst", True)
+    cdef const int64_t* so = <const int64_t*>cnp.PyArray_DATA(src_off)
+    cdef const int64_t* do = <const int64_t*>cnp.PyArray_DATA(dst_off)
+    cdef const int64_t* ln = <const int64_t*>cnp.PyArray_DATA(length)
     cdef int64_t src_len = src.shape[0], dst_len = dst.shape[0], total = 0
     cdef Py_ssize_t i
     cdef int64_t bad = -1
     with nogil:
         # One pass of checks first: a bookkeeping bug must raise, never overrun memory.
         for i in range(n):
-            if length[i] < 0 or (length[i] > 0 and (
-                    src_off[i] < 0 or dst_off[i] < 0
-                    or src_off[i] > src_len - length[i] or dst_off[i] > dst_len - length[i])):
+            if ln[i] < 0 or (ln[i] > 0 and (
+                    so[i] < 0 or do[i] < 0
+                    or so[i] > src_len - ln[i] or do[i] > dst_len - ln[i])):
                 bad = i
                 break
-            total += length[i]
+            total += ln[i]
     if bad >= 0:
         raise ValueError(
-            f"copy_blocks: block {bad} (src_off={src_off[bad]}, dst_off={dst_off[bad]}, "
-            f"length={length[bad]}) exceeds src ({src_len} B) or dst ({dst_len} B)")
+            f"copy_blocks: block {bad} (src_off={so[bad]}, dst_off={do[bad]}, "
+            f"length={ln[bad]}) exceeds src ({src_len} B) or dst ({dst_len} B)")
     if total == 0:
         return 0
-    cdef const unsigned char* s = &src[0]
-    cdef unsigned char* d = &dst[0]
+    cdef const unsigned char* s = <const unsigned char*>cnp.PyArray_DATA(src)
+    cdef unsigned char* d = <unsigned char*>cnp.PyArray_DATA(dst)
     with nogil:
         for i in range(n):
-            if length[i] > 0:
-                memcpy(d + dst_off[i], s + src_off[i], <size_t>length[i])
+            if ln[i] > 0:
+                memcpy(d + do[i], s + so[i], <size_t>ln[i])
     return total
 
 
@@ -106,11 +114,19 @@ def side_bytes(cnp.ndarray counts not None, displs, int64_t elem, int64_t nbytes
 cdef Py_ssize_t _int64_1d(object arr, str name) except -1:
     """The length of a contiguous 1-D int64 array; ValueError naming ``name`` otherwise."""
     if type(arr) is not np.ndarray and not isinstance(arr, np.ndarray):
-        raise ValueError(f"side_bytes: {name} must be an int64 array")
+        raise ValueError(f"{name} must be an int64 array")
     cdef cnp.ndarray a = <cnp.ndarray>arr
     if cnp.PyArray_TYPE(a) != cnp.NPY_INT64 or cnp.PyArray_NDIM(a) != 1 or not cnp.PyArray_IS_C_CONTIGUOUS(a):
-        raise ValueError(f"side_bytes: {name} must be a contiguous 1-D int64 array")
+        raise ValueError(f"{name} must be a contiguous 1-D int64 array")
     return a.shape[0]
+
+
+cdef int _check_bytes(cnp.ndarray a, str name, bint writable) except -1:
+    if cnp.PyArray_TYPE(a) != cnp.NPY_UINT8 or cnp.PyArray_NDIM(a) != 1 or not cnp.PyArray_IS_C_CONTIGUOUS(a):
+        raise ValueError(f"copy_blocks: {name} must be a contiguous 1-D uint8 array")
+    if writable and not cnp.PyArray_ISWRITEABLE(a):
+        raise ValueError(f"copy_blocks: {name} is read-only")
+    return 0
 
 
 cdef cnp.ndarray _bytes_view(cnp.ndarray a):

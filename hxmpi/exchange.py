@@ -296,6 +296,8 @@ class HierComm:
         self._misses += 1
         keep = self._misses <= 2 * cache.max_entries or self._misses % 8 == 0
         if cache.max_entries and keep:  # on every rank at this agreed miss, findable or not
+            if fresh.plan is not None:
+                fresh.plan.detach()  # it outlives the planner's next plan
             fresh.bound = self._identity(s, r)
             cache.insert(fresh, self._tick)
             self._last_entry = (s, r, fresh, self._agreement.last_big) if cacheable else None
@@ -392,7 +394,7 @@ class HierComm:
         entry = CacheEntry(0, None, (code, True, 0, uniform), algo, agreed.big, radix=radix)
         window = None
         if algo in _HIER:
-            entry.plan = self._hier_plan(s, r)
+            entry.plan = self._hier_plan(s, r).detach()
             window = NodeWindow(self.topology.intra) if self._window else None
         # A request owns its scratch and window: it may be started while one-shot calls run.
         run = self._bind(entry, s, r, True, Scratch(), window)

@@ -165,19 +165,24 @@ class FlatRun:
         self.phase.free()
 
 
-def _copy_list(src, dst, length, n=None) -> tuple:
-    """An owned (src, dst, length) copy list: the planner overwrites its arrays on the next plan."""
+def _view_list(src, dst, length, n=None) -> tuple:
+    """A (src, dst, length) copy list of the planner's arrays (the first ``n`` entries)."""
     if n is None:
-        return np.array(src), np.array(dst), np.array(length)
-    return np.array(src[:n]), np.array(dst[:n]), np.array(length[:n])
+        return src, dst, length
+    return src[:n], dst[:n], length[:n]
 
 
 class HierPlan:
     """The hierarchical plan of one count pattern on one rank (bytes), independent of buffers.
 
     Built from ``planner.plan(mode, ...)`` (``hxmpi/plan.py``); ``rc_node`` is what every rank of this
-    node receives from every source, (node size, world size) bytes.
+    node receives from every source, (node size, world size) bytes. The plan first refers to the
+    planner's arrays, which its next ``plan`` overwrites: ``detach()`` copies them, for a plan that
+    outlives the call (a cached or persistent one). A plan used once never pays for the copies.
     """
+
+    _ARRAYS = ("own", "out", "self_copy", "pack", "rep", "unp", "node_bytes", "send_displs", "lane_rc",
+               "lane_rd", "p2")
 
     def __init__(self, planner, mode: int, s: Side, r: Side, rc_node: np.ndarray, me: int):
         pl = planner
@@ -186,20 +191,32 @@ class HierPlan:
         self.mode, self.base, self.copied = mode, int(base), int(copied)
         self.buf_bytes = int(buf_bytes)
         self.a_bytes = int(max(pack_bytes if base < 0 else 0, p2_bytes))
-        self.self_copy = (s.displs[me:me + 1].copy(), r.displs[me:me + 1].copy(), s.counts[me:me + 1].copy())
-        self.pack = _copy_list(pl.pack_src, pl.pack_dst, pl.pack_len) if base < 0 else None
-        self.own = _copy_list(pl.own_src, pl.own_dst, pl.own_len)
-        self.out = _copy_list(pl.out_src, pl.out_dst, pl.out_len)
+        self.self_copy = (s.displs[me:me + 1], r.displs[me:me + 1], s.counts[me:me + 1])
+        self.pack = _view_list(pl.pack_src, pl.pack_dst, pl.pack_len) if base < 0 else None
+        self.own = _view_list(pl.own_src, pl.own_dst, pl.own_len)
+        self.out = _view_list(pl.out_src, pl.out_dst, pl.out_len)
         self.rep = self.unp = None
         if mode != MODE_SHM:
-            self.rep = _copy_list(pl.rep_src, pl.rep_dst, pl.rep_len, nrep)
-            self.unp = _copy_list(pl.unp_src, pl.unp_dst, pl.unp_len)
-        self.node_bytes = np.array(pl.node_bytes)
-        self.send_displs = np.array(pl.node_displs) + (base if base >= 0 else 0)
-        self.lane_rc, self.lane_rd = np.array(pl.p1_rc), np.array(pl.p1_rd)
+            self.rep = _view_list(pl.rep_src, pl.rep_dst, pl.rep_len, nrep)
+            self.unp = _view_list(pl.unp_src, pl.unp_dst, pl.unp_len)
+        self.node_bytes = pl.node_bytes
+        # The planner's displacements are relative to the pack buffer, or to the send buffer at ``base``.
+        self.send_displs = pl.node_displs + (base if base >= 0 else 0)
+        self.lane_rc, self.lane_rd = pl.p1_rc, pl.p1_rd
         self.native = int(pl.local)
-        self.p2 = tuple(np.array(v) for v in (pl.p2_sc, pl.p2_sd, pl.p2_rc, pl.p2_rd))
+        self.p2 = (pl.p2_sc, pl.p2_sd, pl.p2_rc, pl.p2_rd)
         self.zeros = np.zeros(int(pl.num_nodes), dtype=np.int64)
+        self.detached = False
+
+    def detach(self) -> "HierPlan":
+        """Own copies of every array (of the planner's, and of the sides' counts): returns self."""
+        if not self.detached:
+            for name in self._ARRAYS:
+                value = getattr(self, name)
+                if value is not None:
+                    setattr(self, name, tuple(np.array(a) for a in value) if type(value) is tuple else np.array(value))
+            self.detached = True
+        return self
 
     @property
     def nbytes(self) -> int:

@@ -48,3 +48,15 @@ def test_mismatched_offset_lengths():
     with pytest.raises(ValueError, match="same length"):
         copy_blocks(np.zeros(4, np.uint8), np.zeros(2, np.int64), np.zeros(4, np.uint8),
                     np.zeros(1, np.int64), np.zeros(2, np.int64))
+
+
+def test_bad_arrays_are_refused():
+    z, one = np.zeros(1, np.int64), np.ones(1, np.int64)
+    ro = np.zeros(4, np.uint8)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="dst is read-only"):
+        copy_blocks(np.zeros(4, np.uint8), z, ro, z, one)
+    with pytest.raises(ValueError, match="src must be a contiguous 1-D uint8 array"):
+        copy_blocks(np.zeros(4, np.float64), z, np.zeros(4, np.uint8), z, one)
+    with pytest.raises(ValueError, match="length must be a contiguous 1-D int64 array"):
+        copy_blocks(np.zeros(4, np.uint8), z, np.zeros(4, np.uint8), z, one.astype(np.int32))
