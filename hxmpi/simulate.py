@@ -428,6 +428,11 @@ def replay(layout: Layout, counts: np.ndarray, algorithm, node_phase: str, model
 DEFAULT_MAX_REPLAY_RANKS = 1024
 
 
+#: The replayed fields of a record (``<name>_sim_s``), in replay order; ``--only`` picks among them.
+REPLAYED = ("bare_alltoallv", "bare_alltoall", "flat", "bruck", "bruck_plan", "hier", "hier_plan", "hier_bruck",
+            "hier_bruck_plan", "auto", "auto_plan", "agreement")
+
+
 class ReplayTimeout(SimulateError):
     """A replay that did not finish within ``--timeout``."""
 
@@ -456,13 +461,15 @@ def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, re
 def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: Network,
                    node_phase: str = "shm", uneven: bool = False, workdir: Optional[str] = None,
                    timeout: Optional[float] = None, cpu: Optional[CpuTimes] = None, numpy: bool = False,
-                   max_replay_ranks: int = DEFAULT_MAX_REPLAY_RANKS) -> dict:
+                   max_replay_ranks: int = DEFAULT_MAX_REPLAY_RANKS, only: Optional[Sequence[str]] = None) -> dict:
     """One JSON record: whole calls replayed (one-shot and plan), the bare MPI baselines, the model.
 
     One-shot calls pay the agreement (``agreement_steps``) and hxmpi's CPU per call (``cpu``);
     plans pay their CPU only. ``*_sim_s`` of hier variants are None where the layout is
     degenerate (hxmpi runs flat there); ``bare_alltoall_sim_s`` is None for uneven counts. Worlds
     above ``max_replay_ranks`` are not replayed: every ``*_sim_s`` is None and ``by_model`` is true.
+    ``only``: replay just these fields (``REPLAYED`` names, e.g. "auto"); the others stay None and
+    are listed in ``not_run``.
     """
     layout = Layout(node_of_sizes(sizes))
     counts = make_counts(layout.size, block, uneven)
@@ -488,36 +495,39 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
            "model_hier_bruck_s": model_s("hier_bruck", "oneshot", hb_k) if hier_ok else None,
            "model_hier_bruck_plan_s": model_s("hier_bruck", "plan", hb_k) if hier_ok else None,
            "model_pick": auto[0], "flat_schedule": alltoallv_algorithm(p), "numpy_call": numpy}
-    keys = ("bare_alltoallv", "bare_alltoall", "agreement", "flat", "hier", "hier_plan", "bruck", "bruck_plan",
-            "hier_bruck", "hier_bruck_plan", "auto", "auto_plan")
-    rec.update({f"{k}_sim_s": None for k in keys})
-    rec["replay_s"], rec["timed_out"] = {}, []
+    rec.update({f"{k}_sim_s": None for k in REPLAYED})
+    rec["replay_s"], rec["timed_out"], rec["not_run"] = {}, [], []
     if rec["by_model"]:
         return rec
     tmp = tempfile.TemporaryDirectory(prefix="hxmpi-sim-") if workdir is None else None
     base = tmp.name if tmp else workdir
-    run = _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec)
+    replayer = _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec)
+    rec["not_run"] = [k for k in REPLAYED if only is not None and k not in only]
+
+    def run(call: Call, field: str) -> Optional[float]:
+        return None if field in rec["not_run"] else replayer(call)
     try:
-        rec["bare_alltoallv_sim_s"] = run(Call("flat", "bare"))
+        rec["bare_alltoallv_sim_s"] = run(Call("flat", "bare"), "bare_alltoallv")
         if pattern.uniform:
-            rec["bare_alltoall_sim_s"] = run(Call("alltoall", "bare"))
-        if rec["bare_alltoallv_sim_s"] is not None:  # the same exchange and more: it would time out too
-            rec["flat_sim_s"] = run(Call("flat", numpy=numpy))
+            rec["bare_alltoall_sim_s"] = run(Call("alltoall", "bare"), "bare_alltoall")
+        # flat's exchange timed out bare: flat calls (the same exchange and more) are not repeated
+        slow = "flat bare" in rec["timed_out"]
+        if not slow:
+            rec["flat_sim_s"] = run(Call("flat", numpy=numpy), "flat")
         else:
             rec["timed_out"].append("flat oneshot (not run: its exchange timed out bare)")
-        rec["bruck_sim_s"] = run(Call("bruck", radix=bruck_k, numpy=numpy))
-        rec["bruck_plan_sim_s"] = run(Call("bruck", "plan", bruck_k))
+        rec["bruck_sim_s"] = run(Call("bruck", radix=bruck_k, numpy=numpy), "bruck")
+        rec["bruck_plan_sim_s"] = run(Call("bruck", "plan", bruck_k), "bruck_plan")
         if hier_ok:
-            rec["hier_sim_s"] = run(Call("hier", numpy=numpy))
-            rec["hier_plan_sim_s"] = run(Call("hier", "plan"))
-            rec["hier_bruck_sim_s"] = run(Call("hier_bruck", radix=hb_k, numpy=numpy))
-            rec["hier_bruck_plan_sim_s"] = run(Call("hier_bruck", "plan", hb_k))
-        slow = rec["bare_alltoallv_sim_s"] is None  # flat's replay timed out: do not repeat it
+            rec["hier_sim_s"] = run(Call("hier", numpy=numpy), "hier")
+            rec["hier_plan_sim_s"] = run(Call("hier", "plan"), "hier_plan")
+            rec["hier_bruck_sim_s"] = run(Call("hier_bruck", radix=hb_k, numpy=numpy), "hier_bruck")
+            rec["hier_bruck_plan_sim_s"] = run(Call("hier_bruck", "plan", hb_k), "hier_bruck_plan")
         if not (slow and auto[0] == "flat"):
-            rec["auto_sim_s"] = run(Call(auto[0], radix=auto[1], numpy=numpy))
+            rec["auto_sim_s"] = run(Call(auto[0], radix=auto[1], numpy=numpy), "auto")
         if not (slow and auto_plan[0] == "flat"):
-            rec["auto_plan_sim_s"] = run(Call(auto_plan[0], "plan", auto_plan[1]))
-        rec["agreement_sim_s"] = run(Call(auto[0], "agreement", auto[1], numpy))
+            rec["auto_plan_sim_s"] = run(Call(auto_plan[0], "plan", auto_plan[1]), "auto_plan")
+        rec["agreement_sim_s"] = run(Call(auto[0], "agreement", auto[1], numpy), "agreement")
     finally:
         if tmp:
             tmp.cleanup()
@@ -672,6 +682,8 @@ def print_layout(records: list[dict], out=sys.stdout) -> None:
     for r in records:
         if r["timed_out"]:
             print(f"# {r['block_bytes']} B: replay over --timeout (shown -): {', '.join(r['timed_out'])}", file=out)
+        if r.get("not_run"):
+            print(f"# {r['block_bytes']} B: not replayed (--only; shown -): {', '.join(r['not_run'])}", file=out)
     if sim:
         worst = max(r["auto_plan_sim_s"] / r["best_bare_sim_s"] for r in sim)
         worst1 = max((r["auto_sim_s"] - r["agreement_sim_s"]) / r["best_bare_sim_s"] for r in sim)
@@ -746,6 +758,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="simulate the alltoallv(array, counts) form: its agreement also exchanges the counts")
     p.add_argument("--max-replay-ranks", type=int, default=DEFAULT_MAX_REPLAY_RANKS,
                    help=f"larger worlds are given by the model only, marked so (default {DEFAULT_MAX_REPLAY_RANKS})")
+    p.add_argument("--only", help="replay only these fields of each record, comma-separated, of: "
+                   f"{', '.join(REPLAYED)} (default: all); the others are null and listed in not_run")
     p.add_argument("--compare", help="a calibrate.py --json report: simulate its layout and sizes with its "
                    "model and print simulated vs measured (the layout flags are then not needed)")
     p.add_argument("--json", help="write the records (and the summary) here")
@@ -760,6 +774,12 @@ def main(argv=None) -> int:
     try:
         layouts = _layouts(args)
         sizes = block_sizes(args.message_size, args.factor)
+        only = None
+        if args.only is not None:
+            only = [k.strip() for k in args.only.split(",") if k.strip()]
+            bad = sorted(set(only) - set(REPLAYED))
+            if bad or not only:
+                raise SimulateError(f"--only: unknown field(s) {bad or args.only!r}; choose from {', '.join(REPLAYED)}")
         model, source = _model(args)
         if args.oversubscription is not None:
             if args.oversubscription < 1:
@@ -778,7 +798,8 @@ def main(argv=None) -> int:
         cpu = CpuTimes(model, args.overhead)
         for lay in layouts:
             rows = [simulate_point(lay, b, model, network, args.node_phase, args.uneven, timeout=args.timeout,
-                                   cpu=cpu, numpy=args.numpy_call, max_replay_ranks=args.max_replay_ranks)
+                                   cpu=cpu, numpy=args.numpy_call, max_replay_ranks=args.max_replay_ranks,
+                                   only=only)
                     for b in sizes]
             print_layout(rows)
             sys.stdout.flush()

@@ -145,6 +145,7 @@ def test_crossover_interpolates():
     (["--nodes", "2", "--preset", "myrinet"], "unknown preset 'myrinet'"),
     (["--layout", "2+x"], "--layout must be comma-separated integers"),
     (["--ranks-per-node", "2"], "give --nodes"),
+    (["--nodes", "2", "--only", "auto,bogus"], "--only: unknown field(s) ['bogus']"),
 ])
 def test_bad_flags_give_one_error_line(args, needle):
     proc = cli(*args)
@@ -197,6 +198,17 @@ def test_cpu_times_from_file_and_fallback(tmp_path):
     line = rank_trace(Layout(node_of_sizes([2, 2])), make_counts(4, 8, False), 0, Call("flat", "oneshot"), "shm",
                       model, cpu)[1]
     assert line == "0 sleep 3e-06"
+
+
+@needs_simgrid
+def test_only_replays_the_fields_given(tmp_path):
+    """--only: the named fields are replayed (and equal a full point's), the others null and listed."""
+    full = simulate_point([2, 2], 64, PRESETS["hdr"], Network())
+    part = simulate_point([2, 2], 64, PRESETS["hdr"], Network(), only=["auto", "bare_alltoallv"])
+    assert part["auto_sim_s"] == full["auto_sim_s"] and part["bare_alltoallv_sim_s"] == full["bare_alltoallv_sim_s"]
+    assert part["hier_sim_s"] is None and full["hier_sim_s"] is not None
+    assert "hier" in part["not_run"] and "auto" not in part["not_run"] and full["not_run"] == []
+    assert set(part["replay_s"]) == {"flat bare", f"{part['auto_pick']} oneshot"}
 
 
 @needs_simgrid
