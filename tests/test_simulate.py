@@ -200,6 +200,48 @@ def test_cpu_times_from_file_and_fallback(tmp_path):
     assert line == "0 sleep 3e-06"
 
 
+def test_osu_columns_map_to_the_calls_they_measure():
+    """bare -> MPI_Alltoallv; A -> a plan-cache hit; A-new -> a miss; A-plan -> a plan; auto, naive left out."""
+    from hxmpi.simulate import osu_calls
+    cols = ("bare", "hier_bruck", "auto", "bruck-new", "hier_pairwise-plan", "naive")
+    report = {"radix": 4, "results": [{"size": 8, "check": {}, "flat_stats": {"algorithm": "flat"},
+                                       **{c: {"avg_us": 1.0} for c in cols}}]}
+    assert osu_calls(report) == {"bare": Call("flat", "bare"), "hier_bruck": Call("hier_bruck", "hit", 4),
+                                 "bruck-new": Call("bruck", "oneshot", 4),
+                                 "hier_pairwise-plan": Call("hier_pairwise", "plan", 4)}
+    # A hit pays the agreement's Allreduce but not the node Allgather of a miss, and the hit CPU.
+    layout, counts = Layout(node_of_sizes([2, 2])), make_counts(4, 8, False)
+    hit = rank_trace(layout, counts, 0, Call("hier", "hit"), "shm", CostModel())
+    miss = rank_trace(layout, counts, 0, Call("hier", "oneshot"), "shm", CostModel())
+    assert any("allreduce" in ln for ln in hit) and len(miss) > len(hit)
+    assert Call("hier", "hit").cpu_key == "hier_hit" and Call("bruck", "plan").cpu_key == "bruck_plan"
+
+
+@needs_simgrid
+def test_compare_replays_an_osu_report(tmp_path):
+    """--compare of an osu_alltoallv.py report replays each column as its Call, with --overhead's CPU."""
+    report = {"benchmark": "osu_alltoallv", "node_sizes": [2, 2], "node_phase": "shm", "radix": 2,
+              "results": [{"size": 64, "bare": {"avg_us": 10.0}, "bruck-plan": {"avg_us": 20.0}}]}
+    src, cpu, out = tmp_path / "osu.json", tmp_path / "cpu.json", tmp_path / "cmp.json"
+    src.write_text(json.dumps(report))
+    cpu.write_text(json.dumps({"cpu_s_per_call": {"bruck_plan": 5e-6}}))
+    tuning = tmp_path / "t.json"
+    PRESETS["hdr"].save(str(tuning))
+    proc = cli("--compare", str(src), "--tuning", str(tuning), "--overhead", str(cpu), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["algorithm"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"bare", "bruck-plan"}
+    from hxmpi.simulate import CpuTimes, replay
+    layout, counts = Layout(node_of_sizes([2, 2])), make_counts(4, 64, False)
+    want = [replay(layout, counts, Call("bruck", "plan", 2), "shm", PRESETS["hdr"], Network(), str(tmp_path / d),
+                   cpu=CpuTimes(PRESETS["hdr"], p)) for d, p in (("a", str(cpu)), ("b", None))]
+    assert rows["bruck-plan"]["sim_s"] == pytest.approx(want[0], abs=1e-9)
+    # Its 5 us of measured CPU replaced the model's fixed flat cost.
+    assert want[0] - want[1] == pytest.approx(5e-6 - PRESETS["hdr"].overhead_flat, abs=1e-8)
+    assert rows["bare"]["rel_error"] == pytest.approx(abs(rows["bare"]["sim_s"] - 10e-6) / 10e-6)
+    assert cli("--compare", str(src)).returncode == 2
+
+
 @needs_simgrid
 def test_only_replays_the_fields_given(tmp_path):
     """--only: the named fields are replayed (and equal a full point's), the others null and listed."""
