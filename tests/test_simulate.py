@@ -242,6 +242,34 @@ def test_compare_replays_an_osu_report(tmp_path):
     assert cli("--compare", str(src)).returncode == 2
 
 
+def test_combined_cpu_file_takes_flat_keys_as_measured_and_deflates_hier_keys(tmp_path):
+    """bench_overhead.py --combine: flat/Bruck keys are the one-rank-per-core medians; each hier key is
+    the 2x2 median times that run's flat ratio (miss: flat, hit and plan: flat_hit); bad use is refused."""
+    keys = ("flat", "flat_hit", "flat_plan", "bruck", "bruck_hit", "bruck_plan") + tuple(
+        f"{h}{k}" for h in ("hier", "hier_pairwise", "hier_bruck") for k in ("", "_hit", "_plan"))
+    def report(path, sizes, scale):
+        cpu = {k: scale * (i + 1) * 1e-6 for i, k in enumerate(keys)}
+        path.write_text(json.dumps({"node_sizes": sizes, "block": 8, "radix": 2, "median_us": {}, "cpu_s_per_call": cpu}))
+        return str(path)
+    flat = [report(tmp_path / f"f{i}.json", [1, 1], s) for i, s in enumerate((1.0, 2.0, 3.0))]
+    hier = [report(tmp_path / "h.json", [2, 2], 4.0)]
+    out = tmp_path / "cpu.json"
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks", "bench_overhead.py")
+    proc = subprocess.run([sys.executable, script, "--combine-flat", *flat, "--combine-hier", *hier, "--json", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(out.read_text())
+    cpu = got["cpu_s_per_call"]
+    assert cpu["flat"] == pytest.approx(2e-6) and cpu["bruck_plan"] == pytest.approx(12e-6)  # the median run
+    assert got["deflation"] == {"miss": pytest.approx(0.5), "hit": pytest.approx(0.5)}
+    i = keys.index("hier_bruck_plan") + 1
+    assert cpu["hier_bruck_plan"] == pytest.approx(4.0 * i * 1e-6 * 0.5)
+    assert "times 0.500" in got["source"]["hier"] and len(got["inputs"]) == 4
+    bad = subprocess.run([sys.executable, script, "--combine-flat", *flat, "--json", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "go together" in bad.stderr
+
+
 @needs_simgrid
 def test_only_replays_the_fields_given(tmp_path):
     """--only: the named fields are replayed (and equal a full point's), the others null and listed."""
