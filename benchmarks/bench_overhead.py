@@ -6,18 +6,47 @@ Columns (us per call, mean over ranks, median of the rounds):
   bare           ``comm.Alltoallv`` on prebuilt specs
   bare-plan      a raw MPI persistent ``Alltoallv_init`` request, Start + Wait
   allreduce      the agreement alone: one ``Allreduce`` of 16 uint64
+  node-allgather what a hier plan-cache miss adds to the agreement: the node's ``Allgather`` of
+                 one int64 per world rank (on the node communicator)
+  bruck-p2p      the messages of a Bruck plan alone: raw persistent ``Send_init``/``Recv_init``
+                 requests of each round's bytes (radix ``--radix``), each round Startall + Waitall
   floor          what a repeated one-shot call cannot go below: a persistent ``Allreduce_init`` of
                  16 uint64 and the raw persistent ``Alltoallv_init``, each Start + Wait
-  flat-new       one-shot ``HierComm.Alltoallv`` (flat, validated), a new count pattern every call
-                 (receive displacements shift through 32 patterns, more than the plan cache holds)
-  flat-repeat    the same, one pattern and the same buffers every call (the plan cache hits)
-  hier-new, hier-repeat   the same for the hierarchical path
-  flat-plan, hier-plan    persistent ``HierComm.Alltoallv_init`` requests, Start + Wait
+  A-new          one-shot ``HierComm.Alltoallv(algorithm=A)`` (validated), a new count pattern every
+                 call (receive displacements shift through 1024 patterns: none comes back before
+                 the plan cache, which keeps every 8th pattern of a run of misses, has evicted it;
+                 the JSON's ``paths`` gives the hits counted in the timed calls), for A in flat, hier, bruck, hier_pairwise, hier_bruck (radix ``--radix``)
+  A-repeat       the same, one pattern and the same buffers every call (the plan cache hits)
+  A-plan         a persistent ``HierComm.Alltoallv_init(algorithm=A)`` request, Start + Wait
+
 ``--json`` also writes ``cpu_s_per_call``: hxmpi's own per-call work for each path, the path's time
-minus the MPI-only columns it contains (flat: flat-new - allreduce - bare; flat_hit: flat-repeat -
-allreduce - bare-plan; hier: hier-new - allreduce - hier-plan; hier_hit: hier-repeat - allreduce -
-hier-plan; flat_plan: flat-plan - bare-plan; hier_plan: 0, its messages are all in hier-plan), clamped
-at 0 (seconds). ``hxmpi.simulate`` charges these instead of fitted constants.
+minus the MPI-only columns it contains (``cpu_formula`` in the JSON spells each one), clamped at 0
+(seconds); ``hxmpi.simulate`` charges these instead of fitted constants. Keys, for the one-shot
+miss (a new pattern: what the simulator charges a one-shot call), the one-shot hit (``_hit``) and
+the plan (``_plan``):
+  flat         flat-new - allreduce - bare;    flat_hit  flat-repeat - allreduce - bare-plan;
+               flat_plan    flat-plan - bare-plan
+  bruck        bruck-new - allreduce - bruck-p2p;    bruck_hit  bruck-repeat - allreduce - bruck-p2p;
+               bruck_plan   bruck-plan - bruck-p2p  (the Python of the rounds: packing, posting, waiting)
+  hier, hier_pairwise, hier_bruck (H)   H = H-new - allreduce - node-allgather - hier-plan;
+               H_hit  H-repeat - allreduce - hier-plan;  H_plan  H-plan - hier-plan (so hier_plan is
+               0: hier-plan's lanes are one MPI persistent request, counted as MPI; the pairwise and
+               Bruck lane phases add their rounds' Python on top of the same lane messages, which
+               are the same on 2 nodes: one message per lane)
+A one-shot Bruck miss sends its first run's length headers through ``Mprobe``; bruck-p2p has
+neither (8 B per slot and one probe per message more), so a little MPI time stays in ``bruck``.
+Degenerate layouts (one node, or one rank per node) run the hier paths flat: their hier keys are
+flat's. JSON: ``command`` (this run's argv), ``radix``, ``cpu_formula``.
+
+``--combine-flat A.json ... --combine-hier B.json ... --json OUT`` runs nothing: it writes the CPU file
+the simulator uses by default (``benchmarks/results/overhead.json``) from earlier ``--json`` runs.
+The flat and Bruck keys are the median over the ``--combine-flat`` runs (one rank per core: 2 ranks
+on 2 cores, ``--ranks-per-node 1``); the hier keys need 2 nodes of 2 ranks, on this machine 4 ranks
+on 2 cores, where a microsecond of Python between two collectives also costs the core-mate's
+polling. So each hier key is the median over the ``--combine-hier`` runs, times the ratio of the
+same kind of flat key (miss: ``flat``; hit and plan: ``flat_hit``) between the two medians: the
+flat path, the same code in both runs, measures how much the oversubscribed run inflates hxmpi's
+CPU. The output names its inputs, each key's ``source`` and the ratios (``deflation``).
 
 ``--breakdown`` also times, on each rank alone (no communication, so no waiting inside), the local
 stages of one call (us, mean over ranks): parsing two new specs; recognising unchanged specs; the
@@ -29,14 +58,52 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 import numpy as np
 import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
 from mpi4py import MPI
 
-COLUMNS = ("bare", "bare-plan", "allreduce", "floor", "flat-new", "flat-repeat", "flat-plan",
-           "hier-new", "hier-repeat", "hier-plan")
-PATTERNS = 32
+from hxmpi.plan import bruck_rounds
+
+ALGORITHMS = ("flat", "hier", "bruck", "hier_pairwise", "hier_bruck")
+HIER = ("hier", "hier_pairwise", "hier_bruck")
+COLUMNS = ("bare", "bare-plan", "allreduce", "node-allgather", "bruck-p2p", "floor") + tuple(
+    f"{a}-{kind}" for a in ALGORITHMS for kind in ("new", "repeat", "plan"))
+PATTERNS = 1024
+#: cpu_s_per_call[key] = column - sum(subtracted columns): each path minus the MPI-only columns it contains.
+CPU_FORMULA = {
+    "flat": ("flat-new", ("allreduce", "bare")), "flat_hit": ("flat-repeat", ("allreduce", "bare-plan")),
+    "flat_plan": ("flat-plan", ("bare-plan",)),
+    "bruck": ("bruck-new", ("allreduce", "bruck-p2p")), "bruck_hit": ("bruck-repeat", ("allreduce", "bruck-p2p")),
+    "bruck_plan": ("bruck-plan", ("bruck-p2p",))}
+for _h in HIER:
+    CPU_FORMULA.update({_h: (f"{_h}-new", ("allreduce", "node-allgather", "hier-plan")),
+                        f"{_h}_hit": (f"{_h}-repeat", ("allreduce", "hier-plan")),
+                        f"{_h}_plan": (f"{_h}-plan", ("hier-plan",))})
+
+
+def bruck_p2p(comm, block: int, radix: int, sbuf: np.ndarray, rbuf: np.ndarray) -> list:
+    """Per Bruck round, raw persistent send and receive requests of that round's bytes (the plan's messages)."""
+    p, q = comm.size, comm.rank
+    rounds = []
+    for group in bruck_rounds(p, radix):
+        reqs = []
+        for d, slots in group:
+            n = int(slots.shape[0]) * block
+            reqs += [comm.Send_init([sbuf[:n], MPI.BYTE], (q + d) % p, 7),
+                     comm.Recv_init([rbuf[:n], MPI.BYTE], (q - d) % p, 7)]
+        rounds.append(reqs)
+    return rounds
+
+
+def cpu_per_call(median: dict) -> tuple[dict, dict]:
+    """(cpu_s_per_call, cpu_formula) from the median columns (us): see the module docstring."""
+    cpu, text = {}, {}
+    for key, (col, minus) in CPU_FORMULA.items():
+        cpu[key] = max(median[col] - sum(median[c] for c in minus), 0.0) * 1e-6
+        text[key] = " - ".join((col,) + minus)
+    return cpu, text
 
 
 def main(argv=None) -> int:
@@ -46,12 +113,23 @@ def main(argv=None) -> int:
     p.add_argument("-x", "--warmup", type=int, default=200, help="untimed calls first (default 200)")
     p.add_argument("--repeats", type=int, default=3, help="rounds over all columns; the median is kept (default 3)")
     p.add_argument("--ranks-per-node", type=int, default=None, help="virtual nodes of this many ranks (default: real nodes)")
+    p.add_argument("--radix", type=int, default=2, help="Bruck radix of the bruck and hier_bruck columns (default 2)")
     p.add_argument("--breakdown", action="store_true", help="also time each local stage of a call (see above)")
+    p.add_argument("--combine-flat", nargs="+", metavar="JSON", help="combine mode (see above): runs with one "
+                   "rank per core, source of the flat and Bruck keys")
+    p.add_argument("--combine-hier", nargs="+", metavar="JSON", help="combine mode: runs on 2 nodes of 2 ranks, "
+                   "source of the hier keys (deflated by their flat keys)")
     p.add_argument("--json", default=None, help="write results here (rank 0)")
     args = p.parse_args(argv)
+    if args.combine_flat or args.combine_hier:
+        if not (args.combine_flat and args.combine_hier and args.json):
+            p.error("--combine-flat and --combine-hier go together, with --json")
+        if MPI.COMM_WORLD.rank == 0:
+            combine(args.combine_flat, args.combine_hier, args.json, " ".join(["bench_overhead.py", *sys.argv[1:]]))
+        return 0
     comm = MPI.COMM_WORLD
     size, block = comm.size, args.block
-    hc = hxmpi.HierComm(comm, ranks_per_node=args.ranks_per_node)
+    hc = hxmpi.HierComm(comm, ranks_per_node=args.ranks_per_node, radix=args.radix)
     sbuf = np.ones(size * block, np.uint8)
     rbuf = np.zeros(size * block + PATTERNS, np.uint8)  # room for the shifted patterns
     counts = np.full(size, block, np.int64)
@@ -62,12 +140,16 @@ def main(argv=None) -> int:
     raw = comm.Alltoallv_init(*specs)
     record, sums = np.zeros(16, np.uint64), np.zeros(16, np.uint64)
     agree_req = comm.Allreduce_init(record, sums, op=MPI.SUM)
+    intra = hc.topology.intra
+    node_counts = np.empty((intra.size, size), np.int64)
+    p2p_send, p2p_recv = np.ones(size * block, np.uint8), np.zeros(size * block, np.uint8)
+    p2p = bruck_p2p(comm, block, hc.radix, p2p_send, p2p_recv)
     send_spec = [sbuf, (counts, displs), MPI.BYTE]
-    plans = {a: hc.Alltoallv_init(send_spec, [rbuf, (counts, displs), MPI.BYTE], algorithm=a)
-             for a in ("flat", "hier")}
+    plans = {a: hc.Alltoallv_init(send_spec, [rbuf, (counts, displs), MPI.BYTE], algorithm=a) for a in ALGORITHMS}
     tick = [0]
 
     def call(col):
+        algo, _, kind = col.rpartition("-")
         if col == "bare":
             comm.Alltoallv(*specs)
         elif col == "bare-plan":
@@ -75,20 +157,25 @@ def main(argv=None) -> int:
             raw.Wait()
         elif col == "allreduce":
             comm.Allreduce(record, sums, op=MPI.SUM)
+        elif col == "node-allgather":
+            intra.Allgather(counts, node_counts)
+        elif col == "bruck-p2p":
+            for reqs in p2p:
+                MPI.Prequest.Startall(reqs)
+                MPI.Request.Waitall(reqs)
         elif col == "floor":
             agree_req.Start()
             agree_req.Wait()
             raw.Start()
             raw.Wait()
-        elif col.endswith("-plan"):
-            plans[col[:-5]].Start()
-            plans[col[:-5]].Wait()
-        elif col.endswith("-new"):
+        elif kind == "plan":
+            plans[algo].Start()
+            plans[algo].Wait()
+        elif kind == "new":
             tick[0] += 1
-            hc.Alltoallv(send_spec, [rbuf, (counts, shifted[tick[0] % PATTERNS]), MPI.BYTE],
-                         algorithm=col[:-4])
+            hc.Alltoallv(send_spec, [rbuf, (counts, shifted[tick[0] % PATTERNS]), MPI.BYTE], algorithm=algo)
         else:
-            hc.Alltoallv(send_spec, [rbuf, (counts, displs), MPI.BYTE], algorithm=col[:-7])
+            hc.Alltoallv(send_spec, [rbuf, (counts, displs), MPI.BYTE], algorithm=algo)
 
     breakdown = stage_times(hc, send_spec, [rbuf, (counts, displs), MPI.BYTE], args.iterations) \
         if args.breakdown else {}
@@ -98,46 +185,80 @@ def main(argv=None) -> int:
         for col in COLUMNS:
             for _ in range(args.warmup):
                 call(col)
+            hits = hc.plan_cache.hits
             comm.Barrier()
             t0 = MPI.Wtime()
             for _ in range(args.iterations):
                 call(col)
             result[col] = comm.allreduce((MPI.Wtime() - t0) / args.iterations * 1e6) / size
-            if col.startswith(("flat-", "hier-")) and not col.endswith("-plan"):
-                states[col] = (hc.last_stats["algorithm"], hc.last_stats["plan_cache"])
+            if col.endswith(("-new", "-repeat")):
+                states[col] = (hc.last_stats["algorithm"], f"hits {hc.plan_cache.hits - hits}/{args.iterations}")
         rounds.append(result)
     for plan in plans.values():
         plan.Free()
-    raw.Free()
-    agree_req.Free()
-    median = {c: float(np.median([r[c] for r in rounds])) for c in COLUMNS}
-    m = median
-    cpu_us = {"flat": m["flat-new"] - m["allreduce"] - m["bare"],
-              "flat_hit": m["flat-repeat"] - m["allreduce"] - m["bare-plan"],
-              "hier": m["hier-new"] - m["allreduce"] - m["hier-plan"],
-              "hier_hit": m["hier-repeat"] - m["allreduce"] - m["hier-plan"],
-              "flat_plan": m["flat-plan"] - m["bare-plan"], "hier_plan": 0.0}
-    cpu_s = {k: max(v, 0.0) * 1e-6 for k, v in cpu_us.items()}
+    for req in (raw, agree_req, *(r for reqs in p2p for r in reqs)):
+        req.Free()
+    m = {c: float(np.median([r[c] for r in rounds])) for c in COLUMNS}
+    cpu_s, formula = cpu_per_call(m)
     if comm.rank == 0:
         print(f"# hxmpi per-call overhead; {size} ranks, nodes {list(hc.topology.node_sizes)}, "
-              f"{block} B blocks, node phase {hc.node_phase}; median of {args.repeats} rounds")
-        print(f"{'# column':<14}{'us/call':>10}{'x bare':>10}  path, plan cache")
+              f"{block} B blocks, node phase {hc.node_phase}, radix {hc.radix}; median of {args.repeats} rounds")
+        print(f"{'# column':<20}{'us/call':>10}{'x bare':>10}  path, plan cache")
         for c in COLUMNS:
             path = " ".join(states.get(c, ()))
-            print(f"{c:<14}{m[c]:10.2f}{m[c] / m['bare']:10.2f}  {path}")
-        print("# hxmpi's own work per call (us): " + ", ".join(f"{k} {v:.2f}" for k, v in cpu_us.items()))
+            print(f"{c:<20}{m[c]:10.2f}{m[c] / m['bare']:10.2f}  {path}")
+        print("# hxmpi's own work per call (us): " + ", ".join(f"{k} {v * 1e6:.2f}" for k, v in cpu_s.items()))
         if breakdown:
             print(f"{'# local stage':<28}{'us/call':>10}")
             for k, v in breakdown.items():
                 print(f"{k:<28}{v:10.2f}")
         if args.json:
             with open(args.json, "w") as fh:
-                json.dump({"benchmark": "overhead", "world_size": size, "block": block,
+                json.dump({"benchmark": "overhead", "command": " ".join(["bench_overhead.py", *sys.argv[1:]]),
+                           "world_size": size, "block": block, "radix": hc.radix,
                            "node_sizes": list(hc.topology.node_sizes), "node_phase": hc.node_phase,
-                           "median_us": median, "rounds_us": rounds, "paths": states,
-                           "cpu_s_per_call": cpu_s, "stages_us": breakdown}, fh, indent=1)
+                           "median_us": m, "rounds_us": rounds, "paths": states,
+                           "cpu_s_per_call": cpu_s, "cpu_formula": formula, "stages_us": breakdown}, fh, indent=1)
     hc.free()
     return 0
+
+
+def combine(flat_files: list, hier_files: list, out: str, command: str) -> dict:
+    """The default CPU file from one-rank-per-core runs (flat, Bruck keys) and 2x2 runs (hier keys,
+    deflated by the flat keys' ratio); see the module docstring. Returns what it writes."""
+    def load(files):
+        reports = []
+        for f in files:
+            with open(f) as fh:
+                reports.append(json.load(fh))
+        med = {k: float(np.median([r["cpu_s_per_call"][k] for r in reports])) for k in CPU_FORMULA}
+        return reports, med
+    flat_runs, flat = load(flat_files)
+    hier_runs, hier = load(hier_files)
+    deflation = {"miss": flat["flat"] / hier["flat"], "hit": flat["flat_hit"] / hier["flat_hit"]}
+    cpu, source = {}, {}
+    for key in CPU_FORMULA:
+        if key.startswith("hier"):
+            kind = "miss" if key in HIER else "hit"
+            cpu[key] = hier[key] * deflation[kind]
+            source[key] = (f"median over {len(hier_files)} runs on {hier_runs[0]['node_sizes']} of "
+                           f"({CPU_FORMULA[key][0]} - {' - '.join(CPU_FORMULA[key][1])}), times {deflation[kind]:.3f} "
+                           f"(flat{'' if kind == 'miss' else '_hit'} one rank per core / same on {hier_runs[0]['node_sizes']})")
+        else:
+            cpu[key] = flat[key]
+            source[key] = (f"median over {len(flat_files)} runs on {flat_runs[0]['node_sizes']} of "
+                           f"({CPU_FORMULA[key][0]} - {' - '.join(CPU_FORMULA[key][1])})")
+    report = {"benchmark": "overhead-combined", "command": command, "block": flat_runs[0]["block"],
+              "radix": flat_runs[0].get("radix"), "cpu_s_per_call": cpu, "source": source, "deflation": deflation,
+              "inputs": [{"file": f, "command": r.get("command"), "node_sizes": r["node_sizes"],
+                          "median_us": r["median_us"], "paths": r.get("paths"), "stages_us": r.get("stages_us"),
+                          "cpu_s_per_call": r["cpu_s_per_call"]} for f, r in
+                         zip(flat_files + hier_files, flat_runs + hier_runs)]}
+    with open(out, "w") as fh:
+        json.dump(report, fh, indent=1)
+    print("# combined CPU per call (us): " + ", ".join(f"{k} {v * 1e6:.2f}" for k, v in cpu.items()))
+    print(f"# deflation of the 2x2 keys: miss {deflation['miss']:.3f}, hit/plan {deflation['hit']:.3f}")
+    return report
 
 
 def stage_times(hc, send_spec, recv_spec, iterations: int) -> dict:

@@ -7,10 +7,12 @@ per call in microseconds over ``-i`` iterations after ``-x`` warm-up calls, aver
 (``-f`` adds min and max over ranks). Columns: "bare" is ``comm.Alltoallv`` on prebuilt specs (C int
 counts, MPI.BYTE), the floor for any wrapper; "flat", "hier", "auto" are ``HierComm.Alltoallv`` calls
 (validated unless ``--no-validate``) with the same specs every call, so from the third call on they
-run their cached persistent plan; "flat-new", "hier-new" are the same calls with a new count pattern
-every call (the receive displacements shift through 32 patterns, more than the plan cache holds, so
-every call agrees, plans and binds anew); "flat-plan", "hier-plan" are persistent requests
-(``HierComm.Alltoallv_init`` once, then Start/Wait); "naive" is what a user without hxmpi writes:
+run their cached persistent plan; so are "bruck" (flat radix-k Bruck), "hier_pairwise" and
+"hier_bruck" (hier with pairwise or Bruck lanes; radix ``--radix``); "A-new" (A one of flat, hier,
+bruck, hier_pairwise, hier_bruck) are the same calls with a new count pattern every call (the
+receive displacements shift through 1024 patterns, none repeated within a size, so every call
+agrees, plans and binds anew); "A-plan" are persistent requests (``HierComm.Alltoallv_init`` once,
+then Start/Wait); "naive" is what a user without hxmpi writes:
 per-destination numpy arrays, ``np.concatenate``, ``comm.Alltoallv``, ``np.split``.
 ``-c`` checks one extra, untimed call of every column per size against ``MPI_Alltoallv``, with the
 receive buffer poisoned first; the verdict is agreed by all ranks.
@@ -27,9 +29,13 @@ import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (
 from mpi4py import MPI
 
 
-COLUMNS = ("bare", "flat", "hier", "auto", "flat-new", "hier-new", "flat-plan", "hier-plan", "naive")
+ALGORITHMS = ("flat", "hier", "bruck", "hier_pairwise", "hier_bruck")
+COLUMNS = ("bare", *ALGORITHMS, "auto", *(f"{a}-new" for a in ALGORITHMS), *(f"{a}-plan" for a in ALGORITHMS),
+           "naive")
 POISON = 0xA5
-PATTERNS = 32  # receive-displacement shifts of the "-new" columns (more than the plan cache's entries)
+# Receive-displacement shifts of the "-new" columns: none comes back within a run, so the plan cache
+# (which keeps every 8th pattern of a long run of misses) never serves one.
+PATTERNS = 1024
 
 
 def parse_range(text: str) -> tuple[int, int]:
@@ -107,7 +113,7 @@ def run_size(hc: hxmpi.HierComm, nbytes: int, args, rng) -> dict:
                        "max_us": float(np.max(times))}
         if col == "auto":
             result["auto_choice"] = hc.last_stats["algorithm"]
-        if col in ("flat", "hier", "flat-new", "hier-new"):
+        if col in ALGORITHMS or col.endswith("-new"):
             result[f"{col}_stats"] = hc.last_stats
     for plan in plans.values():
         plan.Free()
@@ -134,13 +140,14 @@ def main(argv=None) -> int:
     p.add_argument("--ranks-per-node", type=int, default=None, help="virtual nodes (default: real nodes)")
     p.add_argument("--node-phase", choices=("auto", "shm", "mpi"), default=None,
                    help="hier node phase (default: env HXMPI_NODE_PHASE, else auto)")
+    p.add_argument("--radix", type=int, default=2, help="Bruck radix of the bruck and hier_bruck columns (default 2)")
     p.add_argument("--no-validate", dest="validate_input", action="store_false",
                    help="call HierComm with validate=False (skip input checks)")
     p.add_argument("--json", default=None, help="write results here (rank 0)")
     args = p.parse_args(argv)
     lo, hi = parse_range(args.message_size)
     comm = MPI.COMM_WORLD
-    hc = hxmpi.HierComm(comm, ranks_per_node=args.ranks_per_node, node_phase=args.node_phase)
+    hc = hxmpi.HierComm(comm, ranks_per_node=args.ranks_per_node, node_phase=args.node_phase, radix=args.radix)
     topo = hc.topology
     rng = np.random.default_rng(comm.rank)
     sizes = [s for s in (2 ** k for k in range(0, 31)) if lo <= s <= hi]
@@ -148,12 +155,13 @@ def main(argv=None) -> int:
     if comm.rank == 0:
         print(f"# hxmpi OSU-style Alltoallv latency; {comm.size} ranks, nodes {list(topo.node_sizes)}, "
               f"node phase {hc.node_phase}{', uneven counts' if args.uneven else ''}")
-        head = f"{'# Size [B]':<10}" + "".join(f"{c + ' [us]':>15}" for c in COLUMNS) + f"{'auto picks':>12}"
+        width = {c: max(15, len(c) + 7) for c in COLUMNS}
+        head = f"{'# Size [B]':<10}" + "".join(f"{c + ' [us]':>{width[c]}}" for c in COLUMNS) + f"{'auto picks':>12}"
         if args.full:
             head += "".join(f"{c + ' min/max':>22}" for c in ("flat", "hier"))
         print(head)
         for r in rows:
-            line = f"{r['size']:<10d}" + "".join(f"{r[c]['avg_us']:15.2f}" for c in COLUMNS)
+            line = f"{r['size']:<10d}" + "".join(f"{r[c]['avg_us']:{width[c]}.2f}" for c in COLUMNS)
             line += f"{r['auto_choice']:>12}"
             if args.full:
                 line += "".join(f"{r[c]['min_us']:11.2f}{r[c]['max_us']:11.2f}" for c in ("flat", "hier"))
@@ -170,7 +178,8 @@ def main(argv=None) -> int:
             with open(args.json, "w") as fh:
                 json.dump({"benchmark": "osu_alltoallv", "world_size": comm.size,
                            "node_sizes": list(topo.node_sizes), "uneven": args.uneven,
-                           "node_phase": hc.node_phase, "validate": args.validate_input, "ratios": ratios,
+                           "node_phase": hc.node_phase, "validate": args.validate_input, "radix": hc.radix,
+                           "ratios": ratios,
                            "mpi": MPI.Get_library_version().splitlines()[0].strip(),
                            "results": rows}, fh, indent=1)
     return 0

@@ -42,7 +42,7 @@ import numpy as np
 from .costmodel import (RADICES, CostModel, Pattern, alltoallv_algorithm, choose_call, predict_agreement,
                         predict_call)
 from .errors import HxmpiError
-from .plan import Collective, Copy, Exchange, Layout, rank_schedule
+from .plan import ALGORITHMS, Collective, Copy, Exchange, Layout, rank_schedule
 
 REPLAY_MAIN = "/usr/lib/x86_64-linux-gnu/simgrid/smpireplaymain"
 INSTALL_HINT = "install SimGrid's SMPI: apt-get install libsimgrid-dev (it ships smpirun and smpireplaymain)"
@@ -113,9 +113,10 @@ def make_counts(size: int, block: int, uneven: bool, seed: int = 0) -> np.ndarra
 class Call:
     """One simulated call: ``algorithm`` (``plan.ALGORITHMS``, or "alltoall": MPI_Alltoall inside hxmpi,
     uniform counts only), its ``radix``, and ``mode``: "oneshot" (hxmpi's agreement on a plan-cache
-    miss, then the exchange; Bruck sends length headers), "plan" (a persistent request: no
-    agreement, lengths known), "bare" (the MPI call alone, no hxmpi CPU) or "agreement" (the
-    agreement's collectives alone). ``numpy``: the ``alltoallv(array, counts)`` form, whose
+    miss, then the exchange; Bruck sends length headers), "hit" (a one-shot call the plan cache
+    serves: the agreement's Allreduce, no node Allgather, lengths known), "plan" (a persistent
+    request: no agreement, lengths known), "bare" (the MPI call alone, no hxmpi CPU) or
+    "agreement" (the agreement's collectives alone). ``numpy``: the ``alltoallv(array, counts)`` form, whose
     agreement also exchanges the counts (one Alltoall of an int64 per peer)."""
     algorithm: str
     mode: str = "oneshot"
@@ -135,7 +136,7 @@ class Call:
     def cpu_key(self) -> str:
         """Key of ``cpu_s_per_call`` for hxmpi's own CPU time of this call."""
         base = "flat" if self.algorithm == "alltoall" else self.algorithm
-        return base + ("_plan" if self.mode == "plan" else "")
+        return base + {"plan": "_plan", "hit": "_hit"}.get(self.mode, "")
 
 
 #: The agreement of one one-shot call (issue 20): one SUM Allreduce of 16 uint64 on the world.
@@ -148,14 +149,14 @@ def agreement_steps(layout: Layout, call: Call) -> list:
     """The collectives a one-shot call issues before its exchange, in order (hxmpi's agreement)."""
     steps = [Collective("alltoall", COUNT_BYTES)] if call.numpy else []
     steps.append(Collective("allreduce", AGREEMENT_BYTES))
-    if call.hier and layout.hier_possible:
+    if call.hier and layout.hier_possible and call.mode != "hit":  # the node counts: on a miss only
         steps.append(Collective("allgather", COUNT_BYTES * layout.size))
     return steps
 
 
 def call_steps(layout: Layout, counts: np.ndarray, rank: int, call: Call, node_phase: str) -> list:
     """Every step of ``rank`` in one call: agreement (one-shot), then the exchange."""
-    steps = agreement_steps(layout, call) if call.mode in ("oneshot", "agreement") else []
+    steps = agreement_steps(layout, call) if call.mode in ("oneshot", "hit", "agreement") else []
     if call.mode == "agreement":
         return steps
     if call.algorithm == "alltoall":
@@ -297,7 +298,7 @@ def rank_trace(layout: Layout, counts: np.ndarray, rank: int, algorithm, node_ph
     cpu = cpu or CpuTimes(model, None, warn=None)
     steps = call_steps(layout, counts, rank, call, node_phase)
     lines = [f"{rank} init"]
-    fixed = cpu(call.cpu_key) if call.mode in ("oneshot", "plan") else 0.0
+    fixed = cpu(call.cpu_key) if call.mode in ("oneshot", "hit", "plan") else 0.0
     tags = _Tags()
     copy_bytes = 0
 
@@ -428,6 +429,11 @@ def replay(layout: Layout, counts: np.ndarray, algorithm, node_phase: str, model
 DEFAULT_MAX_REPLAY_RANKS = 1024
 
 
+#: The replayed fields of a record (``<name>_sim_s``), in replay order; ``--only`` picks among them.
+REPLAYED = ("bare_alltoallv", "bare_alltoall", "flat", "bruck", "bruck_plan", "hier", "hier_plan", "hier_bruck",
+            "hier_bruck_plan", "auto", "auto_plan", "agreement")
+
+
 class ReplayTimeout(SimulateError):
     """A replay that did not finish within ``--timeout``."""
 
@@ -456,13 +462,15 @@ def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, re
 def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: Network,
                    node_phase: str = "shm", uneven: bool = False, workdir: Optional[str] = None,
                    timeout: Optional[float] = None, cpu: Optional[CpuTimes] = None, numpy: bool = False,
-                   max_replay_ranks: int = DEFAULT_MAX_REPLAY_RANKS) -> dict:
+                   max_replay_ranks: int = DEFAULT_MAX_REPLAY_RANKS, only: Optional[Sequence[str]] = None) -> dict:
     """One JSON record: whole calls replayed (one-shot and plan), the bare MPI baselines, the model.
 
     One-shot calls pay the agreement (``agreement_steps``) and hxmpi's CPU per call (``cpu``);
     plans pay their CPU only. ``*_sim_s`` of hier variants are None where the layout is
     degenerate (hxmpi runs flat there); ``bare_alltoall_sim_s`` is None for uneven counts. Worlds
     above ``max_replay_ranks`` are not replayed: every ``*_sim_s`` is None and ``by_model`` is true.
+    ``only``: replay just these fields (``REPLAYED`` names, e.g. "auto"); the others stay None and
+    are listed in ``not_run``.
     """
     layout = Layout(node_of_sizes(sizes))
     counts = make_counts(layout.size, block, uneven)
@@ -488,36 +496,39 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
            "model_hier_bruck_s": model_s("hier_bruck", "oneshot", hb_k) if hier_ok else None,
            "model_hier_bruck_plan_s": model_s("hier_bruck", "plan", hb_k) if hier_ok else None,
            "model_pick": auto[0], "flat_schedule": alltoallv_algorithm(p), "numpy_call": numpy}
-    keys = ("bare_alltoallv", "bare_alltoall", "agreement", "flat", "hier", "hier_plan", "bruck", "bruck_plan",
-            "hier_bruck", "hier_bruck_plan", "auto", "auto_plan")
-    rec.update({f"{k}_sim_s": None for k in keys})
-    rec["replay_s"], rec["timed_out"] = {}, []
+    rec.update({f"{k}_sim_s": None for k in REPLAYED})
+    rec["replay_s"], rec["timed_out"], rec["not_run"] = {}, [], []
     if rec["by_model"]:
         return rec
     tmp = tempfile.TemporaryDirectory(prefix="hxmpi-sim-") if workdir is None else None
     base = tmp.name if tmp else workdir
-    run = _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec)
+    replayer = _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec)
+    rec["not_run"] = [k for k in REPLAYED if only is not None and k not in only]
+
+    def run(call: Call, field: str) -> Optional[float]:
+        return None if field in rec["not_run"] else replayer(call)
     try:
-        rec["bare_alltoallv_sim_s"] = run(Call("flat", "bare"))
+        rec["bare_alltoallv_sim_s"] = run(Call("flat", "bare"), "bare_alltoallv")
         if pattern.uniform:
-            rec["bare_alltoall_sim_s"] = run(Call("alltoall", "bare"))
-        if rec["bare_alltoallv_sim_s"] is not None:  # the same exchange and more: it would time out too
-            rec["flat_sim_s"] = run(Call("flat", numpy=numpy))
+            rec["bare_alltoall_sim_s"] = run(Call("alltoall", "bare"), "bare_alltoall")
+        # flat's exchange timed out bare: flat calls (the same exchange and more) are not repeated
+        slow = "flat bare" in rec["timed_out"]
+        if not slow:
+            rec["flat_sim_s"] = run(Call("flat", numpy=numpy), "flat")
         else:
             rec["timed_out"].append("flat oneshot (not run: its exchange timed out bare)")
-        rec["bruck_sim_s"] = run(Call("bruck", radix=bruck_k, numpy=numpy))
-        rec["bruck_plan_sim_s"] = run(Call("bruck", "plan", bruck_k))
+        rec["bruck_sim_s"] = run(Call("bruck", radix=bruck_k, numpy=numpy), "bruck")
+        rec["bruck_plan_sim_s"] = run(Call("bruck", "plan", bruck_k), "bruck_plan")
         if hier_ok:
-            rec["hier_sim_s"] = run(Call("hier", numpy=numpy))
-            rec["hier_plan_sim_s"] = run(Call("hier", "plan"))
-            rec["hier_bruck_sim_s"] = run(Call("hier_bruck", radix=hb_k, numpy=numpy))
-            rec["hier_bruck_plan_sim_s"] = run(Call("hier_bruck", "plan", hb_k))
-        slow = rec["bare_alltoallv_sim_s"] is None  # flat's replay timed out: do not repeat it
+            rec["hier_sim_s"] = run(Call("hier", numpy=numpy), "hier")
+            rec["hier_plan_sim_s"] = run(Call("hier", "plan"), "hier_plan")
+            rec["hier_bruck_sim_s"] = run(Call("hier_bruck", radix=hb_k, numpy=numpy), "hier_bruck")
+            rec["hier_bruck_plan_sim_s"] = run(Call("hier_bruck", "plan", hb_k), "hier_bruck_plan")
         if not (slow and auto[0] == "flat"):
-            rec["auto_sim_s"] = run(Call(auto[0], radix=auto[1], numpy=numpy))
+            rec["auto_sim_s"] = run(Call(auto[0], radix=auto[1], numpy=numpy), "auto")
         if not (slow and auto_plan[0] == "flat"):
-            rec["auto_plan_sim_s"] = run(Call(auto_plan[0], "plan", auto_plan[1]))
-        rec["agreement_sim_s"] = run(Call(auto[0], "agreement", auto[1], numpy))
+            rec["auto_plan_sim_s"] = run(Call(auto_plan[0], "plan", auto_plan[1]), "auto_plan")
+        rec["agreement_sim_s"] = run(Call(auto[0], "agreement", auto[1], numpy), "agreement")
     finally:
         if tmp:
             tmp.cleanup()
@@ -579,16 +590,44 @@ def crossover(records: list[dict], key_flat: str = "flat_sim_s", key_hier: str =
     return None
 
 
-def compare_measured(report: dict, model: CostModel, network: Network, node_phase: str) -> list[dict]:
-    """Simulate the layout and block sizes of a ``calibrate.py --json`` report; rows with both times."""
-    layout = Layout(node_of_sizes(report["layout"]["node_sizes"]))
+def osu_calls(report: dict) -> dict:
+    """Column of an ``osu_alltoallv.py --json`` report -> the Call it measured: "bare" (MPI_Alltoallv),
+    A (one-shot, same specs every call: plan-cache hits), "A-new" (a new pattern every call: misses),
+    "A-plan" (persistent requests), for the algorithms A the report has; "auto" and "naive" are left out."""
+    radix = int(report.get("radix", 2))
+    calls = {}
+    for col, v in report["results"][0].items():
+        if not (isinstance(v, dict) and "avg_us" in v):
+            continue
+        algo, _, kind = col.rpartition("-") if "-" in col else (col, "", "hit")
+        if col == "bare":
+            calls[col] = Call("flat", "bare")
+        elif algo in ALGORITHMS:
+            calls[col] = Call(algo, {"hit": "hit", "new": "oneshot", "plan": "plan"}[kind], radix)
+    return calls
+
+
+def compare_measured(report: dict, model: CostModel, network: Network, node_phase: str,
+                     cpu: Optional[CpuTimes] = None) -> list[dict]:
+    """Simulate the layout and block sizes of a measured report; rows with both times.
+
+    ``report``: a ``calibrate.py --json`` report (its flat and hier rows, one-shot calls, with its
+    fitted fixed costs), or an ``osu_alltoallv.py --json`` report (every column ``osu_calls`` maps,
+    with ``cpu``: hxmpi's CPU per path)."""
+    if report.get("benchmark") == "osu_alltoallv":
+        layout = Layout(node_of_sizes(report["node_sizes"]))
+        todo = [(col, call, r["size"], r[col]["avg_us"]) for r in report["results"]
+                for col, call in osu_calls(report).items()]
+    else:
+        layout = Layout(node_of_sizes(report["layout"]["node_sizes"]))
+        todo = [(r["algorithm"], Call(r["algorithm"]), r["block"], r["measured_us"]) for r in report["rows"]]
     rows = []
-    for r in report["rows"]:
+    for col, call, block, measured_us in todo:
         with tempfile.TemporaryDirectory(prefix="hxmpi-sim-") as tmp:
-            sim = replay(layout, make_counts(layout.size, r["block"], False), r["algorithm"], node_phase, model,
-                         network, tmp)
-        rows.append({"algorithm": r["algorithm"], "block_bytes": r["block"], "measured_s": r["measured_us"] * 1e-6,
-                     "sim_s": sim, "rel_error": abs(sim - r["measured_us"] * 1e-6) / (r["measured_us"] * 1e-6)})
+            sim = replay(layout, make_counts(layout.size, block, False), call, node_phase, model, network, tmp,
+                         cpu=cpu)
+        rows.append({"algorithm": col, "block_bytes": block, "measured_s": measured_us * 1e-6,
+                     "sim_s": sim, "rel_error": abs(sim - measured_us * 1e-6) / (measured_us * 1e-6)})
     return rows
 
 
@@ -672,6 +711,8 @@ def print_layout(records: list[dict], out=sys.stdout) -> None:
     for r in records:
         if r["timed_out"]:
             print(f"# {r['block_bytes']} B: replay over --timeout (shown -): {', '.join(r['timed_out'])}", file=out)
+        if r.get("not_run"):
+            print(f"# {r['block_bytes']} B: not replayed (--only; shown -): {', '.join(r['not_run'])}", file=out)
     if sim:
         worst = max(r["auto_plan_sim_s"] / r["best_bare_sim_s"] for r in sim)
         worst1 = max((r["auto_sim_s"] - r["agreement_sim_s"]) / r["best_bare_sim_s"] for r in sim)
@@ -746,8 +787,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="simulate the alltoallv(array, counts) form: its agreement also exchanges the counts")
     p.add_argument("--max-replay-ranks", type=int, default=DEFAULT_MAX_REPLAY_RANKS,
                    help=f"larger worlds are given by the model only, marked so (default {DEFAULT_MAX_REPLAY_RANKS})")
+    p.add_argument("--only", help="replay only these fields of each record, comma-separated, of: "
+                   f"{', '.join(REPLAYED)} (default: all); the others are null and listed in not_run")
     p.add_argument("--compare", help="a calibrate.py --json report: simulate its layout and sizes with its "
-                   "model and print simulated vs measured (the layout flags are then not needed)")
+                   "model and print simulated vs measured (the layout flags are then not needed); or an "
+                   "osu_alltoallv.py --json report: every hxmpi column (one-shot hits, -new misses, -plan) and "
+                   "bare, on --tuning's platform with --overhead's CPU per path")
     p.add_argument("--json", help="write the records (and the summary) here")
     p.add_argument("--plot", help="write a PNG of auto / best bare MPI per layout here (needs matplotlib)")
     return p
@@ -760,6 +805,12 @@ def main(argv=None) -> int:
     try:
         layouts = _layouts(args)
         sizes = block_sizes(args.message_size, args.factor)
+        only = None
+        if args.only is not None:
+            only = [k.strip() for k in args.only.split(",") if k.strip()]
+            bad = sorted(set(only) - set(REPLAYED))
+            if bad or not only:
+                raise SimulateError(f"--only: unknown field(s) {bad or args.only!r}; choose from {', '.join(REPLAYED)}")
         model, source = _model(args)
         if args.oversubscription is not None:
             if args.oversubscription < 1:
@@ -778,7 +829,8 @@ def main(argv=None) -> int:
         cpu = CpuTimes(model, args.overhead)
         for lay in layouts:
             rows = [simulate_point(lay, b, model, network, args.node_phase, args.uneven, timeout=args.timeout,
-                                   cpu=cpu, numpy=args.numpy_call, max_replay_ranks=args.max_replay_ranks)
+                                   cpu=cpu, numpy=args.numpy_call, max_replay_ranks=args.max_replay_ranks,
+                                   only=only)
                     for b in sizes]
             print_layout(rows)
             sys.stdout.flush()
@@ -813,28 +865,37 @@ def _main_compare(args) -> int:
     try:
         with open(args.compare) as fh:
             report = json.load(fh)
-        model = CostModel(**report["model"])
+        osu = report.get("benchmark") == "osu_alltoallv"
+        if osu and not args.tuning:
+            raise SimulateError("--compare of an osu_alltoallv.py report needs --tuning (the platform)")
+        model = _model(args)[0] if osu else CostModel(**report["model"])
+        cpu = CpuTimes(model, args.overhead) if osu else None
         network = Network(args.network)
         node_phase = report.get("node_phase", args.node_phase)
         smpirun_path()
-        rows = compare_measured(report, model, network, node_phase)
+        rows = compare_measured(report, model, network, node_phase, cpu)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"error: --compare {args.compare}: {exc}", file=sys.stderr)
         return 2
     except SimulateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"# simulated vs measured: nodes {report['layout']['node_sizes']}, model of {args.compare}, "
-          f"node phase {node_phase}")
-    print(f"{'# Block [B]':<12}{'algorithm':>10}{'measured':>12}{'simulated':>12}{'error':>8}  [us]")
+    sizes = report["node_sizes"] if osu else report["layout"]["node_sizes"]
+    print(f"# simulated vs measured: nodes {sizes}, model of {args.tuning if osu else args.compare}, "
+          f"node phase {node_phase}" + (f", CPU per path from {args.overhead}" if osu else ""))
+    print(f"{'# Block [B]':<12}{'algorithm':>20}{'measured':>12}{'simulated':>12}{'error':>8}  [us]")
     for r in rows:
-        print(f"{r['block_bytes']:<12d}{r['algorithm']:>10}{_us(r['measured_s'])}{_us(r['sim_s'])}{r['rel_error']:8.1%}")
-    summary = {a: float(np.mean([r["rel_error"] for r in rows if r["algorithm"] == a])) for a in ("flat", "hier")}
+        print(f"{r['block_bytes']:<12d}{r['algorithm']:>20}{_us(r['measured_s'])}{_us(r['sim_s'])}{r['rel_error']:8.1%}")
+    summary = {a: float(np.mean([r["rel_error"] for r in rows if r["algorithm"] == a]))
+               for a in dict.fromkeys(r["algorithm"] for r in rows)}
     print("# mean |simulated - measured| / measured: " + ", ".join(f"{a} {e:.1%}" for a, e in summary.items()))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"benchmark": "simulate-compare", "source": args.compare, "node_phase": node_phase,
-                       "layout": report["layout"], "summary": summary, "rows": rows}, fh, indent=1)
+                       "layout": report.get("layout", {"node_sizes": sizes}), "tuning": args.tuning if osu else None,
+                       "overhead": args.overhead if osu else None,
+                       "cpu_s_per_call": cpu.as_dict(sorted(set(cpu.table) | cpu.missing)) if osu else None,
+                       "summary": summary, "rows": rows}, fh, indent=1)
     return 0
 
 

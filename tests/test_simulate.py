@@ -145,6 +145,7 @@ def test_crossover_interpolates():
     (["--nodes", "2", "--preset", "myrinet"], "unknown preset 'myrinet'"),
     (["--layout", "2+x"], "--layout must be comma-separated integers"),
     (["--ranks-per-node", "2"], "give --nodes"),
+    (["--nodes", "2", "--only", "auto,bogus"], "--only: unknown field(s) ['bogus']"),
 ])
 def test_bad_flags_give_one_error_line(args, needle):
     proc = cli(*args)
@@ -197,6 +198,87 @@ def test_cpu_times_from_file_and_fallback(tmp_path):
     line = rank_trace(Layout(node_of_sizes([2, 2])), make_counts(4, 8, False), 0, Call("flat", "oneshot"), "shm",
                       model, cpu)[1]
     assert line == "0 sleep 3e-06"
+
+
+def test_osu_columns_map_to_the_calls_they_measure():
+    """bare -> MPI_Alltoallv; A -> a plan-cache hit; A-new -> a miss; A-plan -> a plan; auto, naive left out."""
+    from hxmpi.simulate import osu_calls
+    cols = ("bare", "hier_bruck", "auto", "bruck-new", "hier_pairwise-plan", "naive")
+    report = {"radix": 4, "results": [{"size": 8, "check": {}, "flat_stats": {"algorithm": "flat"},
+                                       **{c: {"avg_us": 1.0} for c in cols}}]}
+    assert osu_calls(report) == {"bare": Call("flat", "bare"), "hier_bruck": Call("hier_bruck", "hit", 4),
+                                 "bruck-new": Call("bruck", "oneshot", 4),
+                                 "hier_pairwise-plan": Call("hier_pairwise", "plan", 4)}
+    # A hit pays the agreement's Allreduce but not the node Allgather of a miss, and the hit CPU.
+    layout, counts = Layout(node_of_sizes([2, 2])), make_counts(4, 8, False)
+    hit = rank_trace(layout, counts, 0, Call("hier", "hit"), "shm", CostModel())
+    miss = rank_trace(layout, counts, 0, Call("hier", "oneshot"), "shm", CostModel())
+    assert any("allreduce" in ln for ln in hit) and len(miss) > len(hit)
+    assert Call("hier", "hit").cpu_key == "hier_hit" and Call("bruck", "plan").cpu_key == "bruck_plan"
+
+
+@needs_simgrid
+def test_compare_replays_an_osu_report(tmp_path):
+    """--compare of an osu_alltoallv.py report replays each column as its Call, with --overhead's CPU."""
+    report = {"benchmark": "osu_alltoallv", "node_sizes": [2, 2], "node_phase": "shm", "radix": 2,
+              "results": [{"size": 64, "bare": {"avg_us": 10.0}, "bruck-plan": {"avg_us": 20.0}}]}
+    src, cpu, out = tmp_path / "osu.json", tmp_path / "cpu.json", tmp_path / "cmp.json"
+    src.write_text(json.dumps(report))
+    cpu.write_text(json.dumps({"cpu_s_per_call": {"bruck_plan": 5e-6}}))
+    tuning = tmp_path / "t.json"
+    PRESETS["hdr"].save(str(tuning))
+    proc = cli("--compare", str(src), "--tuning", str(tuning), "--overhead", str(cpu), "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["algorithm"]: r for r in json.loads(out.read_text())["rows"]}
+    assert set(rows) == {"bare", "bruck-plan"}
+    from hxmpi.simulate import CpuTimes, replay
+    layout, counts = Layout(node_of_sizes([2, 2])), make_counts(4, 64, False)
+    want = [replay(layout, counts, Call("bruck", "plan", 2), "shm", PRESETS["hdr"], Network(), str(tmp_path / d),
+                   cpu=CpuTimes(PRESETS["hdr"], p)) for d, p in (("a", str(cpu)), ("b", None))]
+    assert rows["bruck-plan"]["sim_s"] == pytest.approx(want[0], abs=1e-9)
+    # Its 5 us of measured CPU replaced the model's fixed flat cost.
+    assert want[0] - want[1] == pytest.approx(5e-6 - PRESETS["hdr"].overhead_flat, abs=1e-8)
+    assert rows["bare"]["rel_error"] == pytest.approx(abs(rows["bare"]["sim_s"] - 10e-6) / 10e-6)
+    assert cli("--compare", str(src)).returncode == 2
+
+
+def test_combined_cpu_file_takes_flat_keys_as_measured_and_deflates_hier_keys(tmp_path):
+    """bench_overhead.py --combine: flat/Bruck keys are the one-rank-per-core medians; each hier key is
+    the 2x2 median times that run's flat ratio (miss: flat, hit and plan: flat_hit); bad use is refused."""
+    keys = ("flat", "flat_hit", "flat_plan", "bruck", "bruck_hit", "bruck_plan") + tuple(
+        f"{h}{k}" for h in ("hier", "hier_pairwise", "hier_bruck") for k in ("", "_hit", "_plan"))
+    def report(path, sizes, scale):
+        cpu = {k: scale * (i + 1) * 1e-6 for i, k in enumerate(keys)}
+        path.write_text(json.dumps({"node_sizes": sizes, "block": 8, "radix": 2, "median_us": {}, "cpu_s_per_call": cpu}))
+        return str(path)
+    flat = [report(tmp_path / f"f{i}.json", [1, 1], s) for i, s in enumerate((1.0, 2.0, 3.0))]
+    hier = [report(tmp_path / "h.json", [2, 2], 4.0)]
+    out = tmp_path / "cpu.json"
+    script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks", "bench_overhead.py")
+    proc = subprocess.run([sys.executable, script, "--combine-flat", *flat, "--combine-hier", *hier, "--json", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(out.read_text())
+    cpu = got["cpu_s_per_call"]
+    assert cpu["flat"] == pytest.approx(2e-6) and cpu["bruck_plan"] == pytest.approx(12e-6)  # the median run
+    assert got["deflation"] == {"miss": pytest.approx(0.5), "hit": pytest.approx(0.5)}
+    i = keys.index("hier_bruck_plan") + 1
+    assert cpu["hier_bruck_plan"] == pytest.approx(4.0 * i * 1e-6 * 0.5)
+    assert "times 0.500" in got["source"]["hier"] and len(got["inputs"]) == 4
+    bad = subprocess.run([sys.executable, script, "--combine-flat", *flat, "--json", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "go together" in bad.stderr
+
+
+@needs_simgrid
+def test_only_replays_the_fields_given(tmp_path):
+    """--only: the named fields are replayed (and equal a full point's), the others null and listed."""
+    full = simulate_point([2, 2], 64, PRESETS["hdr"], Network())
+    part = simulate_point([2, 2], 64, PRESETS["hdr"], Network(), only=["auto", "bare_alltoallv"])
+    assert part["auto_sim_s"] == full["auto_sim_s"] and part["bare_alltoallv_sim_s"] == full["bare_alltoallv_sim_s"]
+    assert part["hier_sim_s"] is None and full["hier_sim_s"] is not None
+    assert "hier" in part["not_run"] and "auto" not in part["not_run"] and full["not_run"] == []
+    assert set(part["replay_s"]) == {"flat bare", f"{part['auto_pick']} oneshot"}
 
 
 @needs_simgrid
