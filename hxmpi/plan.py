@@ -16,6 +16,8 @@ the counts alone, so the simulator replays the very rounds ``hxmpi.bruck.Bruck``
 """
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence, Union
@@ -132,20 +134,31 @@ def check_radix(radix, size: int) -> int:
     return int(min(radix, max(size, 2)))
 
 
-def bruck_rounds(size: int, radix: int) -> list[list[tuple[int, np.ndarray]]]:
+def bruck_rounds(size: int, radix: int) -> tuple[tuple[tuple[int, np.ndarray], ...], ...]:
     """Per round, the (distance, slot indices) of each non-empty digit value on ``size`` ranks.
 
     Slot i (the block for rank +i) moves in round x, by z * radix**x, when its base-radix digit x is z.
+    Computed once per (size, radix): every ``Bruck`` of a one-shot miss builds from it. The slot
+    arrays are read-only, as they are shared.
     """
-    radix = check_radix(radix, size)
+    return _bruck_rounds(size, check_radix(radix, size))
+
+
+@functools.lru_cache(maxsize=64)
+def _bruck_rounds(size: int, radix: int) -> tuple:
     idx = np.arange(size, dtype=np.int64)
     rounds, dist = [], 1
     while dist < size:
         digit = (idx // dist) % radix
-        rounds.append([(z * dist, np.flatnonzero(digit == z).astype(np.int64)) for z in range(1, radix)
-                       if z * dist < size])
+        group = []
+        for z in range(1, radix):
+            if z * dist < size:
+                slots = np.flatnonzero(digit == z).astype(np.int64)
+                slots.flags.writeable = False
+                group.append((z * dist, slots))
+        rounds.append(tuple(group))
         dist *= radix
-    return rounds
+    return tuple(rounds)
 
 
 def bruck_messages(counts: np.ndarray, pos: int, radix: int, header: bool) -> list[list[tuple]]:
