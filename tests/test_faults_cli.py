@@ -98,7 +98,11 @@ def test_set_up_error_is_agreed_or_aborts(tmp_path, who):
     if who == "all":
         assert proc.stderr.count("agreed: set-up failed here") == 1 and not aborted, proc.stderr
     else:
-        assert "demo: rank 2 failed: OSError: set-up failed here" in proc.stderr and aborted == [2], proc.stderr
+        assert "demo: rank 2 failed: OSError: set-up failed here" in proc.stderr, proc.stderr
+        # Hydra forwards a rank's stderr through its proxy and may drop the MPI library's last
+        # line when MPI_Abort kills the job (seen once in a CI run): there the exit code, the
+        # time bound and the failing rank's own line are the evidence. Open MPI's mpirun prints it.
+        assert aborted == [2] or (launcher_family() != OPEN_MPI and aborted == []), proc.stderr
     assert time.monotonic() - t0 < 60
 
 
