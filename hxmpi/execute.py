@@ -21,7 +21,6 @@ A run is bound to its buffers' addresses: ``Scratch`` and ``NodeWindow`` count t
 """
 from __future__ import annotations
 
-from functools import partial
 from typing import Callable, Optional
 
 import numpy as np
