@@ -113,7 +113,8 @@ class Agreement:
         both must match; ``kind``: a 20-bit code of the row kind (``alltoallv``), else 0; ``slot``:
         this rank's cached slot for the call, 0 if none; ``sent``/``expected``: this rank's int64
         send and receive byte counts (None only with a ``problem``); ``fingerprint``: check every
-        pair of them (not with ``validate=False``, nor for counts learned from their senders);
+        pair of them (not with ``validate=False``; counts learned from their senders are still
+        checked, which names a row size that differs between ranks);
         ``kind_text`` describes the row kind for the error message.
         """
         rec, comm, size = self.record, self.comm, self.comm.size
