@@ -1,5 +1,6 @@
-"""Build the compiled kernels in csrc/ (hxmpi._packing: copies; hxmpi._plan: the hier planner;
-hxmpi._agree: the agreement's fingerprint and pattern keys; hxmpi._bruck: Bruck rounds).
+"""Build the compiled kernels in csrc/ into the exchange engine, beside their owners
+(hxmpi.comm._packing: copies; hxmpi.comm._plan: the hier planner; hxmpi.comm._agree: the agreement's
+fingerprint and pattern keys; hxmpi.comm._bruck: Bruck rounds).
 
 Metadata lives in pyproject.toml."""
 import os
@@ -13,7 +14,7 @@ _debug = os.environ.get("HXMPI_DEBUG", "0") == "1"
 
 _flags = ["-O3"] if not _debug else ["-O0", "-g"]
 # The kernels read numpy arrays' flags and data pointers through numpy's C API (every call's path).
-extensions = [Extension(f"hxmpi.{name}", [f"csrc/{name}.pyx"], extra_compile_args=_flags,
+extensions = [Extension(f"hxmpi.comm.{name}", [f"csrc/{name}.pyx"], extra_compile_args=_flags,
                         include_dirs=[numpy.get_include()],
                         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
               for name in ("_packing", "_plan", "_agree", "_bruck")]

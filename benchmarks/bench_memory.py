@@ -31,8 +31,9 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from mpi4py import MPI
+
+    from hxmpi.comm.topology import Topology
     from hxmpi.data.staging import StagingConfig, stage
-    from hxmpi.topology import Topology
     comm = MPI.COMM_WORLD
     topo = Topology(comm)
     cache = comm.bcast(tempfile.mkdtemp(prefix="hxmpi-bench-cache-") if comm.rank == 0 else None)

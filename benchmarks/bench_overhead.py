@@ -21,7 +21,7 @@ Columns (us per call, mean over ranks, median of the rounds):
 
 ``--json`` also writes ``cpu_s_per_call``: hxmpi's own per-call work for each path, the path's time
 minus the MPI-only columns it contains (``cpu_formula`` in the JSON spells each one), clamped at 0
-(seconds); ``hxmpi.simulate`` charges these instead of fitted constants. Keys, for the one-shot
+(seconds); ``hxmpi.sim.simulate`` charges these instead of fitted constants. Keys, for the one-shot
 miss (a new pattern: what the simulator charges a one-shot call), the one-shot hit (``_hit``) and
 the plan (``_plan``):
   flat         flat-new - allreduce - bare;    flat_hit  flat-repeat - allreduce - bare-plan;
@@ -61,10 +61,10 @@ import json
 import sys
 
 import numpy as np
-import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
 from mpi4py import MPI
 
-from hxmpi.plan import bruck_rounds
+import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
+from hxmpi.comm.plan import bruck_rounds
 
 ALGORITHMS = ("flat", "hier", "bruck", "hier_pairwise", "hier_bruck")
 HIER = ("hier", "hier_pairwise", "hier_bruck")
@@ -263,11 +263,12 @@ def combine(flat_files: list, hier_files: list, out: str, command: str) -> dict:
 
 def stage_times(hc, send_spec, recv_spec, iterations: int) -> dict:
     """Local stages of one call, each timed alone on this rank (us, mean over ranks; see --breakdown)."""
-    from hxmpi._agree import fill_record, spec_unchanged
-    from hxmpi.exchange import _spec_memo
-    from hxmpi.execute import FlatRun, HierPlan, HierRun, Scratch
-    from hxmpi.msgspec import parse_alltoallv
-    from hxmpi.plancache import CacheEntry
+    from hxmpi.comm._agree import fill_record, spec_unchanged
+
+    from hxmpi.comm.exchange import _spec_memo
+    from hxmpi.comm.msgspec import parse_alltoallv
+    from hxmpi.comm.plancache import CacheEntry
+    from hxmpi.comm.runs import FlatRun, HierPlan, Scratch
     comm, size = hc.comm, hc.comm.size
     s, r, _ = parse_alltoallv(send_spec, recv_spec, size)
     memo = _spec_memo(False, send_spec, recv_spec, s, r)

@@ -16,8 +16,7 @@ import json
 import time
 
 import numpy as np
-
-from hxmpi._packing import copy_blocks
+from hxmpi.comm._packing import copy_blocks
 
 
 def best_time(fn, repeat: int) -> float:

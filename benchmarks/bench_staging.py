@@ -73,7 +73,8 @@ def make_store(args) -> None:
 
 def run_mode(args, comm, url: str, mode: str) -> dict:
     from mpi4py import MPI
-    from hxmpi.train import Trainer, parse_config
+
+    from hxmpi.train.command import Trainer, parse_config
     cache = comm.bcast(tempfile.mkdtemp(prefix="hxmpi-bench-cache-") if comm.rank == 0 else None)
     flags = ["--quiet", "--dataset", url, "--staging", mode, "--cache-dir", cache, "--epochs", str(args.epochs),
              "--hidden", args.hidden, "--batch-size", str(args.batch_size), "--update", "sync",

@@ -26,11 +26,11 @@ import json
 import sys
 
 import numpy as np
-import hxmpi  # noqa: F401 - before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
 from mpi4py import MPI
 
+import hxmpi  # noqa: F401 - before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
 from hxmpi.runlog import time_to_target
-from hxmpi.train import Trainer, parse_config
+from hxmpi.train.command import Trainer, parse_config
 
 CONFIGS = (("sync", ["--update", "sync"]), ("auto", ["--update", "auto"]),
            ("balance", ["--update", "sync", "--balance", "on"]))

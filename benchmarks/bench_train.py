@@ -30,18 +30,18 @@ import statistics
 import time
 
 import numpy as np
-import hxmpi  # noqa: F401 - before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
 from mpi4py import MPI
 
+import hxmpi  # noqa: F401 - before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
 from hxmpi.data import DATASETS, load_dataset
 from hxmpi.data.shuffle import epoch_order
 from hxmpi.data.store import load_shard, parse_index
 from hxmpi.models import MLP
-from hxmpi.optim import learning_rate
 from hxmpi.runlog import time_to_target
-from hxmpi.threads import default_threads
-from hxmpi.train import Trainer, parse_config
-from hxmpi.trainer import BREAKDOWN
+from hxmpi.train.command import Trainer, parse_config
+from hxmpi.train.optim import learning_rate
+from hxmpi.train.threads import default_threads
+from hxmpi.train.trainer import BREAKDOWN
 
 
 def hxmpi_flags(args) -> list[str]:

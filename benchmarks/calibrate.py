@@ -20,11 +20,11 @@ import sys
 import time
 
 import numpy as np
-import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
+from hxmpi.comm._packing import copy_blocks
 from mpi4py import MPI
 
-from hxmpi._packing import copy_blocks
-from hxmpi.costmodel import fit
+import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
+from hxmpi.comm.costmodel import fit
 
 PROJECT_NODES = (2, 8, 64, 512, 4096)
 PROJECT_PER_NODE = (2, 4, 8)

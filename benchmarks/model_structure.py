@@ -4,16 +4,16 @@
 
 "old" is the structure before the SimGrid replays (one latency per peer for flat whatever Open MPI
 runs, no per-message cost, three copies), with the same platform numbers; its latencies are what
-a ping-pong measures (a + 2o), as calibrate.py measured them then. "new" is hxmpi.costmodel.
+a ping-pong measures (a + 2o), as calibrate.py measured them then. "new" is hxmpi.comm.costmodel.
 """
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 
 import numpy as np
 
-from hxmpi.costmodel import CostModel
+from hxmpi.comm.costmodel import CostModel
 
 
 def old_structure(m: CostModel, algorithm: str, n: int, g: int, b: float) -> float:
@@ -43,5 +43,6 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    from hxmpi.cli import run_main  # importing hxmpi starts MPI: a failure must end the job
-    run_main(lambda: main(sys.argv[1]), "model_structure.py")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("simulate_json", help="a python -m hxmpi.sim --json file with model and simulated times")
+    main(parser.parse_args().simulate_json)

@@ -1,6 +1,6 @@
 """Messages and bytes crossing node boundaries, flat vs hier: last_stats against the wire.
 
-    python -m hxmpi.cluster run -n 4 -- python benchmarks/msg_accounting.py --block 65536 --json acc.json
+    python -m hxmpi.sim.cluster run -n 4 -- python benchmarks/msg_accounting.py --block 65536 --json acc.json
 
 Per rank, ``HierComm.last_stats`` says how many messages and payload bytes of one call leave the
 node. On the emulated cluster, local rank 0 of every host also reads its host's link counters
@@ -15,9 +15,9 @@ import json
 from pathlib import Path
 
 import numpy as np
-import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
 from mpi4py import MPI
 
+import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
 
 
 def tx_bytes(interface: str) -> int:

@@ -25,9 +25,9 @@ import json
 import time
 
 import numpy as np
-import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
 from mpi4py import MPI
 
+import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
 
 ALGORITHMS = ("flat", "hier", "bruck", "hier_pairwise", "hier_bruck")
 COLUMNS = ("bare", *ALGORITHMS, "auto", *(f"{a}-new" for a in ALGORITHMS), *(f"{a}-plan" for a in ALGORITHMS),

@@ -110,7 +110,7 @@ def spec_unchanged(now, then, tuple checks, tuple dtypes, tuple writable):
 def fill_record(cnp.ndarray rec not None, bint problem, bint big, int64_t algo, bint validate,
                 int64_t kind, int64_t slot, bint same_buffers, bint over_budget, int64_t kib_cap,
                 sent, expected, bint fingerprint, Py_ssize_t me, uint64_t key_a, uint64_t key_b):
-    """Write one rank's agreement record (the 16 uint64 words of ``hxmpi/agreement.py``).
+    """Write one rank's agreement record (the 16 uint64 words of ``hxmpi/comm/agreement.py``).
 
     ``sent``/``expected``: this rank's int64 send and receive byte counts (None only on a problem
     rank). From them come the pattern words (send bytes, receive KiB squared, messages to other
@@ -195,7 +195,7 @@ cdef inline bint _all_same(uint64_t total, uint64_t squares, uint64_t size) noex
 
 
 def verdict(cnp.ndarray sums not None, Py_ssize_t size):
-    """The agreement's verdict from the summed record (``hxmpi/agreement.py``'s words), as bits:
+    """The agreement's verdict from the summed record (``hxmpi/comm/agreement.py``'s words), as bits:
     PROBLEM (a rank's input is bad), SETTINGS (algorithm, validate or row kind differ), PAIRS (the
     fingerprint is not zero), HIT (every rank is at the same cache slot), SAME_BUFFERS (every cached
     run is bound to this call's buffers), OVER_BUDGET, BIG (the large-count path)."""

@@ -2,7 +2,7 @@
 
 A rank's plan is a set of copy lists (source offset, destination offset, length; int64 bytes) and the
 count/displacement vectors of its MPI phases. It depends only on the static layout (who serves which
-lane, see ``hxmpi/plan.py``), the rank's own send/receive counts and displacements, and ``rc_node``:
+lane, see ``hxmpi/comm/plan.py``), the rank's own send/receive counts and displacements, and ``rc_node``:
 what every rank of its node receives from every source. Nothing here allocates per call: the outputs
 are arrays owned by the planner and overwritten by each ``plan`` call.
 

@@ -1,7 +1,17 @@
 """hxmpi: hierarchical all-to-all over MPI, data staging and update policies for distributed training.
 
-The package's names load lazily, so ``import hxmpi.plan``, ``hxmpi.costmodel`` or ``hxmpi.simulate``
-does not initialise MPI; ``hxmpi.HierComm`` (or any name below) does, on first use.
+Three subpackages, whose imports run one way (root -> comm -> data/models -> train; sim beside train):
+
+- ``hxmpi.comm``: the exchange engine (``HierComm``, ``Topology``, plans, the agreement, the cost model);
+- ``hxmpi.train``: the trainer behind ``python -m hxmpi.train``, its update policy, balancing, checkpoints;
+- ``hxmpi.sim``: the SimGrid simulator (``python -m hxmpi.sim``) and the emulated cluster
+  (``python -m hxmpi.sim.cluster``);
+
+beside ``hxmpi.data`` (dataset store and staging) and ``hxmpi.models`` (numpy models). The root holds
+what they all share: errors, the settings schema, the CLI helper, the MPI launcher and the run log.
+
+The package's names load lazily, so ``import hxmpi.comm.plan``, ``hxmpi.comm.costmodel`` or
+``hxmpi.sim.simulate`` does not initialise MPI; ``hxmpi.HierComm`` (or any name below) does, on first use.
 """
 import os
 
@@ -12,7 +22,7 @@ import os
 os.environ.setdefault("OMPI_MCA_osc", "^ucx")
 
 __version__ = "0.1.0"
-_EXPORTS = {"Topology": "topology", "HierComm": "exchange", "ExchangeError": "errors",
+_EXPORTS = {"Topology": "comm.topology", "HierComm": "comm.exchange", "ExchangeError": "errors",
             "ExchangeTypeError": "errors", "ExchangeKeyError": "errors", "TopologyError": "errors",
             "HxmpiError": "errors"}
 __all__ = [*_EXPORTS, "__version__"]

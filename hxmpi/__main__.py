@@ -7,8 +7,8 @@ import json
 from mpi4py import MPI
 
 from . import __version__
-from .threads import default_threads, thread_pools
-from .topology import Topology
+from .comm.topology import Topology
+from .train.threads import default_threads, thread_pools
 
 
 def main(argv=None) -> int:

@@ -47,11 +47,16 @@ def world_rank() -> Optional[int]:
 
 
 def abort_job(code: int = 1) -> NoReturn:
-    """End the whole MPI job (every rank) with ``code``; a plain exit when MPI is not running."""
+    """End the whole MPI job (every rank) with ``code``; a plain exit outside an MPI job.
+
+    A rank that fails before it has started MPI starts it to abort: a plain exit would leave the
+    ranks that did start waiting for it (Open MPI's launcher then does not end the job)."""
     sys.stdout.flush()
     sys.stderr.flush()
     MPI = _mpi()
-    if MPI is not None and MPI.COMM_WORLD.Get_size() > 1:
+    if MPI is None and world_rank() is not None and "mpi4py.MPI" not in sys.modules:
+        from mpi4py import MPI
+    if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1:
         MPI.COMM_WORLD.Abort(code)
     sys.exit(code)
 

@@ -28,7 +28,7 @@ class ExchangeError(HxmpiError, ValueError):
 class SettingError(HxmpiError, ValueError):
     """A run setting with a bad value (or a bad combination), raised on every rank.
 
-    ``setting`` names the setting (a ``config.TrainConfig`` field), never a command-line flag: the
+    ``setting`` names the setting (a ``hxmpi.train.run_config.TrainConfig`` field), never a command-line flag: the
     CLI maps it to its flag when it prints the error.
     """
 

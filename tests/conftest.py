@@ -84,7 +84,7 @@ def shared_tmp(comm):
 @pytest.fixture
 def large_count_path(monkeypatch):
     """Lower the C-int limit and the chunk size, so that small buffers take the Alltoallw path."""
-    import hxmpi.transfer as transfer
+    import hxmpi.comm.transfer as transfer
     monkeypatch.setattr(transfer, "INT_LIMIT", 40)
     monkeypatch.setattr(transfer, "CHUNK_BYTES", 16)
 

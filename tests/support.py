@@ -169,7 +169,7 @@ def exchange_case(comm, rng, dtype, row=1, zero_frac=0.3, max_count=6):
 def auto_expected(comm, hc, send_bytes, uniform=False, mode="oneshot") -> tuple:
     """(algorithm, radix) ``hc``'s "auto" should run for this call: ``costmodel.auto_pick`` on the
     pattern of the whole send-bytes matrix (every rank's row gathered), computed here with numpy."""
-    from hxmpi.costmodel import Pattern, auto_pick
+    from hxmpi.comm.costmodel import Pattern, auto_pick
     matrix = np.array(comm.allgather(np.asarray(send_bytes, np.int64)))
     pattern = Pattern.from_counts(matrix, whole_kib=True)
     pattern = Pattern(pattern.size, pattern.total_bytes, pattern.messages, pattern.sumsq_recv_kib, uniform,
@@ -304,7 +304,7 @@ def cluster_unavailable():
     """Why the emulated cluster cannot run here (no root, no namespaces), or None; probed once."""
     global _CLUSTER_SKIP
     if _CLUSTER_SKIP is _UNPROBED:
-        from hxmpi import cluster
+        from hxmpi.sim import cluster
         try:
             cluster.check_privileges()
             _CLUSTER_SKIP = None
@@ -325,7 +325,7 @@ TEST_STATE_BASE = Path("/run/hxmpi-cluster-tests")
 def cluster_up(name, subnet, slots):
     """Yield the state of emulated hosts ``slots``, then take them down; first removes what an
     earlier run of the same cluster left behind (and only that)."""
-    from hxmpi import cluster
+    from hxmpi.sim import cluster
     old = cluster.STATE_BASE
     cluster.STATE_BASE = TEST_STATE_BASE
     try:

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 from mpi4py import MPI
+from support import layouts
 
 from hxmpi import ExchangeError, HierComm
-from support import layouts
 
 pytestmark = pytest.mark.mpi
 

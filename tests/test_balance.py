@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from hxmpi.balance import moved_samples, proportional_counts
+from hxmpi.train.balance import moved_samples, proportional_counts
 
 
 @pytest.mark.parametrize("weights,total,expected", [

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from hxmpi.balance import proportional_counts, redistribute
-from hxmpi.exchange import HierComm
-from hxmpi.train import Trainer, parse_config
+from hxmpi.comm.exchange import HierComm
+from hxmpi.train.balance import proportional_counts, redistribute
+from hxmpi.train.command import Trainer, parse_config
 
 pytestmark = pytest.mark.mpi
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hxmpi.bruck import Bruck, Pairwise, bruck_rounds, check_radix
+from hxmpi.comm.bruck import Bruck, Pairwise, bruck_rounds, check_radix
 
 pytestmark = pytest.mark.mpi
 
@@ -160,8 +160,8 @@ def test_hier_lane_phase_and_flat_runs(comm, layout, node_phase):
     from functools import partial
 
     from hxmpi import HierComm
-    from hxmpi.execute import FlatRun, HierPlan, HierRun, NodeWindow, Scratch
-    from hxmpi.msgspec import Side
+    from hxmpi.comm.msgspec import Side
+    from hxmpi.comm.runs import FlatRun, HierPlan, HierRun, NodeWindow, Scratch
 
     hc = HierComm(comm, node_of=LAYOUTS[layout](comm.size), node_phase=node_phase)
     counts = count_matrix(comm.size, "irregular", seed=11)
@@ -201,8 +201,8 @@ def test_hier_lane_phase_and_flat_runs(comm, layout, node_phase):
 
 @pytest.mark.parametrize("radix", [2, 3, 5])
 def test_planned_rounds_are_the_rounds_sent(comm, radix):
-    """hxmpi.plan.bruck_messages (what the simulator replays) names the peers and bytes Bruck moves."""
-    from hxmpi.plan import bruck_messages
+    """hxmpi.comm.plan.bruck_messages (what the simulator replays) names the peers and bytes Bruck moves."""
+    from hxmpi.sim.schedule import bruck_messages
     counts = count_matrix(comm.size, "irregular", seed=radix)
     sview, sc, sd, rview, rc, rd, _ = buffers(comm, counts)
     ex = Bruck(comm, sview, sc, sd, rview, rc, rd, radix=radix)

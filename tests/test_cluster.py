@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from hxmpi import cluster
 from support import cluster_unavailable, cluster_up
+
+from hxmpi.sim import cluster
 
 TESTS = Path(__file__).resolve().parent
 NAME, SUBNET = "hxt", "10.213.11.0/24"
@@ -103,7 +103,7 @@ def test_up_names_leftovers_of_a_crashed_run_and_down_stale_removes_exactly_thos
     namespaces and links: 'up' names them and the command that removes them; 'down --stale'
     removes those and nothing else, not look-alikes made by hand, not a cluster that is up."""
     name, subnet = "hxs", "10.213.15.0/24"
-    cli = [sys.executable, "-m", "hxmpi.cluster"]
+    cli = [sys.executable, "-m", "hxmpi.sim.cluster"]
 
     def call(state_dir, *args):
         return subprocess.run(cli + list(args), capture_output=True, text=True, timeout=120,
@@ -126,7 +126,7 @@ def test_up_names_leftovers_of_a_crashed_run_and_down_stale_removes_exactly_thos
         again = call("second", "up", "--hosts", "2", "--name", name, "--subnet", subnet)
         assert again.returncode == 2, again.stdout
         m = re.search(rf"error: found objects left by an earlier run of cluster '{name}' whose state is gone "
-                      rf"\((.+)\); remove exactly those with: python -m hxmpi.cluster down --stale --name {name}\n",
+                      rf"\((.+)\); remove exactly those with: python -m hxmpi.sim.cluster down --stale --name {name}\n",
                       again.stderr)
         assert m and set(m.group(1).split(", ")) == left, again.stderr
         assert "left by earlier runs whose state is gone" in call("second", "status", "--name", name).stdout
@@ -151,7 +151,7 @@ def test_bad_slots_and_unprivileged_user():
     with pytest.raises(cluster.ClusterError, match="--slots needs 3"):
         cluster.up(3, [1, 1], name="hxq")
     # A user namespace drops root's privileges over the host network (euid shows as nobody).
-    proc = subprocess.run(["unshare", "--user", sys.executable, "-m", "hxmpi.cluster", "up", "--hosts", "2",
+    proc = subprocess.run(["unshare", "--user", sys.executable, "-m", "hxmpi.sim.cluster", "up", "--hosts", "2",
                            "--name", "hxq"], capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr
     assert "error: needs root" in proc.stderr
@@ -160,7 +160,7 @@ def test_bad_slots_and_unprivileged_user():
 def test_cli_up_status_run_down(tmp_path):
     """The commands as a user types them, from a clean state."""
     env = dict(os.environ, HXMPI_CLUSTER_DIR=str(tmp_path))
-    cli = [sys.executable, "-m", "hxmpi.cluster"]
+    cli = [sys.executable, "-m", "hxmpi.sim.cluster"]
 
     def call(*args, timeout=300):
         return subprocess.run(cli + list(args), capture_output=True, text=True, env=env, timeout=timeout)

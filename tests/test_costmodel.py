@@ -2,10 +2,9 @@
 import json
 
 import numpy as np
-
 import pytest
 
-from hxmpi.costmodel import CostModel, alltoallv_algorithm, fit
+from hxmpi.comm.costmodel import CostModel, alltoallv_algorithm, fit
 
 # Linear and pairwise flat worlds, node sizes 2 to 8, one single-node world (intra-node latency
 # apart from the fixed costs): every parameter shows in some feature.
@@ -98,7 +97,7 @@ def _latency_only():
 
 
 def test_whole_call_parts():
-    from hxmpi.costmodel import predict_agreement, predict_call
+    from hxmpi.comm.costmodel import predict_agreement, predict_call
     m = _latency_only()
     # Bruck pays one latency per round: ceil(log_k 512) rounds.
     for k, rounds in ((2, 9), (8, 3), (16, 3), (512, 1)):
@@ -116,8 +115,9 @@ def test_whole_call_parts():
 
 def test_pattern_sees_skew_and_sparsity():
     import numpy as np
-    from hxmpi.costmodel import Pattern, choose_call, predict_call
-    from hxmpi.simulate import make_counts
+
+    from hxmpi.comm.costmodel import Pattern, choose_call, predict_call
+    from hxmpi.sim.simulate import make_counts
     even, skew = Pattern.from_counts(make_counts(64, 1024, False)), Pattern.from_counts(make_counts(64, 1024, True))
     assert even.uniform and not skew.uniform
     assert even.rank_bytes == pytest.approx(64 * 1024) and skew.total_bytes == even.total_bytes
@@ -146,8 +146,8 @@ def test_auto_pick_is_choose_call_per_pattern_class():
     """What HierComm's "auto" runs: the model's pick for the pattern's class, hxmpi's names only."""
     from dataclasses import replace
 
-    from hxmpi.costmodel import Pattern, auto_pick, choose_call, pattern_class
-    from hxmpi.simulate import PRESETS
+    from hxmpi.comm.costmodel import Pattern, auto_pick, choose_call, pattern_class
+    from hxmpi.sim.simulate import PRESETS
     hdr = PRESETS["hdr"]
     small = Pattern.even(512, 8)
     # 64 x 8 at 8 B: Bruck at a radix above 2 as a plan; one-shot uniform, MPI_Alltoall = hxmpi's flat.

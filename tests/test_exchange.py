@@ -4,11 +4,18 @@ import re
 import numpy as np
 import pytest
 from mpi4py import MPI
+from support import (
+    LAYOUT_NAMES,
+    assert_exchange_works,
+    auto_expected,
+    exchange_case,
+    hier_comms,
+    mpi_type,
+    ran,
+)
 
-import hxmpi.exchange as exchange
-import hxmpi.transfer as transfer
+import hxmpi.comm.transfer as transfer
 from hxmpi import ExchangeError, HierComm
-from support import LAYOUT_NAMES, assert_exchange_works, auto_expected, exchange_case, hier_comms, mpi_type, ran
 
 pytestmark = pytest.mark.mpi
 
@@ -269,7 +276,6 @@ def _stamps(big: int) -> list[tuple[int, bytes]]:
     return [(o, (o // 8 + 0x0101010101010101).to_bytes(8, "little")) for o in offsets]
 
 
-@pytest.mark.slow
 @pytest.mark.watchdog(900)
 def test_message_over_2GiB(comm):
     """A real block of more than 2**31 bytes, at -n 2 flat, at -n 3 hierarchical (nodes 2+1).
@@ -353,7 +359,7 @@ _FAVOURED = {  # a calibration file per family: what makes it far cheaper than t
 def test_auto_follows_the_tuning_file(comm, favour, tmp_path_factory):
     """A calibration file decides "auto" on every rank: it runs the cost model's pick for the call
     (algorithm and Bruck radix), and the family the file favours where the layout allows it."""
-    from hxmpi.costmodel import CostModel
+    from hxmpi.comm.costmodel import CostModel
     path = comm.bcast(str(tmp_path_factory.mktemp("tune") / "t.json") if comm.rank == 0 else None)
     if comm.rank == 0:
         CostModel(**_FAVOURED[favour]).save(path)

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from mpilaunch import ABORT_RE, OPEN_MPI, launcher_family, mpirun_command, run_job
 
 MPIRUN = mpirun_command()
@@ -45,22 +44,70 @@ def test_uncaught_exception_on_one_rank_aborts_the_job(tmp_path, n):
     assert time.monotonic() - t0 < 60
 
 
-def _main_blocks():
-    """(file, source of its ``if __name__ == "__main__":`` block) for every program hxmpi ships."""
-    files = [ROOT / "hxmpi" / "__main__.py", ROOT / "hxmpi" / "data" / "__main__.py", ROOT / "hxmpi" / "cluster.py",
-             ROOT / "hxmpi" / "train.py",
-             # plot.py runs without MPI: importing hxmpi there would initialise MPI for nothing
-             *sorted(f for f in (ROOT / "benchmarks").glob("*.py") if f.name != "plot.py")]
-    for f in files:
-        tree = ast.parse(f.read_text())
-        for node in tree.body:
-            if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
-                yield f, ast.unparse(node)
+#: Programs that never start MPI, so have no ranks to strand: the simulator (SimGrid's smpirun is its
+#: launcher) and the benchmark scripts that only read JSON.
+NO_MPI = {"hxmpi/sim/__main__.py", "benchmarks/plot.py", "benchmarks/report.py", "benchmarks/model_structure.py"}
 
 
-@pytest.mark.parametrize("path,block", list(_main_blocks()), ids=[f.name for f, _ in _main_blocks()])
-def test_every_program_ends_through_run_main(path, block):
-    assert "run_main(" in block, f"{path}: its __main__ block must call hxmpi.cli.run_main"
+def _programs():
+    """(id, command after ``python``) of every program hxmpi ships: each ``__main__.py`` of the
+    package (``python -m``), each module with a ``__main__`` block, and each benchmark script."""
+    found = []
+    for f in sorted((ROOT / "hxmpi").rglob("*.py")):
+        rel = f.relative_to(ROOT).as_posix()
+        text = f.read_text()
+        if rel in NO_MPI or not (f.name == "__main__.py" or 'if __name__ == "__main__"' in text):
+            continue
+        module = ".".join(f.relative_to(ROOT).with_suffix("").parts)
+        found.append((rel, ["-m", module.removesuffix(".__main__")]))
+    found += [(f.relative_to(ROOT).as_posix(), [str(f)]) for f in sorted((ROOT / "benchmarks").glob("*.py"))
+              if f.relative_to(ROOT).as_posix() not in NO_MPI]
+    return found
+
+
+# Started in every process of the job (sitecustomize): when the program parses its command line,
+# rank 1 raises and every other rank waits in a collective that rank 1 never joins, which is how a
+# real failure strands the others.
+INJECT = """
+import argparse, os
+_parse = argparse.ArgumentParser.parse_known_args
+_done = []
+
+def parse_known_args(self, *args, **kwargs):
+    if not _done:
+        _done.append(1)
+        rank = next((os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK") if v in os.environ), None)
+        if rank == "1":
+            raise RuntimeError("injected on rank 1")
+        if rank is not None:
+            from mpi4py import MPI
+            MPI.COMM_WORLD.Barrier()
+    return _parse(self, *args, **kwargs)
+
+argparse.ArgumentParser.parse_known_args = parse_known_args
+"""
+
+
+def test_every_program_is_found():
+    names = [name for name, _ in _programs()]
+    assert {"hxmpi/__main__.py", "hxmpi/data/__main__.py", "hxmpi/train/__main__.py", "hxmpi/sim/cluster.py",
+            "benchmarks/osu_alltoallv.py"} <= set(names), names
+    assert not NO_MPI & set(names)
+
+
+@needs_mpirun
+@pytest.mark.watchdog(120)
+@pytest.mark.parametrize("name,command", _programs(), ids=[name for name, _ in _programs()])
+def test_a_failure_on_one_rank_ends_every_program(tmp_path, name, command):
+    """Each program, started on 2 ranks, with rank 1 failing as it reads its command line while
+    rank 0 waits for it: the job ends within a minute with rank 1's error (``hxmpi.cli.run_main``)."""
+    (tmp_path / "sitecustomize.py").write_text(INJECT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    t0 = time.monotonic()
+    proc = run_job(MPIRUN + ["-n", "2", sys.executable, *command], timeout=90, env=env, cwd=tmp_path)
+    assert proc.returncode != 0, proc.stdout
+    assert "rank 1 failed: RuntimeError: injected on rank 1" in proc.stderr, proc.stderr
+    assert time.monotonic() - t0 < 60
 
 
 SETUP_FAILS_ON_ONE_RANK = """

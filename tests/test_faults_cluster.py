@@ -10,9 +10,9 @@ import sys
 import time
 
 import pytest
-
-from hxmpi import cluster
 from support import cluster_unavailable, cluster_up, epochs_logged, kill_session
+
+from hxmpi.sim import cluster
 
 SKIP = cluster_unavailable()
 pytestmark = pytest.mark.skipif(SKIP is not None, reason=f"emulated cluster unavailable: {SKIP}")

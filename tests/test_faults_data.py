@@ -10,12 +10,12 @@ import threading
 
 import numpy as np
 import pytest
+from support import rewrite_shard
 
 from hxmpi.data.cache import ShardCache
 from hxmpi.data.sources import FetchError, FetchStats, fetch_verified, open_source
 from hxmpi.data.staging import StagingConfig
 from hxmpi.data.store import load_shard, make_synthetic, write_store
-from support import rewrite_shard
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,12 @@ server dying mid-body, and a cache directory that a live run holds. Each must en
 clear error on every rank, never in silent zeros, dropped samples or a hang."""
 import numpy as np
 import pytest
+from support import fresh_dir, injected, rewrite_shard, serve_store
 
 from hxmpi.data.lock import CacheDirBusy
 from hxmpi.data.sources import FetchError
 from hxmpi.data.store import StoreError, load_shard
-from hxmpi.train import Trainer, parse_config
-from support import fresh_dir, injected, rewrite_shard, serve_store
+from hxmpi.train.command import Trainer, parse_config
 
 pytestmark = pytest.mark.mpi
 BAD = 1  # the train shard each faulty store damages

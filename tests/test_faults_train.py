@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from mpilaunch import mpirun_command, rank_of, run_job
 from support import epochs_logged, kill_session, session
 
@@ -64,7 +63,7 @@ def rank_pid(sid, rank, deadline=60):
 ])
 def test_numeric_flags_are_checked_when_parsed(flags, message):
     from hxmpi.errors import SettingError
-    from hxmpi.train import UsageError, flag, parse_config
+    from hxmpi.train.command import UsageError, flag, parse_config
     with pytest.raises((SettingError, UsageError)) as info:
         parse_config(flags)
     exc = info.value
@@ -231,12 +230,11 @@ def test_corrupt_checkpoint_shard_ends_every_rank(tmp_path, damage):
 
 
 @needs_mpirun
-@pytest.mark.slow
 @pytest.mark.watchdog(600)
 def test_killed_at_random_moments_twenty_times_every_run_resumes(tmp_path):
     """SIGKILL to every process of the job at a random moment, 20 times; after each kill the newest
     complete checkpoint loads on every rank and the next run resumes from it."""
-    from hxmpi.checkpoint import newest_complete
+    from hxmpi.train.checkpoint import newest_complete
     ckpt, rng = tmp_path / "c", random.Random(13)
     last_epoch = 0
     for attempt in range(20):

@@ -1,9 +1,9 @@
 """The agreement record without MPI: every rank's record summed as MPI_SUM would, for whole count matrices."""
 import numpy as np
 import pytest
+from hxmpi.comm._agree import fill_record, pattern_key, same_arrays
 
-from hxmpi import agreement
-from hxmpi._agree import fill_record, pattern_key, same_arrays
+from hxmpi.comm import agreement
 
 KEY = (0x1234_5678_9ABC_DEF1, 0x0FED_CBA9_8765_4321)
 
@@ -97,7 +97,7 @@ def test_pattern_words_are_the_cost_models_sums(p):
     is the call's kind, an Alltoallv here)."""
     from dataclasses import replace
 
-    from hxmpi.costmodel import Pattern
+    from hxmpi.comm.costmodel import Pattern
     rng = np.random.default_rng(p)
     counts = rng.integers(0, 5000, (p, p)).astype(np.int64)
     counts[rng.random((p, p)) < 0.3] = 0  # empty blocks are not messages
@@ -119,7 +119,7 @@ def test_pattern_keys_tell_patterns_apart():
 
 
 def test_verdict_bits():
-    from hxmpi import _agree as v
+    from hxmpi.comm import _agree as v
     p = 4
     rec = np.zeros(agreement.WORDS, dtype=np.uint64)
     rec[agreement.VALIDATE] = p

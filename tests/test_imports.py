@@ -5,8 +5,8 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("module", ["hxmpi", "hxmpi.plan", "hxmpi.costmodel", "hxmpi.simulate",
-                                    "hxmpi.plancache"])
+@pytest.mark.parametrize("module", ["hxmpi", "hxmpi.comm.plan", "hxmpi.comm.costmodel", "hxmpi.sim.simulate",
+                                    "hxmpi.comm.plancache", "hxmpi.sim.schedule", "hxmpi.comm", "hxmpi.sim"])
 def test_import_leaves_mpi_alone(module):
     code = f"import sys, {module}; print('mpi4py.MPI' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

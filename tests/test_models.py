@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+from hxmpi.comm.exchange import HierComm
 from hxmpi.data import load_dataset, load_digits
 from hxmpi.data.shuffle import epoch_order
-from hxmpi.exchange import HierComm
 from hxmpi.models import MLP, MoE, build_model
-from hxmpi.optim import learning_rate
+from hxmpi.train.optim import learning_rate
 
 
 def numeric_check(model, X, y, n_checks=25, eps=1e-6):

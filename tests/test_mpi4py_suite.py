@@ -39,10 +39,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mpi4py import MPI
-
-from hxmpi import ExchangeTypeError, HierComm
 from support import assert_exchange_works, layouts
 from support import node_of as layout_node_of
+
+from hxmpi import ExchangeTypeError, HierComm
 
 pytestmark = pytest.mark.mpi
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from mpi4py import MPI
+from support import DLPackOnly, assert_exchange_works, hier_comms
 
 from hxmpi import ExchangeKeyError, ExchangeTypeError
-from support import DLPackOnly, assert_exchange_works, hier_comms
 
 pytestmark = pytest.mark.mpi
 

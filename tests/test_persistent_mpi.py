@@ -2,11 +2,10 @@
 import numpy as np
 import pytest
 from mpi4py import MPI
-
-import hxmpi.exchange as exchange
-from hxmpi import ExchangeError, HierComm
-from hxmpi.exchange import PlanStateError
 from support import assert_exchange_works, exchange_case, layouts
+
+from hxmpi import ExchangeError, HierComm
+from hxmpi.comm.exchange import PlanStateError
 
 pytestmark = pytest.mark.mpi
 

@@ -1,9 +1,10 @@
 """The planner alone (no MPI): every phase's messages pair up, and bytes are conserved, on any layout."""
 import numpy as np
 import pytest
-
-from hxmpi.plan import Copy, Exchange, Layout, NodeBarrier, rank_schedule
 from support import VIRTUAL_LAYOUTS, layouts, node_of
+
+from hxmpi.comm.plan import Layout
+from hxmpi.sim.schedule import Copy, Exchange, NodeBarrier, rank_schedule
 
 SIZES = (4, 7, 8)  # world sizes the planner is checked at: even, odd with a small node, past 7
 

@@ -1,7 +1,12 @@
 """Update policy rule: every branch, forced modes, thresholds, and the gradient coefficient."""
 import pytest
 
-from hxmpi.policy import auto_threshold, decide, gradient_coefficient, straggler_ratio
+from hxmpi.train.update_policy import (
+    auto_threshold,
+    decide,
+    gradient_coefficient,
+    straggler_ratio,
+)
 
 FAST, SLOW = 1.0, 3.0
 

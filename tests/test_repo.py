@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from mpilaunch import mpirun_command, run_job
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,3 +163,141 @@ def test_every_hxmpi_error_derives_from_hxmpi_error():
                     if issubclass(cls, BaseException) and cls.__module__ == module.__name__]
     assert len(defined) >= 10  # the walk found the package's errors
     assert [c.__qualname__ for c in defined if not issubclass(c, HxmpiError)] == []
+
+
+# ---------------------------------------------------------------------------------- import direction
+#: The layers of the package, lowest first. A module may import its own layer and the ones below,
+#: never above; the two modules of a layer that are listed together are siblings and import neither
+#: the other. ``hxmpi/__init__.py`` (the public names) and ``hxmpi/__main__.py`` (``python -m hxmpi``)
+#: are the package's face, above every layer, and nothing inside imports them but for ``__version__``.
+LAYERS = ({"root"}, {"comm"}, {"data", "models"}, {"train", "sim"})
+FACE = {"hxmpi", "hxmpi.__main__"}
+
+
+def _area(module: str) -> str:
+    """The area of a dotted module name: its subpackage, or "root" for hxmpi's top-level modules."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and any(parts[1] in areas for areas in LAYERS) else "root"
+
+
+def _layer(area: str) -> int:
+    return next(i for i, areas in enumerate(LAYERS) if area in areas)
+
+
+def _package_imports(root: Path = ROOT) -> dict:
+    """Every hxmpi module's imports of other hxmpi modules, function-level ones included:
+    {module: {(imported module, line, names)}}. A name imported from a package that is one of its
+    modules (``from . import checkpoint``) counts as that module."""
+    modules = {}
+    for f in sorted((root / "hxmpi").rglob("*.py")):
+        rel = f.relative_to(root).with_suffix("")
+        name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        modules[name] = (f, rel.name == "__init__")
+    found = {}
+    for name, (f, is_pkg) in modules.items():
+        package = name if is_pkg else name.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [(a.name, ()) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([base] if base else []))
+                names = tuple(a.name for a in node.names)
+                targets = [(f"{base}.{n}", ()) for n in names if f"{base}.{n}" in modules] or [(base, names)]
+            else:
+                continue
+            for target, names in targets:
+                while target and target not in modules and "." in target:
+                    target = target.rpartition(".")[0]  # hxmpi.comm._plan (compiled) -> hxmpi.comm
+                if target in modules and target != name:
+                    edges.add((target, node.lineno, names))
+        found[name] = edges
+    return found
+
+
+def _direction_problems(imports: dict) -> list:
+    problems = []
+    for module, edges in imports.items():
+        if module in FACE:
+            continue
+        for target, line, names in sorted(edges):
+            where = f"{module}:{line} imports {target}"
+            if target in FACE:
+                if target != "hxmpi" or set(names) - {"__version__"}:
+                    problems.append(f"{where} (the package's face)")
+                continue
+            a, b = _area(module), _area(target)
+            if _layer(b) > _layer(a) or (a != b and _layer(a) == _layer(b)):
+                problems.append(f"{where} ({a} may not import {b})")
+    return problems
+
+
+def _cycles(imports: dict) -> list:
+    """Module-level import circles (depth-first search), each as a list of modules."""
+    graph = {m: sorted({t for t, _, _ in e}) for m, e in imports.items()}
+    state, stack, cycles = {}, [], []
+
+    def visit(m):
+        state[m] = 1
+        stack.append(m)
+        for t in graph.get(m, ()):
+            if state.get(t) == 1:
+                cycles.append(stack[stack.index(t):] + [t])
+            elif t not in state:
+                visit(t)
+        stack.pop()
+        state[m] = 2
+
+    for m in graph:
+        if m not in state:
+            visit(m)
+    return cycles
+
+
+def test_imports_run_one_way():
+    """root -> comm -> data/models -> train, with sim beside train: no upward or sideways import."""
+    imports = _package_imports()
+    assert {"hxmpi.comm.exchange", "hxmpi.train.trainer", "hxmpi.sim.simulate"} <= set(imports)
+    # The walk sees real edges, those inside functions and through a package's names too.
+    assert any(t == "hxmpi.comm.exchange" for t, _, _ in imports["hxmpi.train.trainer"])
+    assert any(t == "hxmpi.train.checkpoint" for t, _, _ in imports["hxmpi.train.trainer"])
+    assert _direction_problems(imports) == []
+
+
+def test_no_import_circles():
+    assert _cycles(_package_imports()) == []
+
+
+def test_no_string_imports():
+    """No module reaches another by name at run time (importlib, __import__, "module:NAME"), which
+    the direction check could not see; only the package's face loads its public names lazily."""
+    found = []
+    for f in sorted((ROOT / "hxmpi").rglob("*.py")):
+        if f == ROOT / "hxmpi" / "__init__.py":
+            continue
+        text = f.read_text()
+        for pattern in (r"\bimport_module\(", r"\b__import__\(", r"[\"']hxmpi(\.\w+)*:\w+[\"']"):
+            found += [f"{f.relative_to(ROOT)}: {m.group(0)}" for m in re.finditer(pattern, text)]
+    assert found == []
+
+
+def test_the_direction_check_catches_upward_sideways_and_circular_imports(tmp_path):
+    """The checks above, on a small package made to break each rule once."""
+    files = {"hxmpi/__init__.py": "", "hxmpi/errors.py": "from .comm import exchange\n",
+             "hxmpi/comm/__init__.py": "", "hxmpi/comm/exchange.py": "from . import plan\n",
+             "hxmpi/comm/plan.py": "from .exchange import X\n",
+             "hxmpi/train/__init__.py": "", "hxmpi/train/trainer.py": "from ..sim import simulate\n",
+             "hxmpi/sim/__init__.py": "", "hxmpi/sim/simulate.py": "from ..comm.plan import Layout\n",
+             "hxmpi/data/__init__.py": "", "hxmpi/data/store.py": "from .. import HierComm\n"}
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    imports = _package_imports(tmp_path)
+    problems = _direction_problems(imports)
+    assert problems == ["hxmpi.data.store:1 imports hxmpi (the package's face)",
+                        "hxmpi.errors:1 imports hxmpi.comm.exchange (root may not import comm)",
+                        "hxmpi.train.trainer:1 imports hxmpi.sim.simulate (train may not import sim)"]
+    assert _cycles(imports) == [["hxmpi.comm.exchange", "hxmpi.comm.plan", "hxmpi.comm.exchange"]]

@@ -1,4 +1,4 @@
-"""hxmpi.simulate: replays of tiny layouts in SimGrid, traces built from hxmpi.plan, clean CLI errors."""
+"""hxmpi.sim.simulate: replays of tiny layouts in SimGrid, traces built from hxmpi.comm.plan, clean CLI errors."""
 import json
 import os
 import subprocess
@@ -7,10 +7,22 @@ import sys
 import numpy as np
 import pytest
 
-from hxmpi.costmodel import CostModel
-from hxmpi.plan import Layout
-from hxmpi.simulate import (PRESETS, Call, Network, SimulateError, crossover, make_counts, node_of_sizes,
-                            oversubscribe, rank_trace, simulate_point, smpirun_path, trace_stats)
+from hxmpi.comm.costmodel import CostModel
+from hxmpi.comm.plan import Layout
+from hxmpi.sim.simulate import (
+    PRESETS,
+    Call,
+    Network,
+    SimulateError,
+    crossover,
+    make_counts,
+    node_of_sizes,
+    oversubscribe,
+    rank_trace,
+    simulate_point,
+    smpirun_path,
+    trace_stats,
+)
 
 try:
     smpirun_path()
@@ -21,7 +33,7 @@ needs_simgrid = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
 
 
 def cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "hxmpi.simulate", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "hxmpi.sim", *args], capture_output=True, text=True,
                           timeout=120, env=env)
 
 
@@ -183,7 +195,8 @@ def test_cli_json(tmp_path):
 def test_cpu_times_from_file_and_fallback(tmp_path):
     """Measured seconds per path are used as given; a missing key or file falls back, warning once."""
     import io
-    from hxmpi.simulate import CpuTimes
+
+    from hxmpi.sim.simulate import CpuTimes
     path = tmp_path / "overhead.json"
     path.write_text(json.dumps({"cpu_s_per_call": {"flat": 3e-6, "hier_plan": 7e-6}}))
     model, warn = CostModel(), io.StringIO()
@@ -202,7 +215,7 @@ def test_cpu_times_from_file_and_fallback(tmp_path):
 
 def test_osu_columns_map_to_the_calls_they_measure():
     """bare -> MPI_Alltoallv; A -> a plan-cache hit; A-new -> a miss; A-plan -> a plan; auto, naive left out."""
-    from hxmpi.simulate import osu_calls
+    from hxmpi.sim.simulate import osu_calls
     cols = ("bare", "hier_bruck", "auto", "bruck-new", "hier_pairwise-plan", "naive")
     report = {"radix": 4, "results": [{"size": 8, "check": {}, "flat_stats": {"algorithm": "flat"},
                                        **{c: {"avg_us": 1.0} for c in cols}}]}
@@ -231,7 +244,7 @@ def test_compare_replays_an_osu_report(tmp_path):
     assert proc.returncode == 0, proc.stderr
     rows = {r["algorithm"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {"bare", "bruck-plan"}
-    from hxmpi.simulate import CpuTimes, replay
+    from hxmpi.sim.simulate import CpuTimes, replay
     layout, counts = Layout(node_of_sizes([2, 2])), make_counts(4, 64, False)
     want = [replay(layout, counts, Call("bruck", "plan", 2), "shm", PRESETS["hdr"], Network(), str(tmp_path / d),
                    cpu=CpuTimes(PRESETS["hdr"], p)) for d, p in (("a", str(cpu)), ("b", None))]

@@ -4,9 +4,10 @@ import pytest
 from mpi4py import MPI
 
 from hxmpi import HierComm
-from hxmpi.costmodel import CostModel
-from hxmpi.plan import Copy, Layout, rank_schedule
-from hxmpi.simulate import make_counts, rank_trace, trace_stats
+from hxmpi.comm.costmodel import CostModel
+from hxmpi.comm.plan import Layout
+from hxmpi.sim.schedule import Copy, rank_schedule
+from hxmpi.sim.simulate import make_counts, rank_trace, trace_stats
 
 pytestmark = pytest.mark.mpi
 

@@ -1,4 +1,4 @@
-"""Message specs (hxmpi.msgspec) alone: every form mpi4py accepts, and mpi4py's error types for bad ones."""
+"""Message specs (hxmpi.comm.msgspec) alone: every form mpi4py accepts, and mpi4py's error types for bad ones."""
 from __future__ import annotations
 
 import array
@@ -6,10 +6,15 @@ import array
 import numpy as np
 import pytest
 from mpi4py import MPI
-
-from hxmpi.errors import ExchangeError, ExchangeKeyError, ExchangeTypeError
-from hxmpi.msgspec import parse_alltoall, parse_alltoallv, parse_uniform, parse_vector
 from support import DLPackOnly
+
+from hxmpi.comm.msgspec import (
+    parse_alltoall,
+    parse_alltoallv,
+    parse_uniform,
+    parse_vector,
+)
+from hxmpi.errors import ExchangeError, ExchangeKeyError, ExchangeTypeError
 
 
 def elems(side, elem):
@@ -140,7 +145,7 @@ def test_error_types_are_mpi4pys():
 
 def test_common_form_shortcut_equals_the_general_reader():
     """``[ndarray, int64 counts (, displs), datatype]`` skips the general reader: same sides, same problems."""
-    from hxmpi import msgspec
+    from hxmpi.comm import msgspec
     rng = np.random.default_rng(0)
     shortcut_taken = 0
     for trial in range(600):

@@ -6,10 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from mpi4py import MPI
+from support import fresh_dir, injected, serve_store
 
 from hxmpi.data.sources import FetchError
-from hxmpi.train import Trainer, parse_config
-from support import fresh_dir, injected, serve_store
+from hxmpi.train.command import Trainer, parse_config
 
 pytestmark = pytest.mark.mpi
 

@@ -5,11 +5,18 @@ import sys
 
 import numpy as np
 import pytest
+from support import FaultServer
 
 from hxmpi.data.sources import FetchError, FetchStats, fetch_verified, open_source
-from hxmpi.data.store import (StoreError, capacity, load_shard, make_synthetic, parse_index,
-                              split_train_test, write_store)
-from support import FaultServer
+from hxmpi.data.store import (
+    StoreError,
+    capacity,
+    load_shard,
+    make_synthetic,
+    parse_index,
+    split_train_test,
+    write_store,
+)
 
 
 @pytest.fixture(scope="module")

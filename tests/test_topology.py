@@ -2,10 +2,10 @@
 import os
 
 import pytest
+from support import VIRTUAL_LAYOUTS, layouts, node_of
 
 import hxmpi
 from hxmpi import Topology, TopologyError
-from support import VIRTUAL_LAYOUTS, layouts, node_of
 
 pytestmark = pytest.mark.mpi
 

@@ -3,9 +3,9 @@ import json
 import re
 import subprocess
 import sys
+from importlib import import_module
 
 import pytest
-
 from mpilaunch import mpirun_command, run_job
 
 MPIRUN = mpirun_command()
@@ -95,8 +95,8 @@ def test_bad_flags_give_one_line_error(bad_flag_runs, n, flags, message):
 @pytest.mark.parametrize("text,ranks,delay,factor", [("2:0.01", (2,), 0.01, 1.0), ("1,3:x2.5", (1, 3), 0.0, 2.5),
                                                      ("0:X3", (0,), 0.0, 3.0)])
 def test_straggle_takes_a_delay_or_a_factor(text, ranks, delay, factor):
-    from hxmpi.train import parse_config
-    from hxmpi.updates import Straggle
+    from hxmpi.train.command import parse_config
+    from hxmpi.schema import Straggle
     assert parse_config(["--straggle", text]).straggle == Straggle(ranks, delay, factor)
 
 
@@ -108,7 +108,7 @@ def help_text():
 
 def test_help_documents_every_setting():
     """One flag per setting and no other (but --help and --version), each with the schema's help."""
-    from hxmpi.settings import SETTINGS
+    from hxmpi.schema import SETTINGS
     text = help_text()
     options = text.split("options:")[1]
     listed = set(re.findall(r"^  (?:-h, )?(--[a-z0-9-]+)", options, re.M))
@@ -128,10 +128,11 @@ def test_trainconfig_is_the_schema():
     """TrainConfig's fields are the settings, in order, with the schema's defaults; sub-configs take
     theirs from the schema too (the policy window was 20 on the command line and 10 in UpdateConfig)."""
     from dataclasses import fields
-    from hxmpi.config import TrainConfig
+
     from hxmpi.data.staging import StagingConfig
-    from hxmpi.settings import SETTINGS
-    from hxmpi.updates import UpdateConfig
+    from hxmpi.schema import SETTINGS
+    from hxmpi.train.run_config import TrainConfig
+    from hxmpi.train.update_engine import UpdateConfig
     cfg = TrainConfig()
     assert [f.name for f in fields(TrainConfig)] == list(SETTINGS)
     assert all(getattr(cfg, name) == s.make_default() for name, s in SETTINGS.items())
@@ -147,17 +148,17 @@ def test_trainconfig_is_the_schema():
 
 
 @pytest.mark.parametrize("build,setting,message", [
-    (lambda: __import__("hxmpi.config").config.TrainConfig(epochs=0), "epochs", "must be >= 1, got 0"),
-    (lambda: __import__("hxmpi.config").config.TrainConfig(epochs=2.5), "epochs", "must be an integer, got 2.5"),
-    (lambda: __import__("hxmpi.config").config.TrainConfig(model="cnn"), "model", "must be one of softmax, mlp, moe"),
-    (lambda: __import__("hxmpi.config").config.TrainConfig(hidden=[64, 0]), "hidden", "must be non-empty, with every value >= 1, got [64, 0]"),
-    (lambda: __import__("hxmpi.config").config.TrainConfig(hidden=[]), "hidden", "must be non-empty"),
-    (lambda: __import__("hxmpi.config").config.TrainConfig(lr=float("nan")), "lr", "must be > 0, got nan"),
-    (lambda: __import__("hxmpi.updates").updates.UpdateConfig(policy_window=0), "policy_window", "must be >= 1"),
-    (lambda: __import__("hxmpi.updates").updates.UpdateConfig(update="later"), "update", "must be one of auto"),
-    (lambda: __import__("hxmpi.data.staging").data.staging.StagingConfig(fetch_workers=0), "fetch_workers",
+    (lambda: import_module("hxmpi.train.run_config").TrainConfig(epochs=0), "epochs", "must be >= 1, got 0"),
+    (lambda: import_module("hxmpi.train.run_config").TrainConfig(epochs=2.5), "epochs", "must be an integer, got 2.5"),
+    (lambda: import_module("hxmpi.train.run_config").TrainConfig(model="cnn"), "model", "must be one of softmax, mlp, moe"),
+    (lambda: import_module("hxmpi.train.run_config").TrainConfig(hidden=[64, 0]), "hidden", "must be non-empty, with every value >= 1, got [64, 0]"),
+    (lambda: import_module("hxmpi.train.run_config").TrainConfig(hidden=[]), "hidden", "must be non-empty"),
+    (lambda: import_module("hxmpi.train.run_config").TrainConfig(lr=float("nan")), "lr", "must be > 0, got nan"),
+    (lambda: import_module("hxmpi.train.update_engine").UpdateConfig(policy_window=0), "policy_window", "must be >= 1"),
+    (lambda: import_module("hxmpi.train.update_engine").UpdateConfig(update="later"), "update", "must be one of auto"),
+    (lambda: import_module("hxmpi.data.staging").StagingConfig(fetch_workers=0), "fetch_workers",
      "must be >= 1, got 0"),
-    (lambda: __import__("hxmpi.data.staging").data.staging.StagingConfig(staging="disk"), "staging",
+    (lambda: import_module("hxmpi.data.staging").StagingConfig(staging="disk"), "staging",
      "must be one of auto, memory, distributed, got 'disk'"),
 ])
 def test_every_config_checks_its_settings_when_built(build, setting, message):
@@ -171,10 +172,11 @@ def test_every_config_checks_its_settings_when_built(build, setting, message):
 def test_readme_flag_table_is_the_schemas():
     """The README's flag table is generated from the schema, and lists exactly the flags of --help."""
     from pathlib import Path
-    from hxmpi.train import flags_markdown
+
+    from hxmpi.train.command import flags_markdown
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert flags_markdown() in readme, ("README's flag table is stale; regenerate it with "
-                                        "python -c 'from hxmpi.train import flags_markdown; print(flags_markdown())'")
+                                        "python -c 'from hxmpi.train.command import flags_markdown; print(flags_markdown())'")
     table = readme[readme.index("| flag | default | range | meaning |"):].split("\n\n")[0]
     in_readme = set(re.findall(r"^\| `(?:-h`, `)?(--[a-z0-9-]+)", table, re.M))
     in_help = set(re.findall(r"^  (?:-h, )?(--[a-z0-9-]+)", help_text().split("options:")[1], re.M))

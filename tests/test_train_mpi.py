@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hxmpi.exchange import HierComm
+from hxmpi.comm.exchange import HierComm
 from hxmpi.errors import SettingError
 from hxmpi.models import MoE
-from hxmpi.train import Trainer, parse_config
+from hxmpi.train.command import Trainer, parse_config
 
 pytestmark = pytest.mark.mpi
 
@@ -39,7 +39,7 @@ def test_bucketed_reduction_equals_one_allreduce(comm, cap_mb):
     each is posted during the backward pass as soon as its last layer is done; the sums equal one
     Allreduce over the whole buffer."""
     from hxmpi.models import MLP
-    from hxmpi.updates import BucketReducer
+    from hxmpi.train.update_engine import BucketReducer
     model = MLP(64, 10, [48, 24], seed=0, dtype=np.float64)
     segments = model.grad_segments()
     reducer = BucketReducer(model.flat.dense_grads, comm, segments, cap_mb * 2**20)
@@ -81,7 +81,7 @@ def test_dtype_of_parameters_and_data(comm, dtype):
 def test_default_threads_split_the_cores_and_are_applied(comm):
     from threadpoolctl import threadpool_info
 
-    from hxmpi.threads import host_ranks, usable_cores
+    from hxmpi.train.threads import host_ranks, usable_cores
     t = Trainer(args_for("--epochs", "1"), comm)
     expected = max(1, usable_cores() // host_ranks(comm))
     assert t.threads == expected
@@ -128,7 +128,7 @@ def test_resume_is_bit_identical(comm, shared_tmp):
 
 @pytest.mark.parametrize("other,name", [(["--hidden", "32"], "hidden"), (["--dtype", "float64"], "dtype")])
 def test_resume_rejects_other_model(comm, shared_tmp, other, name):
-    from hxmpi.checkpoint import CheckpointError
+    from hxmpi.train.checkpoint import CheckpointError
     tmp = str(shared_tmp)
     Trainer(parse_config(["--quiet", "--epochs", "1", "--checkpoint", tmp]), comm).run()
     t = Trainer(parse_config(["--quiet", *other, "--checkpoint", tmp, "--resume"]), comm)

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hxmpi.train import Trainer, parse_config
+from hxmpi.train.command import Trainer, parse_config
 
 pytestmark = pytest.mark.mpi
 
@@ -86,7 +86,7 @@ def test_stall_detector_names_the_missing_rank(comm):
 
 
 def test_gradient_adjustment_is_logged_and_bounded(comm):
-    from hxmpi.policy import gradient_coefficient
+    from hxmpi.train.update_policy import gradient_coefficient
     t, summary = run(comm, "--update", "sync", "--epochs", "2", "--policy-window", "5",
                      "--target-accuracy", "0.999")
     adjustments = [e for e in t.events if e["event"] == "gradient_adjustment"]

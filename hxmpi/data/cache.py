@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..settings import check
+from ..schema import check
 from .sources import FetchError, FetchStats, Source, fetch_verified
 from .store import sha256_file
 

@@ -16,10 +16,10 @@ from typing import Iterator
 
 import numpy as np
 
-from ..exchange import HierComm
-from ..settings import check
+from ..comm.exchange import HierComm
+from ..schema import SETTINGS, check
 
-SHUFFLES = ("hier", "flat", "none")
+SHUFFLES = SETTINGS["shuffle"].choices
 
 
 def epoch_order(n: int, seed: int, epoch: int, window: int = -1) -> np.ndarray:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import HxmpiError
-from ..settings import check
+from ..schema import check
 from .store import INDEX, parse_index, sha256_file
 
 

@@ -36,20 +36,20 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import agree
-from ..settings import check, check_fields, default, parse_bytes  # noqa: F401 - parse_bytes: public here too
 from ..runlog import Progress
+from ..schema import SETTINGS, check, check_fields, default, parse_bytes  # noqa: F401 - parse_bytes: public here too
 from . import Dataset
 from .cache import ShardCache
 from .lock import CacheDirBusy, hold_cache_dir
 from .sources import FetchError, FetchStats, Source, fetch_verified, open_source
 from .store import StoreError, capacity, check_shard, load_shard
 
-STAGING_MODES = ("auto", "memory", "distributed")
+STAGING_MODES = SETTINGS["staging"].choices
 
 
 @dataclass
 class StagingConfig:
-    """How to stage a store: the staging settings (``settings.SETTINGS`` names them and gives their
+    """How to stage a store: the staging settings (``hxmpi.schema.SETTINGS`` names them and gives their
     defaults and ranges, checked when this is built); sizes in bytes, times in seconds."""
     staging: str = default("staging")
     capacity_threshold: Optional[int] = default("capacity_threshold")  # memory mode below this train capacity

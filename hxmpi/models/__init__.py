@@ -5,11 +5,12 @@ from typing import Sequence
 
 import numpy as np
 
+from ..schema import SETTINGS
 from .base import FlatParams
 from .mlp import MLP
 from .moe import MoE
 
-MODELS = ("softmax", "mlp", "moe")
+MODELS = SETTINGS["model"].choices
 
 
 def build_model(name: str, n_features: int, n_classes: int, hidden: Sequence[int], seed: int,

@@ -13,12 +13,11 @@ result: padded rows are zero on the way out, ignored on the way back, and carry 
 from __future__ import annotations
 
 import numpy as np
-
 from mpi4py import MPI
 
+from ..comm.exchange import HierComm
 from ..errors import SettingError
-from ..settings import check
-from ..exchange import HierComm
+from ..schema import check
 from .base import FlatParams, glorot, softmax_xent
 
 

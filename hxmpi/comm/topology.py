@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 import numpy as np
 from mpi4py import MPI
 
-from .errors import TopologyError, agree
+from ..errors import TopologyError, agree
 from .plan import dense_node_ids
 
 ENV_RANKS_PER_NODE = "HXMPI_RANKS_PER_NODE"

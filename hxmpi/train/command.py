@@ -13,11 +13,11 @@ import sys
 
 from mpi4py import MPI
 
-from . import __version__
-from .cli import abort_job, report, settle_failure
-from .config import TrainConfig
-from .errors import HxmpiError, SettingError
-from .settings import SETTINGS, flag
+from .. import __version__
+from ..cli import abort_job, report, settle_failure
+from ..errors import HxmpiError, SettingError
+from ..schema import SETTINGS, flag
+from .run_config import TrainConfig
 from .trainer import Trainer
 
 __all__ = ["Trainer", "TrainConfig", "UsageError", "build_parser", "flag", "parse_config", "main"]
@@ -36,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The CLI: one flag per setting of ``settings.SETTINGS`` (its help is the schema's), and --version.
+    """The CLI: one flag per setting of ``hxmpi.schema.SETTINGS`` (its help is the schema's), and --version.
 
     Flags are parsed here, not checked: ``TrainConfig`` checks every value when it is built.
     """
@@ -131,8 +131,3 @@ def main(argv=None) -> int:
     if comm.rank == 0 and not cfg.quiet:
         print(json.dumps(summary), flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    from .cli import run_main  # an uncaught error on one rank ends the job
-    run_main(main, "python -m hxmpi.train")

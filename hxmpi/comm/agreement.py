@@ -30,12 +30,13 @@ from typing import Optional
 import numpy as np
 from mpi4py import MPI
 
+from ..errors import ExchangeError, raise_gathered
 from . import _agree as _v
 from ._agree import fill_record
-from .costmodel import KIB_CAP, Pattern
-from .errors import ExchangeError, raise_gathered
+from .costmodel import AGREEMENT_BYTES, KIB_CAP, Pattern
+from .plan import ALGORITHM_CHOICES
 
-WORDS = 16
+WORDS = AGREEMENT_BYTES // 8  # 16; csrc/_agree.pyx reads the same 16 words
 (FLAGS, VALIDATE, ALGO, ALGO_SQ, KIND, KIND_SQ, SLOT, SLOT_SQ, SAME_BUFFERS, OVER_BUDGET, BYTES,
  RECV_KIB_SQ, MESSAGES, PAIRWISE, FP_A, FP_B) = range(WORDS)
 
@@ -145,13 +146,12 @@ class Agreement:
 
     def _raise_settings(self, bad: list, call_code: int, validate: bool, kind_text: str) -> None:
         """Second pass: name the differing settings, the same text on every rank."""
-        from .exchange import ALGORITHMS  # the names of the codes; exchange imports this module
         views = self.comm.allgather((call_code, validate, kind_text))
         parts = []
         if "algorithm" in bad:  # the code is 2 * algorithm + (1 for Alltoall, 0 for Alltoallv)
             algos = {a // 2 for a, _, _ in views}
             if len(algos) > 1:
-                names = sorted({repr(ALGORITHMS[a]) if 0 <= a < len(ALGORITHMS) else "an unknown name"
+                names = sorted({repr(ALGORITHM_CHOICES[a]) if 0 <= a < len(ALGORITHM_CHOICES) else "an unknown name"
                                 for a in algos})
                 parts.append("algorithm differs between ranks (" + ", ".join(names) + ")")
             else:

@@ -31,7 +31,7 @@ from typing import Callable, Iterable, Iterator, Optional
 import numpy as np
 from mpi4py import MPI
 
-from .errors import SettingError
+from ..errors import SettingError
 
 HEARTBEAT_TAG = 7072
 ABORT_CODE = 3

@@ -25,8 +25,8 @@ from typing import Any, Optional
 import numpy as np
 from mpi4py import MPI
 
+from ..errors import ExchangeError, ExchangeKeyError, ExchangeTypeError
 from ._packing import common_vector, side_bytes
-from .errors import ExchangeError, ExchangeKeyError, ExchangeTypeError
 
 
 class Problem(str):
@@ -39,12 +39,6 @@ class Problem(str):
 
     def __reduce__(self):  # problems travel between ranks by pickle
         return Problem, (str(self), self.error)
-
-
-def exclusive_cumsum(x: np.ndarray) -> np.ndarray:
-    out = np.zeros(x.shape[0], dtype=np.int64)
-    np.cumsum(x[:-1], out=out[1:])
-    return out
 
 
 @dataclass

@@ -1,13 +1,13 @@
 """Executing exchanges: a plan bound to buffers and communicators, run once or started again and again.
 
-Typed stages (``hxmpi/exchange.py`` drives them):
+Typed stages (``hxmpi/comm/exchange.py`` drives them):
   ``HierPlan``  the hierarchical plan of one count pattern on one rank: copy lists and phase vectors
                 (bytes), copied out of the planner so that it can be cached and bound again;
   ``FlatRun`` / ``HierRun``  a plan bound to buffers and communicators only, with ``start()``
                 (local copies, nonblocking phase 1) and ``wait()`` (the rest);
   ``ExchangeStats``  what a run moved, read by ``HierComm.last_stats``.
 
-``HierRun`` is the hierarchical exchange of ``hxmpi/plan.py``: pack, phase 1 on every lane this rank
+``HierRun`` is the hierarchical exchange of ``hxmpi/comm/plan.py``: pack, phase 1 on every lane this rank
 serves, then the node phase:
 
   shm  phase 1 receives into a node-shared window (``NodeWindow``); a node barrier; each rank copies
@@ -136,7 +136,7 @@ class _Phase:
 
 class FlatRun:
     """One all-to-all of the caller's buffers (bytes). ``exchange`` is ``Transfer`` (Alltoallv; with
-    ``uniform``, equal blocks run as MPI_Alltoall) or any class of its interface (``hxmpi.bruck.Bruck``,
+    ``uniform``, equal blocks run as MPI_Alltoall) or any class of its interface (``hxmpi.comm.bruck.Bruck``,
     ``Pairwise``, e.g. through functools.partial)."""
 
     def __init__(self, comm: MPI.Intracomm, s: Side, r: Side, big: bool, persistent: bool,
@@ -174,7 +174,7 @@ def _view_list(src, dst, length, n=None) -> tuple:
 class HierPlan:
     """The hierarchical plan of one count pattern on one rank (bytes), independent of buffers.
 
-    Built from ``planner.plan(mode, ...)`` (``hxmpi/plan.py``); ``rc_node`` is what every rank of this
+    Built from ``planner.plan(mode, ...)`` (``hxmpi/comm/plan.py``); ``rc_node`` is what every rank of this
     node receives from every source, (node size, world size) bytes. The plan first refers to the
     planner's arrays, which its next ``plan`` overwrites: ``detach()`` copies them, for a plan that
     outlives the call (a cached or persistent one). A plan used once never pays for the copies.

@@ -14,23 +14,24 @@ from typing import Optional
 import numpy as np
 from mpi4py import MPI
 
+from ..comm.exchange import HierComm
+from ..data import DATASETS, load_dataset
+from ..data.shuffle import GlobalShuffle, ShardStream
+from ..data.staging import StagingConfig, stage
+from ..errors import HxmpiError, NonFiniteLoss, SettingError, agree
+from ..models import build_model
+from ..models.base import softmax_xent
+from ..runlog import RunLog, time_to_target
+from ..schema import SETTINGS
 from . import checkpoint
-from .config import TrainConfig
-from .data import DATASETS, load_dataset
-from .data.shuffle import GlobalShuffle, ShardStream
-from .data.staging import StagingConfig, stage
-from .errors import HxmpiError, NonFiniteLoss, SettingError, agree
-from .exchange import HierComm
-from .models import build_model
-from .models.base import softmax_xent
-from .optim import SGD, learning_rate
 from .balance import moved_samples, redistribute
-from .runlog import RunLog, time_to_target
+from .optim import SGD, learning_rate
+from .run_config import TrainConfig
 from .stall import NoWatch, StallWatch, WatchedComm
 from .threads import default_threads, limit_threads
-from .updates import UpdateEngine
+from .update_engine import UpdateEngine
 
-DTYPES = ("float32", "float64")
+DTYPES = SETTINGS["dtype"].choices
 # Where a step's time goes (seconds per step, mean over ranks): forward/backward and optimizer,
 # waiting for the gradient sums after the backward pass (or an async round's average), the
 # shuffle and rebalance exchanges, waiting for shards (streaming).

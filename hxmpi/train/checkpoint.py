@@ -32,8 +32,8 @@ from typing import Optional
 import numpy as np
 from mpi4py import MPI
 
-from .data.lock import hold_directory
-from .errors import HxmpiError, agree
+from ..data.lock import hold_directory
+from ..errors import HxmpiError, agree
 
 CHECKPOINT_FORMAT = 2
 POINTER = "LATEST"

@@ -19,7 +19,9 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
-MODES = ("auto", "sync", "async")
+from ..schema import SETTINGS
+
+MODES = SETTINGS["update"].choices
 AUTO_THRESHOLD_FACTOR = 2.0  # "auto" straggler threshold: this multiple of the lower median step time
 
 

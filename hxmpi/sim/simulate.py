@@ -1,9 +1,9 @@
-"""``python -m hxmpi.simulate``: replay hxmpi's exact message schedules in SimGrid (SMPI).
+"""``python -m hxmpi.sim``: replay hxmpi's exact message schedules in SimGrid (SMPI).
 
 Evidence at a scale this machine cannot run. For every layout and block size, every rank's part
 of one flat and one hier all-to-all is written as a time-independent trace and replayed with
 ``smpirun -replay`` (SimGrid's ``smpireplaymain``, Debian package ``libsimgrid-dev``) on a
-simulated cluster. The traces come from ``hxmpi.plan.rank_schedule``, the planner ``HierComm``
+simulated cluster. The traces come from ``hxmpi.comm.plan.rank_schedule``, the planner ``HierComm``
 executes, so the simulated messages and copies are the ones hxmpi makes:
 
 - messages: each all-to-all phase as Open MPI runs it. A blocking ``MPI_Alltoallv`` (flat, and
@@ -18,7 +18,7 @@ The platform is a SimGrid cluster of N hosts of G cores: a private link per host
 latency and bandwidth, full duplex), a backbone (non-blocking unless ``--oversubscription``) or a
 two-level fat tree, a loopback link per host for intra-node messages, and a per-message CPU
 overhead at the sender and the receiver. The numbers come from a tuning file (``calibrate.py``'s)
-or a preset (``PRESETS``), and the same numbers feed ``hxmpi.costmodel``, so the report's model
+or a preset (``PRESETS``), and the same numbers feed ``hxmpi.comm.costmodel``, so the report's model
 columns and errors show what the model's structure misses, not a difference in parameters.
 """
 from __future__ import annotations
@@ -39,10 +39,19 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from .costmodel import (RADICES, CostModel, Pattern, alltoallv_algorithm, choose_call, predict_agreement,
-                        predict_call)
-from .errors import HxmpiError
-from .plan import ALGORITHMS, Collective, Copy, Exchange, Layout, rank_schedule
+from ..comm.costmodel import (
+    AGREEMENT_BYTES,
+    RADICES,
+    CostModel,
+    Pattern,
+    alltoallv_algorithm,
+    choose_call,
+    predict_agreement,
+    predict_call,
+)
+from ..comm.plan import ALGORITHMS, Layout
+from ..errors import HxmpiError
+from .schedule import Collective, Copy, Exchange, rank_schedule
 
 REPLAY_MAIN = "/usr/lib/x86_64-linux-gnu/simgrid/smpireplaymain"
 INSTALL_HINT = "install SimGrid's SMPI: apt-get install libsimgrid-dev (it ships smpirun and smpireplaymain)"
@@ -139,8 +148,6 @@ class Call:
         return base + {"plan": "_plan", "hit": "_hit"}.get(self.mode, "")
 
 
-#: The agreement of one one-shot call (issue 20): one SUM Allreduce of 16 uint64 on the world.
-AGREEMENT_BYTES = 128
 #: Bytes per rank of the node's receive counts (one int64 per world rank) on a hier plan-cache miss.
 COUNT_BYTES = 8
 
@@ -757,7 +764,7 @@ def plot(records: list[dict], path: str, title: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m hxmpi.simulate", description=__doc__.split("\n\n")[0],
+    p = argparse.ArgumentParser(prog="python -m hxmpi.sim", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Presets: " + "; ".join(
                                     f"{k}: inter {m.alpha_inter * 1e6:g} us / {1 / m.beta_inter / 1e9:g} GB/s, "
@@ -824,7 +831,7 @@ def main(argv=None) -> int:
             except ImportError:
                 raise SimulateError("--plot needs matplotlib: pip install -e '.[bench]'") from None
         records = []
-        print(f"# hxmpi.simulate: SimGrid SMPI replay, {source}, {args.network} network, "
+        print(f"# hxmpi.sim: SimGrid SMPI replay, {source}, {args.network} network, "
               f"node phase {args.node_phase}{', uneven counts' if args.uneven else ''}", flush=True)
         cpu = CpuTimes(model, args.overhead)
         for lay in layouts:
@@ -897,7 +904,3 @@ def _main_compare(args) -> int:
                        "cpu_s_per_call": cpu.as_dict(sorted(set(cpu.table) | cpu.missing)) if osu else None,
                        "summary": summary, "rows": rows}, fh, indent=1)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 
 A cache entry holds what a call decided and planned for one count pattern (algorithm, large-count
 path, the hierarchical plan) and, once the same buffers come back, a persistent run bound to them.
-Each rank looks its own pattern up locally; the call's agreement (``hxmpi/agreement.py``) then says
+Each rank looks its own pattern up locally; the call's agreement (``hxmpi/comm/agreement.py``) then says
 whether every rank found the same slot. Slots are numbered 1..``max_entries`` and filled, used and
 evicted only at agreed points, from agreed numbers (the call counter, the slot), so every rank's
 cache holds the same slots at every call and a hit on one slot everywhere means the whole world's
@@ -29,7 +29,7 @@ class CacheEntry:
     slot: int                  # 1..max_entries, the same on every rank for the same agreed call
     parts: Optional[tuple]     # this rank's int64 arrays of the pattern; None: not findable here
     settings: tuple            # (algorithm code, validate, row kind, uniform)
-    algorithm: str             # one of ``exchange.ALGORITHMS`` but "auto", as agreed when it was made
+    algorithm: str             # one of ``plan.ALGORITHMS``, as agreed when it was made
     big: bool                  # large-count path, as agreed
     plan: Any = None           # HierPlan for hier, None for flat
     run: Any = None            # persistent run bound to ``bound``, or None

@@ -19,10 +19,10 @@ B: seconds per byte (1 / bandwidth); inter-node bytes are multiplied by G becaus
 a node share its link; B_inter + B_backbone where the network between nodes is oversubscribed
 (B_backbone = (R - 1) B_inter for a backbone or spine R times slower than all node links together,
 0 for a non-blocking network: the node's traffic then runs at the slower of link and backbone
-share, and only the sum of the two can be fitted); c P b local copy bytes, as ``hxmpi.plan`` schedules them (shm: pack and
+share, and only the sum of the two can be fitted); c P b local copy bytes, as ``hxmpi.comm.plan`` schedules them (shm: pack and
 copy out of the node window, c P = 2P; mpi: pack, repack, unpack, c P = 3P - 2G); o_flat, o_hier: fixed cost of a call (collectives and Python, s). Both
 algorithms move the same inter-node bytes, so hier wins where the saved messages and latencies
-outweigh its copies and node phase: below a crossover block size. ``hxmpi.simulate`` replays
+outweigh its copies and node phase: below a crossover block size. ``hxmpi.sim.simulate`` replays
 the exact schedules in SimGrid and reports this model's error against it.
 
 Parameters come from a calibration file (``benchmarks/calibrate.py`` writes one; pass its path
@@ -39,8 +39,9 @@ from typing import Optional
 
 import numpy as np
 
+from .plan import ALGORITHMS, HEADER_BYTES, NODE_PHASES
+
 ENV_TUNING = "HXMPI_TUNING"
-NODE_PHASES = ("shm", "mpi")
 
 
 def alltoallv_algorithm(size: int) -> str:
@@ -78,7 +79,7 @@ class CostModel:
                  node_phase: str = "shm") -> np.ndarray:
         """Coefficients of the parameters (``fields`` order) for one call."""
         if node_phase not in NODE_PHASES:
-            raise ValueError(f"node_phase must be one of {NODE_PHASES}, got {node_phase!r}")
+            raise ValueError(f"node_phase must be one of {tuple(NODE_PHASES)}, got {node_phase!r}")
         if nodes <= 1 or per_node <= 1:
             algorithm = "flat"  # degenerate layouts always run flat
         n, g, b = nodes, per_node, float(block)
@@ -198,15 +199,15 @@ def fit(samples: list[tuple[str, int, int, float, float]], fixed: Optional[dict]
 
 
 # ------------------------------------------------------------------------------- whole calls
-#: The algorithms ``predict_call`` knows: hxmpi's (``hxmpi.plan.ALGORITHMS``) and "alltoall"
+#: The algorithms ``predict_call`` knows: hxmpi's (``plan.ALGORITHMS``) and "alltoall"
 #: (MPI_Alltoall, uniform blocks only).
-CALL_ALGORITHMS = ("flat", "bruck", "hier", "hier_pairwise", "hier_bruck", "alltoall")
+CALL_ALGORITHMS = (*ALGORITHMS, "alltoall")
 #: Radices ``choose_call`` tries for the Bruck algorithms.
 RADICES = (2, 3, 4, 8, 16, 32)
-AGREEMENT_BYTES = 128   # issue 20: one SUM Allreduce of 16 uint64
+#: The agreement of a one-shot call: one SUM Allreduce of 16 uint64 (``agreement.WORDS``).
+AGREEMENT_BYTES = 128
 #: The agreement's cap on a rank's receive KiB (2 GiB): P * cap**2 stays below 2**64 up to 2**22 ranks.
 KIB_CAP = (1 << 21) - 1
-HEADER_BYTES = 8        # a Bruck length header entry (first run)
 
 
 @dataclass(frozen=True)
@@ -230,7 +231,7 @@ class Pattern:
     @classmethod
     def from_counts(cls, counts: np.ndarray, whole_kib: bool = False) -> "Pattern":
         """The agreed sums of a (P, P) bytes matrix (what a real call would agree on). ``whole_kib``:
-        receive bytes in whole KiB, capped, exactly as ``hxmpi.agreement`` carries them."""
+        receive bytes in whole KiB, capped, exactly as ``hxmpi.comm.agreement`` carries them."""
         counts = np.asarray(counts, dtype=np.int64)
         p = counts.shape[0]
         off = counts.copy()
@@ -261,7 +262,7 @@ class Pattern:
 
 
 def _rounds_profile(size: int, radix: int) -> list[list[tuple[int, int]]]:
-    """Per Bruck round, (distance, slots moved) of each message (``hxmpi.plan.bruck_rounds``'s shape)."""
+    """Per Bruck round, (distance, slots moved) of each message (``hxmpi.comm.plan.bruck_rounds``'s shape)."""
     radix = int(min(radix, max(size, 2)))
     idx = np.arange(size)
     out, dist = [], 1
@@ -369,7 +370,7 @@ def predict_call(model: "CostModel", algorithm: str, mode: str, nodes: int, per_
     if mode not in ("oneshot", "plan", "bare"):
         raise ValueError(f"mode must be 'oneshot', 'plan' or 'bare', got {mode!r}")
     if node_phase not in NODE_PHASES:
-        raise ValueError(f"node_phase must be one of {NODE_PHASES}, got {node_phase!r}")
+        raise ValueError(f"node_phase must be one of {tuple(NODE_PHASES)}, got {node_phase!r}")
     pat = pattern if isinstance(pattern, Pattern) else Pattern.even(nodes * per_node, pattern)
     if algorithm == "alltoall" and not pat.uniform:
         raise ValueError("alltoall needs uniform counts")

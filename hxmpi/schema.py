@@ -1,6 +1,6 @@
 """The settings schema: every setting of a training run, defined once (name, type, range, default, help).
 
-Everything else is generated from ``SETTINGS``: ``config.TrainConfig``'s fields, the flags of
+Everything else is generated from ``SETTINGS``: ``hxmpi.train.run_config.TrainConfig``'s fields, the flags of
 ``python -m hxmpi.train`` (``--batch-size`` for ``batch_size``), its ``--help`` and the README's
 flag table (``flags_markdown``). Sub-configs (``StagingConfig``, ``UpdateConfig``) name their
 fields after the settings they hold and take their defaults from here.
@@ -10,12 +10,12 @@ sub-config call it when they are built, so a bad value raises ``SettingError`` n
 (never a flag; the CLI prints the flag) whether it came from the command line or from code.
 
 Adding a setting is one entry below (and a field in the sub-config that uses it, if any). This
-module sits below every other (it imports only ``errors``): a registry of choices that lives in a
-higher module is named as ``"module:NAME"`` and read when a value is checked.
+module sits below every other (it imports only ``errors``): a setting's choices are listed here,
+once, and the modules that act on them (``hxmpi.models.MODELS``, ``hxmpi.train.optim.SCHEDULES``, ...)
+read them from ``SETTINGS``.
 """
 from __future__ import annotations
 
-import importlib
 import math
 import numbers
 import os
@@ -31,8 +31,8 @@ __all__ = ["Setting", "SETTINGS", "check", "check_fields", "default", "flag", "p
 @dataclass(frozen=True)
 class Setting:
     """One setting. ``kind`` is its Python type (int, float, str, bool, list, tuple or object);
-    ``rule`` its range (">= 0", "> 0", "in [0, 1)"); ``choices`` its allowed values (a tuple, or
-    "module:NAME" of one); ``parse`` turns a flag's text into a value (default: ``kind``);
+    ``rule`` its range (">= 0", "> 0", "in [0, 1)"); ``choices`` its allowed values (a tuple: the one
+    list of them, which the modules that act on the value read from here); ``parse`` turns a flag's text into a value (default: ``kind``);
     ``default_text`` describes a default that is worked out at run time (shown where it is None)."""
     name: str
     kind: type
@@ -61,9 +61,6 @@ class Setting:
 
     def allowed(self) -> Optional[tuple]:
         """The allowed values (None: any value of the kind within the rule)."""
-        if isinstance(self.choices, str):
-            module, name = self.choices.split(":")
-            return tuple(getattr(importlib.import_module(module), name))
         return self.choices
 
     def make_default(self):
@@ -175,9 +172,21 @@ def _fail_at(text: str) -> tuple:
     return rank, step
 
 
-def _straggle(text: str):
+@dataclass(frozen=True)
+class Straggle:
+    """Injected straggling (testing, benchmarks): ``ranks`` sleep ``delay_s`` seconds per step and
+    stretch their compute time by ``factor`` (1: as measured)."""
+    ranks: tuple = ()
+    delay_s: float = 0.0
+    factor: float = 1.0
+
+    def slows(self, rank: int) -> bool:
+        """Whether ``rank`` is slowed at all."""
+        return rank in self.ranks and (self.delay_s > 0 or self.factor != 1.0)
+
+
+def _straggle(text: str) -> Straggle:
     """``"1,3:0.02"``: ranks 1 and 3 sleep 0.02 s per step; ``"3:x3"``: rank 3 computes 3x slower."""
-    from .updates import Straggle
     usage = f"expects RANKS:SECONDS (e.g. 3:0.02) or RANKS:xF (e.g. 3:x3), got {text!r}"
     try:
         ranks, amount = text.split(":")
@@ -191,8 +200,7 @@ def _straggle(text: str):
     return Straggle(parsed, 0.0, value) if factor else Straggle(parsed, value)
 
 
-def _no_straggle():
-    from .updates import Straggle
+def _no_straggle() -> Straggle:
     return Straggle()
 
 
@@ -200,7 +208,7 @@ def _no_straggle():
 _S = Setting
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
     # model
-    _S("model", str, "mlp", "numpy model", choices="hxmpi.models:MODELS"),
+    _S("model", str, "mlp", "numpy model", choices=("softmax", "mlp", "moe")),
     _S("hidden", list, [64], "hidden layer sizes, comma-separated (MLP); MoE uses the first", rule=">= 1",
        parse=_int_list, metavar="64[,32...]"),
     _S("experts", int, None, "MoE experts in total, a multiple of the rank count", rule=">= 1",
@@ -211,7 +219,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _S("dataset", str, "digits", "bundled dataset (UCI digits, 80/20 split by seed), or a store directory / URL "
        "(README: *Dataset store*)", metavar="NAME|DIR|URL"),
     _S("staging", str, "auto", "store staging mode; auto picks memory below --capacity-threshold, else distributed",
-       choices="hxmpi.data.staging:STAGING_MODES"),
+       choices=("auto", "memory", "distributed")),
     _S("capacity_threshold", int, None, "train bytes (suffixes K, M, G) below which a store goes to memory "
        "(rank 0's value is used)", rule=">= 0", parse=parse_bytes, metavar="BYTES", default_text="1/4 of available memory"),
     _S("cache_dir", str, None, "node-local staging directory (one nodeK folder per node); one live run per "
@@ -235,7 +243,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _S("lr", float, 0.1, "base learning rate", rule="> 0", metavar="X"),
     _S("momentum", float, 0.9, "SGD momentum", rule="in [0, 1)", metavar="X"),
     _S("weight_decay", float, 1e-4, "L2 weight decay", rule=">= 0", metavar="X"),
-    _S("schedule", str, "cosine", "learning-rate schedule", choices="hxmpi.optim:SCHEDULES"),
+    _S("schedule", str, "cosine", "learning-rate schedule", choices=("constant", "step", "cosine")),
     _S("warmup_epochs", float, 1.0, "linear warm-up, in epochs", rule=">= 0", metavar="X"),
     _S("step_epochs", float, 10.0, "'step' schedule: multiply the rate by --gamma every this many epochs",
        rule="> 0", metavar="X"),
@@ -243,7 +251,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _S("clip_norm", float, 0.0, "clip the global gradient L2 norm (0: off)", rule=">= 0", metavar="X"),
     _S("seed", int, 0, "seed of the split, the model and every shuffle"),
     _S("shuffle", str, "hier", "per-epoch global shuffle exchange; none keeps each rank's shard",
-       choices="hxmpi.data.shuffle:SHUFFLES"),
+       choices=("hier", "flat", "none")),
     _S("ranks_per_node", int, None, "virtual nodes of this many consecutive ranks (also env HXMPI_RANKS_PER_NODE)",
        rule=">= 1", metavar="K", default_text="real nodes"),
     # run control
@@ -264,7 +272,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        "with --resume", rule=">= 1", default_text="none"),
     # update policy
     _S("update", str, "auto", "update mode; auto applies the straggler rule every --policy-window steps",
-       choices="hxmpi.policy:MODES"),
+       choices=("auto", "sync", "async")),
     _S("b1", float, 0.3, "straggler fraction up to which auto goes async (b1 <= b2)", rule="in [0, 1]",
        metavar="X"),
     _S("b2", float, 0.7, "straggler fraction above which gradients are scaled by 1 - (B - b2)", rule="in [0, 1]",
@@ -283,14 +291,14 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _S("balance", str, "off", "sync mode: split each global batch over the ranks in proportion to their measured "
        "speed, the gradient staying the global mean (README: *Load-balanced sync*); auto: once the rule finds stragglers and stays sync. Off unless asked, "
        "because the split then depends on timings, so runs are no longer bit-reproducible",
-       choices="hxmpi.updates:BALANCE_MODES"),
+       choices=("on", "off", "auto")),
     _S("bucket_cap_mb", float, 25.0, "sync mode: MiB of dense gradient per reduction bucket; buckets are formed in "
        "reverse layer order and each Iallreduce starts as soon as its layers' backward is done (DDP's "
        "bucket_cap_mb)", rule="> 0", metavar="MIB"),
     # performance
     _S("threads", int, None, "BLAS/OpenMP threads per rank, applied to every pool with threadpoolctl; shown in "
        "the summary and by python -m hxmpi", rule=">= 1", default_text="host's usable cores / its ranks, at least 1"),
-    _S("dtype", str, "float32", "type of parameters, gradients and data", choices="hxmpi.trainer:DTYPES"),
+    _S("dtype", str, "float32", "type of parameters, gradients and data", choices=("float32", "float64")),
     # failure handling and testing aids
     _S("stall_timeout", float, 0.0, "after this many seconds in any blocking collective of the run, name the "
        "ranks missing from it (a 'stall' record from rank 0; 0: off); README: *Failure behaviour*", rule=">= 0",

@@ -6,7 +6,9 @@ import math
 import numpy as np
 from mpi4py import MPI
 
-SCHEDULES = ("constant", "step", "cosine")
+from ..schema import SETTINGS
+
+SCHEDULES = SETTINGS["schedule"].choices
 
 
 def learning_rate(step: int, base_lr: float, schedule: str, total_steps: int, warmup_steps: int = 0,

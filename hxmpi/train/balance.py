@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .exchange import HierComm
+from ..comm.exchange import HierComm
 
 
 def proportional_counts(weights: Sequence[float], total: int) -> np.ndarray:

@@ -13,7 +13,7 @@ exactly one ``Iallreduce`` per round and an epoch has a fixed number of rounds, 
 for a collective another rank never starts.
 
 Every ``policy_window`` rounds the ranks gather their mean compute time per step (the time in
-forward/backward and the optimizer, not in communication) and apply ``policy.decide``; every
+forward/backward and the optimizer, not in communication) and apply ``update_policy.decide``; every
 rank gets the same numbers, so every rank takes the same decision, which is logged with its inputs.
 
 The engine gets the run's ``stall.WatchedComm``, so every collective here (buckets, async
@@ -28,11 +28,12 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 from mpi4py import MPI
 
-from .errors import SettingError
+from ..errors import SettingError
+from ..schema import SETTINGS, Straggle, check, check_fields, default
 from .balance import proportional_counts
-from .policy import RoundDecision, decide, gradient_coefficient
-from .settings import check, check_fields, default
 from .stall import WatchedComm
+from .update_policy import RoundDecision, decide, gradient_coefficient
+
 
 class BucketReducer:
     """Sums the dense gradient over the ranks in buckets, each posted as soon as it is complete.
@@ -84,22 +85,9 @@ class BucketReducer:
         self._requests = []
 
 
-@dataclass(frozen=True)
-class Straggle:
-    """Injected straggling (testing, benchmarks): ``ranks`` sleep ``delay_s`` seconds per step and
-    stretch their compute time by ``factor`` (1: as measured)."""
-    ranks: tuple = ()
-    delay_s: float = 0.0
-    factor: float = 1.0
-
-    def slows(self, rank: int) -> bool:
-        """Whether ``rank`` is slowed at all."""
-        return rank in self.ranks and (self.delay_s > 0 or self.factor != 1.0)
-
-
 @dataclass
 class UpdateConfig:
-    """Policy and update settings (``settings.SETTINGS`` names them and gives their defaults and
+    """Policy and update settings (``hxmpi.schema.SETTINGS`` names them and gives their defaults and
     ranges, checked when this is built); seconds for times."""
     update: str = default("update")                    # auto | sync | async
     b1: float = default("b1")
@@ -116,7 +104,7 @@ class UpdateConfig:
         check_fields(self)
 
 
-BALANCE_MODES = ("on", "off", "auto")
+BALANCE_MODES = SETTINGS["balance"].choices
 # Rebalance only when the slowest rank's step (smoothed over windows) takes this much longer than
 # the median one. Step times of oversubscribed ranks jitter by tens of percent, and below a step's
 # fixed cost time hardly depends on the share, so re-splitting on noise would random-walk the shares.

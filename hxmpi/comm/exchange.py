@@ -1,7 +1,7 @@
 """HierComm: Alltoall/Alltoallv, flat or hierarchical (lanes, then nodes), byte-exact with MPI_Alltoallv.
 
-The hierarchical algorithm (``docs/method.md``; planner in ``hxmpi/plan.py``, execution in
-``hxmpi/execute.py``):
+The hierarchical algorithm (``docs/method.md``; planner in ``hxmpi/comm/plan.py``, execution in
+``hxmpi/comm/runs.py``):
   pack     gather this rank's blocks for other nodes, by destination node        (Cython copy_blocks)
   phase 1  Alltoallv on every lane this rank serves: one segment per node (inter-node)
   node     shared memory: phase 1 lands in a node window; each rank copies its blocks out of it.
@@ -27,25 +27,30 @@ from typing import Optional
 import numpy as np
 from mpi4py import MPI
 
+from ..errors import ExchangeError, HxmpiError, agree
 from . import transfer
 from ._agree import buffer_id, spec_unchanged
 from .agreement import Agreed, Agreement
 from .bruck import Bruck, Pairwise
 from .costmodel import CostModel, auto_pick, pattern_class
-from .errors import ExchangeError, HxmpiError, agree
-from .execute import MODE_SHM, ExchangeStats, FlatRun, HierPlan, HierRun, NodeWindow, Scratch
-from .msgspec import Side, exclusive_cumsum, int_vector, parse_alltoall, parse_alltoallv
-from .plan import NODE_PHASES, Layout
+from .msgspec import Side, int_vector, parse_alltoall, parse_alltoallv
+from .plan import ALGORITHM_CHOICES, NODE_PHASES, Layout, exclusive_cumsum
 from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES, CacheEntry, PlanCache
+from .runs import (
+    MODE_SHM,
+    ExchangeStats,
+    FlatRun,
+    HierPlan,
+    HierRun,
+    NodeWindow,
+    Scratch,
+)
 from .topology import Topology
 from .transfer import Transfer
 
-# "bruck": radix-k Bruck on the whole communicator (log rounds); "hier_pairwise", "hier_bruck": the
-# hierarchical exchange with a pairwise or a Bruck lane phase (``hxmpi/bruck.py``).
-ALGORITHMS = ("flat", "hier", "auto", "bruck", "hier_pairwise", "hier_bruck")
 _HIER = ("hier", "hier_pairwise", "hier_bruck")
 ENV_NODE_PHASE = "HXMPI_NODE_PHASE"
-_ALGO_CODE = {name: i for i, name in enumerate(ALGORITHMS)}
+_ALGO_CODE = {name: i for i, name in enumerate(ALGORITHM_CHOICES)}
 _KIND_BITS = 20  # row kinds are agreed as a 20-bit code: its square summed over ranks fits in 64 bits
 
 
@@ -74,7 +79,7 @@ class HierComm:
                  cache_entries: int = DEFAULT_ENTRIES, cache_bytes: int = DEFAULT_BYTES, radix: int = 2):
         # A bad name is agreed below, with the node phase: a rank raising here alone would leave
         # the others waiting in Topology's collectives.
-        bad = None if algorithm in ALGORITHMS else f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
+        bad = None if algorithm in ALGORITHM_CHOICES else f"algorithm must be one of {ALGORITHM_CHOICES}, got {algorithm!r}"
         if bad is None and (type(cache_entries) is not int or cache_entries < 0
                             or type(cache_bytes) is not int or cache_bytes < 0):
             bad = f"cache_entries and cache_bytes must be integers >= 0, got {cache_entries!r}, {cache_bytes!r}"
@@ -96,7 +101,7 @@ class HierComm:
         self._window = NodeWindow(t.intra) if self.node_phase == "shm" else None
         self._scratch = Scratch()
         self._agreement = Agreement(self.comm, key)
-        #: the agreed plan cache of one-shot calls (``hxmpi/plancache.py``).
+        #: the agreed plan cache of one-shot calls (``hxmpi/comm/plancache.py``).
         self.plan_cache = PlanCache(cache_entries, cache_bytes)
         self._tick = 0  # one-shot calls so far: the same on every rank
         self._misses = 0  # agreed misses since the last hit
@@ -236,7 +241,7 @@ class HierComm:
                     kind: int, kind_text: str, uniform: bool, big: Optional[bool] = None) -> Agreed:
         """The call's agreement; ``big``: this rank's large-count need, if already known for these sides."""
         if problem is None and code < 0:
-            problem = f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}"
+            problem = f"algorithm must be one of {ALGORITHM_CHOICES}, got {algorithm!r}"
         if problem:
             big = False
         elif big is None:
@@ -325,7 +330,7 @@ class HierComm:
     def _resolve(self, code: int, agreed: Agreed, uniform: bool, mode: str = "oneshot") -> tuple[str, int]:
         """(algorithm, radix) a call runs, from agreed numbers only: "auto" asks the cost model
         (``_pick``); the hierarchical ones run flat where the layout has no hierarchy."""
-        algo = ALGORITHMS[code]
+        algo = ALGORITHM_CHOICES[code]
         if algo == "auto":
             return self._pick(agreed, uniform, mode)
         return ("flat" if algo in _HIER and not self._hier_possible else algo), self.radix
@@ -496,7 +501,7 @@ class ExchangeRequest:
 
     @property
     def algorithm(self) -> str:
-        """The algorithm this request runs (one of ``ALGORITHMS`` other than "auto")."""
+        """The algorithm this request runs (one of ``plan.ALGORITHMS``)."""
         return self._run.stats.algorithm
 
     def Start(self) -> None:

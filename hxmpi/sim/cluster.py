@@ -1,9 +1,9 @@
-"""``python -m hxmpi.cluster``: an emulated multi-host MPI cluster on one machine (needs root).
+"""``python -m hxmpi.sim.cluster``: an emulated multi-host MPI cluster on one machine (needs root).
 
-    python -m hxmpi.cluster up --hosts 3 --slots 2,2,1 [--rate 1gbit]
-    python -m hxmpi.cluster run -n 5 -- python -m hxmpi
-    python -m hxmpi.cluster status
-    python -m hxmpi.cluster down [--stale]
+    python -m hxmpi.sim.cluster up --hosts 3 --slots 2,2,1 [--rate 1gbit]
+    python -m hxmpi.sim.cluster run -n 5 -- python -m hxmpi
+    python -m hxmpi.sim.cluster status
+    python -m hxmpi.sim.cluster down [--stale]
 
 Each host is a network namespace with its own hostname (UTS namespace), joined to a bridge by a
 veth pair, with an address in one private subnet that only these namespaces use. ``run`` starts
@@ -32,8 +32,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from . import launcher
-from .errors import HxmpiError
+from .. import launcher
+from ..errors import HxmpiError
 
 STATE_BASE = Path(os.environ.get("HXMPI_CLUSTER_DIR", "/run/hxmpi-cluster"))
 DEFAULT_SUBNET = "10.213.7.0/24"
@@ -153,7 +153,7 @@ def _check_names_free(name: str, bridge: str, netns: list[str], veths: list[str]
     stale = leftovers(name)
     if stale:
         raise ClusterError(f"found objects left by an earlier run of cluster {name!r} whose state is gone "
-                           f"({_describe(stale)}); remove exactly those with: python -m hxmpi.cluster down "
+                           f"({_describe(stale)}); remove exactly those with: python -m hxmpi.sim.cluster down "
                            f"--stale --name {name}")
     links, spaces = _links(), set(_netns_names())
     live = {o["object"]: o for o in _marked_objects()}
@@ -163,7 +163,7 @@ def _check_names_free(name: str, bridge: str, netns: list[str], veths: list[str]
                 where = Path(live[thing]["state"]).parent
                 raise ClusterError(f"'{thing}' belongs to cluster {live[thing]['cluster']!r}, which is up "
                                    f"(state in {where}); remove it with: HXMPI_CLUSTER_DIR={where.parent} "
-                                   f"python -m hxmpi.cluster down --name {live[thing]['cluster']}")
+                                   f"python -m hxmpi.sim.cluster down --name {live[thing]['cluster']}")
             raise ClusterError(f"'{thing}' already exists and was not made by this cluster; not touching it")
 
 
@@ -316,7 +316,7 @@ def run(mpirun_extra: list[str], command: list[str], timeout: Optional[float] = 
     """Run ``mpirun [cluster options] [mpirun_extra] command`` across the hosts; returns its exit code."""
     state = load_state(name)
     if state is None:
-        raise ClusterError("no cluster is up; run 'python -m hxmpi.cluster up' first")
+        raise ClusterError("no cluster is up; run 'python -m hxmpi.sim.cluster up' first")
     if not command:
         raise ClusterError("nothing to run: give the command after '--'")
     exe = find_mpirun()
@@ -365,7 +365,7 @@ def status(name: str = DEFAULT_NAME) -> str:
     """A human-readable description of the recorded cluster, and of any leftovers of earlier runs."""
     state = load_state(name)
     stale = leftovers()
-    notes = [f"left by earlier runs whose state is gone: {_describe(stale)} (python -m hxmpi.cluster down "
+    notes = [f"left by earlier runs whose state is gone: {_describe(stale)} (python -m hxmpi.sim.cluster down "
              f"--stale --name NAME removes those of cluster NAME)"] if stale else []
     if state is None:
         return "\n".join(["no cluster is up", *notes])
@@ -383,7 +383,7 @@ def status(name: str = DEFAULT_NAME) -> str:
 def main(argv=None) -> int:
     """CLI entry point; returns the exit code (2 when the cluster cannot be built here)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="python -m hxmpi.cluster", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m hxmpi.sim.cluster", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     p_up = sub.add_parser("up", help="build the hosts")
@@ -424,14 +424,14 @@ def main(argv=None) -> int:
         else:
             return run(extra, command, args.timeout, args.name)
     except ClusterError as exc:
-        print(f"python -m hxmpi.cluster: error: {exc}", file=sys.stderr)
+        print(f"python -m hxmpi.sim.cluster: error: {exc}", file=sys.stderr)
         return 2
     except subprocess.TimeoutExpired as exc:
-        print(f"python -m hxmpi.cluster: error: timed out after {exc.timeout} s", file=sys.stderr)
+        print(f"python -m hxmpi.sim.cluster: error: timed out after {exc.timeout} s", file=sys.stderr)
         return 124
     return 0
 
 
 if __name__ == "__main__":
-    from .cli import run_main  # an uncaught error on one rank ends the job
-    run_main(main, 'python -m hxmpi.cluster')
+    from ..cli import run_main  # an uncaught error on one rank ends the job
+    run_main(main, 'python -m hxmpi.sim.cluster')

@@ -1,4 +1,4 @@
-"""Log-round byte all-to-alls with the interface of ``hxmpi.transfer.Transfer``: radix-k Bruck
+"""Log-round byte all-to-alls with the interface of ``hxmpi.comm.transfer.Transfer``: radix-k Bruck
 for non-uniform blocks, and pairwise rounds.
 
 ``Bruck`` (after Bruck et al. 1997 and TuNA, arXiv 2411.02581): on P ranks, slot i of rank q
@@ -11,7 +11,7 @@ knows, so the first run of an object sends each message with a header of its slo
 receives it with ``Mprobe`` (one message per peer and round, no separate size round). The lengths
 do not change while the counts do not (the object copies them), so later runs of the same object
 (persistent plans, cached one-shot plans) send bare data into known places, and skip the
-messages they know are empty. The rounds come from ``hxmpi.plan.bruck_rounds``, which the
+messages they know are empty. The rounds come from ``hxmpi.comm.plan.bruck_rounds``, which the
 simulator replays too.
 
 The per-round packing, header parsing and final copy are the compiled kernels of

@@ -1,7 +1,7 @@
 """``TrainConfig``: every setting of a training run, in one place, independent of the command line.
 
-Its fields are generated from the schema (``settings.SETTINGS``: name, type, range, default, help),
-and so are the CLI's flags (``hxmpi.train``). A TrainConfig checks itself when it is built, and
+Its fields are generated from the schema (``hxmpi.schema.SETTINGS``: name, type, range, default, help),
+and so are the CLI's flags (``hxmpi.train.command``, run as ``python -m hxmpi.train``). A TrainConfig checks itself when it is built, and
 again when ``check`` is called (``Trainer`` does, in case fields were changed since): a bad value
 or combination raises ``SettingError`` naming the setting, never a flag. Library code takes the
 TrainConfig or the parts it needs (``staging_config()``, ``update_config()``), built by keyword
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import field, fields, make_dataclass
 
-from .data.staging import StagingConfig
-from .errors import SettingError
-from .settings import SETTINGS, check_fields
-from .updates import UpdateConfig
+from ..data.staging import StagingConfig
+from ..errors import SettingError
+from ..schema import SETTINGS, check_fields
+from .update_engine import UpdateConfig
 
 __all__ = ["SettingError", "TrainConfig"]
 
@@ -66,5 +66,5 @@ def _field(s):
 TrainConfig = make_dataclass(
     "TrainConfig", [(s.name, s.kind, _field(s)) for s in SETTINGS.values()], bases=(_TrainConfigBase,),
     namespace={"__doc__": "One training run's settings (seconds for times, bytes for sizes, samples for "
-                          "batches): one field per entry of ``settings.SETTINGS``, checked when built.",
+                          "batches): one field per entry of ``hxmpi.schema.SETTINGS``, checked when built.",
                "__module__": __name__})

@@ -11,7 +11,7 @@ import os
 
 from mpi4py import MPI
 
-from .settings import check
+from ..schema import check
 
 
 def usable_cores() -> int:
