@@ -31,6 +31,57 @@ def proportional_counts(weights: Sequence[float], total: int) -> np.ndarray:
     return counts
 
 
+def balanced_counts(fixed_s: Sequence[float], per_sample_s: Sequence[float], total: int) -> np.ndarray:
+    """Split ``total`` samples so that every rank's modelled step time ``fixed_s[r] + n[r] *
+    per_sample_s[r]`` (seconds) is equal, as far as whole samples allow; every rank keeps at
+    least one sample (so its costs stay measurable). Deterministic (the same on every rank).
+
+    Equal times T need n[r] = (T - fixed[r]) / per_sample[r] summing to the total; a rank whose
+    fixed cost alone exceeds T gets the minimum and T is solved again over the others.
+    """
+    a = np.asarray(fixed_s, dtype=np.float64)
+    b = np.asarray(per_sample_s, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1 or a.size == 0 or not (np.all(np.isfinite(a)) and np.all(np.isfinite(b))) \
+            or a.min() < 0 or b.min() <= 0:
+        raise ValueError(f"need finite costs, fixed >= 0 and per-sample > 0, got {list(a)} and {list(b)}")
+    if total < a.size:
+        raise ValueError(f"{total} samples cannot give each of {a.size} ranks one")
+    free = total - a.size  # one sample each is set aside
+    active = np.ones(a.size, bool)
+    while True:
+        T = (free + np.sum((a + b)[active] / b[active])) / np.sum(1.0 / b[active])
+        n = np.where(active, np.maximum(0.0, (T - a - b) / b), 0.0)
+        out = active & (n <= 0)
+        if not out.any() or out.all():
+            break
+        active &= ~out
+    if n.sum() <= 0:
+        n = np.ones(a.size)
+    return 1 + proportional_counts(n, free)
+
+
+# The fixed part is at most this fraction of the last measured step (a fit through two noisy
+# points may put it above the step itself).
+MAX_FIXED_FRACTION = 0.9
+
+
+def fit_costs(samples: np.ndarray, times: np.ndarray, before=None) -> tuple[np.ndarray, np.ndarray]:
+    """Per rank (fixed seconds per step, seconds per sample) from this window's samples per step
+    and step times (seconds), and ``before``: the window before's (samples, times, fixed) or None.
+    Where a rank's share moved by a sample or more, the line through both points; where it did
+    not, the fixed cost found before; with no window before, none (all cost per sample). The
+    line always passes through this window's point."""
+    samples, times = np.asarray(samples, np.float64), np.asarray(times, np.float64)
+    fixed = np.zeros_like(times)
+    if before is not None:
+        n0, t0, fixed0 = before
+        moved = np.abs(samples - n0) >= 1
+        slope = np.where(moved, (times - t0) / np.where(moved, samples - n0, 1.0), 0.0)
+        fit = np.where(moved & (slope > 0), times - slope * samples, 0.0)
+        fixed = np.clip(np.where(moved, fit, fixed0), 0.0, MAX_FIXED_FRACTION * times)
+    return fixed, (times - fixed) / np.maximum(samples, 1.0)
+
+
 def _bounds(counts: np.ndarray) -> np.ndarray:
     """Per step, where each rank's piece starts (and the last one ends): shape (steps, ranks + 1)."""
     return np.concatenate([np.zeros((counts.shape[0], 1), np.int64), np.cumsum(counts, axis=1)], axis=1)
