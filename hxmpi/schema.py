@@ -175,10 +175,12 @@ def _fail_at(text: str) -> tuple:
 @dataclass(frozen=True)
 class Straggle:
     """Injected straggling (testing, benchmarks): ``ranks`` sleep ``delay_s`` seconds per step and
-    stretch their compute time by ``factor`` (1: as measured)."""
+    stretch their compute time by ``factor`` (1: as measured), until the fraction ``until`` of the
+    schedule's steps (1: the whole run)."""
     ranks: tuple = ()
     delay_s: float = 0.0
     factor: float = 1.0
+    until: float = 1.0
 
     def slows(self, rank: int) -> bool:
         """Whether ``rank`` is slowed at all."""
@@ -186,18 +188,25 @@ class Straggle:
 
 
 def _straggle(text: str) -> Straggle:
-    """``"1,3:0.02"``: ranks 1 and 3 sleep 0.02 s per step; ``"3:x3"``: rank 3 computes 3x slower."""
-    usage = f"expects RANKS:SECONDS (e.g. 3:0.02) or RANKS:xF (e.g. 3:x3), got {text!r}"
+    """``"1,3:0.02"``: ranks 1 and 3 sleep 0.02 s per step; ``"3:x3"``: rank 3 computes 3x slower;
+    ``"3:x3:0.5"``: ... for the first half of the schedule's steps only."""
+    usage = (f"expects RANKS:SECONDS (e.g. 3:0.02) or RANKS:xF (e.g. 3:x3), optionally :UNTIL "
+             f"(e.g. 3:x3:0.5), got {text!r}")
     try:
-        ranks, amount = text.split(":")
+        ranks, amount, *rest = text.split(":")
         parsed = tuple(int(r) for r in ranks.split(",") if r.strip())
         factor = amount.strip().lower().startswith("x")
         value = float(amount.strip()[1:] if factor else amount)
+        until = float(rest[0]) if rest else 1.0
+        if len(rest) > 1:
+            raise ValueError
     except ValueError:
         raise ValueError(usage) from None
     if not parsed or min(parsed) < 0 or value < (1.0 if factor else 0.0):
         raise ValueError(f"needs ranks >= 0 and a delay >= 0 or a factor >= 1; {usage}")
-    return Straggle(parsed, 0.0, value) if factor else Straggle(parsed, value)
+    if not 0.0 < until <= 1.0:
+        raise ValueError(f"UNTIL is a fraction of the schedule's steps in (0, 1]; {usage}")
+    return Straggle(parsed, 0.0, value, until) if factor else Straggle(parsed, value, 1.0, until)
 
 
 def _no_straggle() -> Straggle:
@@ -280,14 +289,27 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _S("straggler_threshold", float, None, "step time in seconds above which a rank straggles, or auto: 2x the "
        "lower median", rule="> 0", parse=_threshold, metavar="SECONDS|auto", default_text="auto"),
     _S("policy_window", int, 20, "steps between policy decisions", rule=">= 1", metavar="W"),
+    _S("policy_hysteresis", int, 2, "auto: a change of mode needs its condition in this many windows in a row, "
+       "so one noisy window changes nothing (docs/method.md: *The policy controller*)", rule=">= 1", metavar="H"),
+    _S("policy_gain", float, 0.1, "auto: a mode tried beside a straggler is kept only when its samples/s beat "
+       "the mode before by more than this fraction; otherwise the mode before returns", rule=">= 0",
+       metavar="X"),
+    _S("policy_explore", str, "all", "auto, with stragglers: all tries async, balanced sync and damped sync "
+       "for a window each and keeps the best; rule tries only the straggler rule's mode",
+       choices=("all", "rule")),
+    _S("local_steps_until", float, 0.5, "async rounds (local steps) only until this fraction of the schedule's "
+       "steps, synchronous after (post-local SGD: the last part of training averages every step)",
+       rule="in [0, 1]", metavar="F"),
     _S("max_staleness", int, 4, "async: local steps a rank may take in one round before it waits for the "
        "average", rule=">= 1"),
     _S("target_accuracy", float, None, "the summary reports time_to_target_s and epoch_at_target; after each "
        "epoch the step size is scaled by the gradient coefficient (docs/method.md); with --pretrain-time, the "
        "switch criterion", rule="in [0, 1]", metavar="A", default_text="none"),
     _S("straggle", object, None, "testing aid: these ranks (comma-separated) sleep SECONDS per step, or take F "
-       "times as long for their compute (they sleep the extra time)", parse=_straggle,
-       metavar="RANKS:SECONDS|RANKS:xF", default_text="none", factory=_no_straggle),
+       "times as long for their compute (they sleep the extra time); :UNTIL ends it after that fraction of the "
+       "schedule's steps. A sleep emulates a slower rank only while every rank has a core of its own: on a host "
+       "with fewer cores than ranks the sleeping rank frees a core for the others (docs/method.md)",
+       parse=_straggle, metavar="RANKS:SECONDS|RANKS:xF[:UNTIL]", default_text="none", factory=_no_straggle),
     _S("balance", str, "off", "sync mode: split each global batch over the ranks in proportion to their measured "
        "speed, the gradient staying the global mean (README: *Load-balanced sync*); auto: once the rule finds stragglers and stays sync. Off unless asked, "
        "because the split then depends on timings, so runs are no longer bit-reproducible",

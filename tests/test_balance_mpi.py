@@ -70,6 +70,8 @@ def test_balanced_sync_keeps_the_sync_trajectory(comm, window):
         assert sum(r["counts"]) == 64
     # Mid-window decisions move samples at once; end-of-window ones from the next window on.
     assert any(r["samples_moved"] > 0 for r in rebalances) == (window == "4")
-    assert rebalances[0]["counts"][last] < min(rebalances[0]["counts"][:last])
+    # The straggler gets less than an even share (which rank is the fastest of the others is up to
+    # the load of the host: ranks oversubscribed on a busy host are slowed too).
+    assert rebalances[0]["counts"][last] < 64 / comm.size, rebalances[0]
     # Every sample of the epoch was still used once.
     assert {e["samples"] for e in balanced.events if e["event"] == "epoch"} == {len(balanced.data.y_train)}

@@ -69,3 +69,93 @@ def test_gradient_coefficient():
         gradient_coefficient(1.5, 0.9, 1.0, 1.0)
     with pytest.raises(ValueError, match="positive"):
         gradient_coefficient(0.5, 0.9, 0.0, 1.0)
+
+
+# ----------------------------------------------------------------------------- the controller
+from hxmpi.train.update_policy import PolicyController, Window  # noqa: E402
+
+QUIET = (1.0, 1.0, 1.0, 1.0)
+ONE_SLOW = (1.0, 1.0, 1.0, 3.0)  # B = 0.25 <= b1: the rule says async
+
+
+def win(times, rate, loss=1.0):
+    return Window(tuple(times), rate, loss)
+
+
+def test_one_noisy_window_changes_nothing():
+    c = PolicyController(0.3, 0.7, hysteresis=2, explore="rule")
+    records = [c.observe(win(t, 100.0)) for t in (QUIET, ONE_SLOW, QUIET, ONE_SLOW, QUIET)]
+    assert [r["action"] for r in records] == ["stay", "wait", "stay", "wait", "stay"]
+    assert {r["mode"] for r in records} == {"sync"} and c.mode == "sync"
+
+
+def test_a_persistent_straggler_switches_after_the_hysteresis_and_the_mode_is_kept_when_it_pays():
+    c = PolicyController(0.3, 0.7, hysteresis=3, explore="rule")
+    r = [c.observe(win(ONE_SLOW, 100.0)) for _ in range(3)]
+    assert [x["action"] for x in r] == ["wait", "wait", "trial"] and c.mode == "async"
+    assert r[-1]["baseline"] == {"mode": "sync", "rate_samples_per_s": 100.0}
+    kept = c.observe(win(ONE_SLOW, 150.0))  # +50% > gain 0.1
+    assert kept["action"] == "keep" and c.mode == "async"
+    assert kept["gains"]["async"] == pytest.approx(0.5) and kept["gain_needed"] == 0.1
+
+
+def test_a_mode_that_does_not_pay_is_reverted_and_not_retried_at_once():
+    c = PolicyController(0.3, 0.7, hysteresis=2, gain=0.1, explore="rule")
+    c.observe(win(ONE_SLOW, 100.0))
+    assert c.observe(win(ONE_SLOW, 100.0))["action"] == "trial"
+    back = c.observe(win(ONE_SLOW, 105.0))  # +5%: not worth the staleness
+    assert back["action"] == "return" and c.mode == "sync" and back["scores"] == {"async": 105.0}
+    later = [c.observe(win(ONE_SLOW, 100.0))["action"] for _ in range(3)]
+    assert "trial" not in later and "hold" in later  # backed off
+
+
+def test_a_loss_rise_voids_a_faster_mode():
+    c = PolicyController(0.3, 0.7, hysteresis=1, explore="rule")
+    c.observe(win(ONE_SLOW, 100.0, loss=1.0))
+    r = c.observe(win(ONE_SLOW, 300.0, loss=1.2))  # 3x the samples/s, but the loss jumped
+    assert r["action"] == "return" and r["loss_rose"] and c.mode == "sync"
+
+
+def test_explore_all_tries_each_mode_for_a_window_and_keeps_the_best():
+    # Two ranks, one slow: B = 0.5 > b1, so the rule alone would stay in plain sync.
+    c = PolicyController(0.3, 0.7, hysteresis=2, explore="all")
+    slow2 = (1.0, 3.0)
+    acts = [c.observe(win(slow2, 100.0)) for _ in range(2)]
+    assert acts[0]["action"] == "wait" and acts[1]["action"] == "trial" and c.mode == "async"
+    assert c.observe(win(slow2, 130.0))["mode"] == "balanced"  # async measured, balanced next
+    done = c.observe(win(slow2, 170.0))
+    assert done["action"] == "keep" and c.mode == "balanced" and done["scores"] == {"async": 130.0, "balanced": 170.0}
+    # The balanced split hides the straggler from the rule's times no more than the normalised
+    # times do; while B > 0 the kept mode stays.
+    assert c.observe(win(slow2, 170.0))["action"] == "stay" and c.mode == "balanced"
+    # Straggler gone for the hysteresis: back to sync without a trial.
+    c.observe(win((1.0, 1.0), 170.0))
+    assert c.observe(win((1.0, 1.0), 170.0))["action"] == "change" and c.mode == "sync"
+
+
+def test_post_local_leaves_async_for_the_best_other_mode():
+    c = PolicyController(0.3, 0.7, hysteresis=1, explore="all")
+    c.observe(win((1.0, 3.0), 100.0))
+    c.observe(win((1.0, 3.0), 200.0))   # async scored
+    c.observe(win((1.0, 3.0), 150.0))   # balanced scored: async kept
+    assert c.mode == "async"
+    r = c.forbid_async()
+    assert r["action"] == "post-local" and c.mode == "balanced"
+    assert c.observe(win((1.0, 3.0), 150.0))["mode"] == "balanced"
+
+
+def test_every_rank_decides_the_same():
+    windows = [win(t, r) for t, r in [(QUIET, 100), (ONE_SLOW, 90), (ONE_SLOW, 91), (ONE_SLOW, 140),
+                                      (ONE_SLOW, 95), (QUIET, 100), (QUIET, 100), (ONE_SLOW, 90)]]
+    runs = []
+    for _ in range(3):  # three "ranks" given the same gathered numbers
+        c = PolicyController(0.3, 0.7)
+        runs.append([c.observe(w) for w in windows])
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_controller_rejects_bad_settings():
+    with pytest.raises(ValueError, match="hysteresis"):
+        PolicyController(0.3, 0.7, hysteresis=0)
+    with pytest.raises(ValueError, match="explore"):
+        PolicyController(0.3, 0.7, explore="some")

@@ -29,7 +29,7 @@ from .optim import SGD, learning_rate
 from .run_config import TrainConfig
 from .stall import NoWatch, StallWatch, WatchedComm
 from .threads import default_threads, limit_threads
-from .update_engine import UpdateEngine
+from .update_engine import LocalPool, UpdateEngine
 
 DTYPES = SETTINGS["dtype"].choices
 # Where a step's time goes (seconds per step, mean over ranks): forward/backward and optimizer,
@@ -87,8 +87,9 @@ class Trainer:
         self.start_epoch = 0
         self.first_batch_s = None  # seconds from start-up to the first batch in hand (rank's own)
         self.pretrain_deadline = None
-        self.rounds = 0  # global steps so far: sync steps or async rounds (drives the schedule)
+        self.rounds = 0  # schedule steps so far: sync steps, or the local batches the furthest rank read in async
         self.updates = UpdateEngine(cfg.update_config(), self.comm, self.model, self.opt, emit=self._emit)
+        self.updates.total_steps = self.total_steps
         self.watch = NoWatch()  # run() sets the stall watch of --stall-timeout (stall.StallWatch)
         self.checkpoint_lock = None  # one live run per checkpoint directory, held until run() ends
         if cfg.checkpoint:  # found now, not after the first epoch
@@ -140,6 +141,7 @@ class Trainer:
         self.shuffle = self._make_shuffle()
         # The remaining schedule covers the (possibly grown) store from where training stands.
         self.total_steps = self.rounds + sum(self.shuffle.steps(e) for e in range(epoch, self.cfg.epochs))
+        self.updates.total_steps = self.total_steps
         self._emit({**decision, "decision": "switch to distributed", "train_samples_before": before,
                     "train_samples_after": self.data.train_samples})
         self._emit(self.staging_info)
@@ -198,23 +200,12 @@ class Trainer:
         c = self.cfg
         return learning_rate(step, c.lr, c.schedule, self.total_steps, self.warmup_steps, self.step_every, c.gamma)
 
-    def _local_batches(self, parts):
-        """Async rounds draw from this rank's samples of the epoch, cyclically, in local batches."""
-        X = np.concatenate([p[0] for p in parts]) if parts else np.empty((0,))
-        y = np.concatenate([p[1] for p in parts]) if parts else np.empty((0,), np.int64)
-        b = self.local_batch
-        while True:
-            if len(y) == 0:
-                yield X, y
-                continue
-            for lo in range(0, len(y), b):
-                yield X[lo:lo + b], y[lo:lo + b]
-
     def train_epoch(self, epoch: int) -> dict:
         """One epoch over the globally shuffled data; returns its metrics (identical on all ranks).
 
         ``samples`` counts each sample of the epoch once (unique); ``processed_samples`` counts
-        every forward pass, which in async mode includes fast ranks re-reading their share.
+        every forward pass (the same: async rounds read each sample at most once, and skip the
+        samples a straggler had not reached when the fastest rank had read its share).
         ``train_time_s`` is the slowest rank's.
         """
         stats = np.zeros(4)  # loss sum, correct, processed samples, unique samples
@@ -225,7 +216,7 @@ class Trainer:
         # memory mode, one window of shards at a time when streaming.
         bad_step = None  # the first step whose loss was not finite on this rank
         busy = np.array([*self.updates.busy(), 0.0])  # subtracted below
-        rounds_before = self.rounds
+        rounds_before = self.updates.rounds_run
         windows = self._timed(self.watch.iterate(self.shuffle.epoch_windows(epoch), "shuffle exchange",
                                                  lambda: self.rounds))
         for parts in windows:
@@ -233,7 +224,7 @@ class Trainer:
                 self.first_batch_s = time.perf_counter() - self.t_start
             parts = list(parts)
             processed_before = stats[2]
-            batches = self._local_batches(parts)
+            pool = None  # async: this rank's samples of the steps left, each read once
             if self.updates.balance_weights is not None:  # the shuffle dealt evenly: apply the split
                 t_re = time.perf_counter()
                 self._rebalance(parts, 0)
@@ -242,14 +233,28 @@ class Trainer:
             while s < len(parts):
                 if fail_at and tuple(fail_at) == (self.rank, self.rounds):
                     raise RuntimeError(f"injected failure (fail_at) at step {self.rounds}")
-                # Sync: local sums scaled by 1/global batch, summed over ranks: the exact global mean.
-                loss, *_ = step_stats = self.updates.step(parts[s], batches, self.lr_at(self.rounds))
+                if self.updates.mode == "async":
+                    if pool is None:
+                        base = s
+                        # A rank with a larger share than b/P per step has more local batches than steps left.
+                        pool = LocalPool(parts[s:], self.local_batch,
+                                         lambda k, r=self.rounds, n=len(parts) - s: self.lr_at(r + min(k, n - 1)))
+                    step_stats = self.updates.step(None, pool, 0.0)
+                    # The schedule follows the rank that read furthest; the window ends when one has read all.
+                    ahead = len(parts) if self.updates.pool_done else min(len(parts), base + self.updates.pool_read)
+                    advance = max(0, ahead - s)
+                else:
+                    pool = None
+                    # Sync: local sums scaled by 1/global batch, summed over ranks: the exact global mean.
+                    step_stats = self.updates.step(parts[s], None, self.lr_at(self.rounds))
+                    advance = 1
+                loss = step_stats[0]
                 stats[:3] += step_stats
                 if bad_step is None and not np.isfinite(loss):
                     bad_step = self.rounds
-                self.rounds += 1
+                self.rounds += advance
                 self.watch.step = self.rounds
-                s += 1
+                s += advance
                 decision = self.updates.end_of_round(self.rounds, epoch)
                 if decision is not None and decision.rebalance:  # the same on every rank
                     t_re = time.perf_counter()
@@ -264,7 +269,7 @@ class Trainer:
                                               else None, root=0)
                     if expired:
                         break
-            # Unique: at most this rank's share of the window (async re-reads it cyclically).
+            self.updates.settle()  # async rounds leave the ranks apart: one model again for what follows
             stats[3] += min(stats[2] - processed_before, sum(len(p[1]) for p in parts))
             if expired:
                 break
@@ -280,7 +285,7 @@ class Trainer:
         return {"train_loss": stats[0] / max(stats[2], 1), "train_accuracy": stats[1] / max(stats[2], 1),
                 "train_time_s": elapsed, "samples": int(stats[3]), "processed_samples": int(stats[2]),
                 "step_breakdown_s": dict(zip(("compute", "gradient_wait", "exchange"),
-                                             (busy / self.size / max(self.rounds - rounds_before, 1)).tolist())),
+                                             (busy / self.size / max(self.updates.rounds_run - rounds_before, 1)).tolist())),
                 "update": self.updates.mode, **({"pretrain_expired": True} if expired else {})}
 
     def _timed(self, windows):

@@ -30,9 +30,9 @@ from mpi4py import MPI
 
 from ..errors import SettingError
 from ..schema import SETTINGS, Straggle, check, check_fields, default
-from .balance import proportional_counts
+from .balance import balanced_counts, fit_costs, proportional_counts
 from .stall import WatchedComm
-from .update_policy import RoundDecision, decide, gradient_coefficient
+from .update_policy import PolicyController, RoundDecision, Window, decide, gradient_coefficient
 
 
 class BucketReducer:
@@ -95,6 +95,10 @@ class UpdateConfig:
     straggler_threshold: Optional[float] = default("straggler_threshold")  # seconds; None = auto
     policy_window: int = default("policy_window")      # rounds between policy decisions
     max_staleness: int = default("max_staleness")      # local steps per async round before a rank blocks
+    policy_hysteresis: int = default("policy_hysteresis")  # windows in a row a change needs
+    policy_gain: float = default("policy_gain")        # relative samples/s gain a tried mode must bring
+    policy_explore: str = default("policy_explore")    # all | rule
+    local_steps_until: float = default("local_steps_until")  # fraction of the schedule with async allowed
     straggle: Straggle = field(default_factory=Straggle)
     balance: str = default("balance")                  # on | off | auto: split sync batches by rank speed
     batch_size: int = default("batch_size")            # global batch (samples): the reference for rebalancing
@@ -105,14 +109,36 @@ class UpdateConfig:
 
 
 BALANCE_MODES = SETTINGS["balance"].choices
-# Rebalance only when the slowest rank's step (smoothed over windows) takes this much longer than
-# the median one. Step times of oversubscribed ranks jitter by tens of percent, and below a step's
-# fixed cost time hardly depends on the share, so re-splitting on noise would random-walk the shares.
-REBALANCE_IMBALANCE = 0.5
+# Re-split only when the slowest rank's step takes this much longer than the median one: below
+# it the gain is small and re-splitting would chase the step times' jitter.
+REBALANCE_IMBALANCE = 0.2
 # ... and only when that moves some rank's share of a batch by more than this fraction of an even
 # share (a straggler whose fixed cost alone exceeds the others' steps keeps the imbalance even
-# with no samples; re-splitting the others then only chases their noise).
-REBALANCE_SHIFT = 0.25
+# with one sample; re-splitting the others then only chases their noise).
+REBALANCE_SHIFT = 0.05
+class LocalPool:
+    """This rank's samples of the steps left in a window, for async rounds: read in local batches
+    of ``batch`` samples, each sample once (a rank that has read them all takes no more steps
+    until the window ends). ``lr_of(k)`` is the rate of the k-th local batch (schedule steps
+    counted from the pool's first step)."""
+
+    def __init__(self, parts: list, batch: int, lr_of: Callable[[int], float]):
+        self.X = np.concatenate([p[0] for p in parts]) if parts else None
+        self.y = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, np.int64)
+        self.batch, self.lr_of = max(1, batch), lr_of
+        self.taken = 0  # local batches read so far
+
+    @property
+    def exhausted(self) -> bool:
+        return self.taken * self.batch >= len(self.y)
+
+    def take(self):
+        """The next (X, y, lr), or None when every sample was read."""
+        if self.exhausted:
+            return None
+        lo = self.taken * self.batch
+        self.taken += 1
+        return self.X[lo:lo + self.batch], self.y[lo:lo + self.batch], self.lr_of(self.taken - 1)
 
 
 class UpdateEngine:
@@ -124,31 +150,51 @@ class UpdateEngine:
                                          f"{type(model).__name__} steps are collective")
         comm = comm if isinstance(comm, WatchedComm) else WatchedComm(comm)  # waits go through the watch
         self.cfg, self.comm, self.model, self.opt, self.emit = cfg, comm, model, opt, emit
-        self.mode = "async" if cfg.update == "async" else "sync"
+        self.mode = "async" if cfg.update == "async" and cfg.local_steps_until > 0 else "sync"
+        self.controller = None
+        if cfg.update == "auto":
+            self.controller = PolicyController(cfg.b1, cfg.b2, cfg.straggler_threshold, cfg.policy_hysteresis,
+                                               cfg.policy_gain, cfg.policy_explore,
+                                               async_allowed=not model.collective_steps and cfg.local_steps_until > 0)
         self.grad_scale = 1.0
         self.lr_factor = 1.0              # the gradient coefficient, set by the trainer after evaluation
-        self.slow = cfg.straggle.slows(comm.rank)
-        self._window_time = 0.0
-        self._window_steps = 0
-        self._window_samples = 0
-        self._window_rounds = 0
+        self.total_steps = 0              # the schedule's steps (the trainer sets them): --local-steps-until, UNTIL
+        self.straggling = cfg.straggle.slows(comm.rank)
+        self._new_window()
         self.last_step_times: list[float] = []
         self.local_steps = 0              # steps this rank took (sync and async)
-        self.local_samples = 0            # samples this rank processed (async: re-reads included)
+        self.local_samples = 0            # samples this rank processed
         self.max_round_steps = 0          # largest number of local steps in one async round
         self.async_rounds = 0             # async rounds this rank took part in, and its steps in them
         self.async_steps = 0
         self.round_budget = cfg.max_staleness  # async: local steps before this rank waits for the average
         self.balance_weights = None       # sync: per-rank share weights of a batch; None: even
-        self._times_ema = None            # step times per rank, smoothed over the windows since the last split
+        self._costs = None                # per rank (samples per step, step seconds) of the window before
         self.last_lr = 0.0                # the rate of this rank's last optimizer step
         self.decisions: list[dict] = []
-        self.round = 0                    # rounds completed
+        self.round = 0                    # schedule steps done (the trainer's count)
+        self.rounds_run = 0               # rounds run (sync steps and async rounds)
+        self.pool_read = 0                # async: local batches read by the furthest rank, as of the last round
+        self.pool_done = False            # async: some rank has read all of its pool
+        self.diverged = False             # async rounds left the ranks' parameters apart (settle() averages)
         self.reducer = BucketReducer(opt.flat.dense_grads, comm, model.grad_segments(), cfg.bucket_cap_mb * 2**20)
         self.compute_s = 0.0              # this rank's seconds in forward/backward and the optimizer
         self.grad_wait_s = 0.0            # ... waiting for the gradient sums (sync) or the average (async)
 
+    def _new_window(self) -> None:
+        self._window_time = 0.0
+        self._window_steps = 0
+        self._window_samples = 0
+        self._window_rounds = 0
+        self._window_loss = 0.0
+        self._window_busy = 0.0  # seconds inside step(): compute and waits, not evaluation or shuffles
+
     # ------------------------------------------------------------------ steps
+    @property
+    def slow(self) -> bool:
+        """Whether this rank is slowed now (``--straggle``, until its fraction of the schedule)."""
+        return self.straggling and self.round < self.cfg.straggle.until * max(self.total_steps, 1)
+
     def _compute(self, X, y, scale: float, segment_done=None):
         """Forward/backward (+ injected straggling), timed as compute."""
         t0 = time.perf_counter()
@@ -172,14 +218,19 @@ class UpdateEngine:
         if self.cfg.straggle.factor != 1.0:
             time.sleep((self.cfg.straggle.factor - 1.0) * (time.perf_counter() - t0))
 
-    def step(self, part: tuple, batches: Iterator, lr: float) -> tuple[float, int, int]:
+    def step(self, part: tuple, pool: Optional[LocalPool], lr: float) -> tuple[float, int, int]:
         """The next global step in the mode in effect: a sync step on ``part`` (this rank's
-        (X, y, global batch) of the step), or an async round drawing local batches from
-        ``batches``; returns (summed loss, correct, samples processed) on this rank."""
+        (X, y, global batch) of the step) at rate ``lr``, or an async round drawing local batches
+        from ``pool``; returns (summed loss, correct, samples processed) on this rank."""
+        self.rounds_run += 1
+        t0 = time.perf_counter()
         if self.mode == "sync":
             X, y, global_batch = part
-            return (*self.sync_step(X, y, global_batch, lr), len(y))
-        return self.async_round(batches, lr)
+            out = (*self.sync_step(X, y, global_batch, lr), len(y))
+        else:
+            out = self.async_round(pool)
+        self._window_busy += time.perf_counter() - t0
+        return out
 
     def sync_step(self, X, y, global_batch: int, lr: float) -> tuple[float, int]:
         """One synchronous step on this rank's share of a global batch."""
@@ -193,49 +244,77 @@ class UpdateEngine:
         if self.grad_scale != 1.0:
             self.opt.flat.grads *= self.grad_scale
         compute += self._timed_step(lr * self.lr_factor)
-        self._account(compute, len(y), steps=1)
+        self._account(compute, len(y), 1, loss)
         return loss, correct
 
-    def async_round(self, batches: Iterator, lr: float) -> tuple[float, int, int]:
+    def async_round(self, pool: LocalPool) -> tuple[float, int, int]:
         """One asynchronous round: local steps until the parameter average arrives, or until this
-        rank's step budget is spent; then it waits for the average. The budget (``round_budget``)
-        is how many of this rank's steps fit into one step of the slowest rank (at most
-        ``max_staleness``), so the slowest rank waits right after its own step and never holds
-        a round for longer than that step plus the reduction."""
+        rank's step budget is spent, or its pool is read; then it waits for the average. The
+        budget (``round_budget``) is how many of this rank's steps fit into one step of the
+        slowest rank (at most ``max_staleness``), so the slowest rank waits right after its own
+        step and never holds a round for longer than that step plus the reduction.
+
+        Local SGD: each local step uses the schedule's rate for its local batch (the mean of P
+        ranks' steps on batches of b/P is a step on a batch of b); after the average a rank keeps
+        its own progress since the snapshot (``params = mean(snapshots) + (params - snapshot)``).
+        The reduction also carries how many local batches each rank had read and whether one
+        had read all: the window ends for everyone when one has, so no sample is read twice in
+        an epoch (re-reading a fast rank's share biased the model towards it)."""
+        size = self.comm.size
         dense = self.opt.flat.params[:self.opt.flat.dense_size]
-        snapshot = dense.copy()
+        snapshot = np.zeros(dense.size + size + 1, dtype=dense.dtype)
+        snapshot[:dense.size] = dense
+        snapshot[dense.size + self.comm.rank] = pool.taken
+        snapshot[-1] = pool.exhausted
         total = np.empty_like(snapshot)
         request = self.comm.Iallreduce(snapshot, total, op=MPI.SUM)
         loss_sum = correct_sum = samples = steps = 0
         compute = 0.0
         while True:
-            X, y = next(batches)
-            loss, correct, c = self._compute(X, y, 1.0 / max(len(y), 1))
-            steps += 1
-            c += self._timed_step(lr * self.lr_factor / steps)
-            compute += c
-            loss_sum += loss
-            correct_sum += correct
-            samples += len(y)
-            if steps >= self.round_budget:
+            batch = None if steps >= self.round_budget else pool.take()
+            if batch is None:  # budget spent or nothing left to read: wait for the average
                 t0 = time.perf_counter()
                 request.Wait(counted=False)  # only the ranks that ran ahead wait here
                 self.grad_wait_s += time.perf_counter() - t0
                 break
+            X, y, lr = batch
+            loss, correct, c = self._compute(X, y, 1.0 / max(len(y), 1))
+            steps += 1
+            compute += c + self._timed_step(lr * self.lr_factor)
+            loss_sum += loss
+            correct_sum += correct
+            samples += len(y)
             if request.Test():
                 break
-        dense += total / self.comm.size - snapshot
+        dense += total[:dense.size] / size - snapshot[:dense.size]
+        self.pool_read = int(round(total[dense.size:dense.size + size].max()))
+        self.pool_done = bool(total[-1] > 0)
+        self.diverged = size > 1
         self.max_round_steps = max(self.max_round_steps, steps)
         self.async_rounds += 1
         self.async_steps += steps
-        self._account(compute, samples, steps)
+        self._account(compute, samples, max(steps, 1), loss_sum)
         return loss_sum, correct_sum, samples
 
-    def _account(self, compute: float, samples: int, steps: int) -> None:
+    def settle(self) -> None:
+        """After async rounds: average the parameters and momentum over the ranks, so that every
+        rank holds the same model again (collective; a no-op after sync steps). The trainer calls
+        it at the end of every window; a switch to sync calls it too."""
+        if not self.diverged:
+            return
+        n = self.opt.flat.dense_size
+        both = np.concatenate([self.opt.flat.params[:n], self.opt.velocity[:n]])
+        self.comm.Allreduce(MPI.IN_PLACE, both, op=MPI.SUM)
+        both /= self.comm.size
+        self.opt.flat.params[:n], self.opt.velocity[:n] = both[:n], both[n:]
+        self.diverged = False
+
+    def _account(self, compute: float, samples: int, steps: int, loss: float) -> None:
         self.compute_s += compute
         self._window_time += compute
         self._window_steps += steps
         self._window_samples += samples
+        self._window_loss += loss
         self._window_rounds += 1
         self.local_steps += steps
         self.local_samples += samples
@@ -245,47 +324,67 @@ class UpdateEngine:
         """Every ``policy_window`` rounds: gather compute times, decide, log, and return the decision,
         now in effect (collective at those rounds); None between decisions.
 
-        Balancing (sync) gives each rank a share of a batch in proportion to its speed in the
-        window, samples per second of compute. Step time is not proportional to samples (every
-        step has a fixed cost), so the shares approach equal step times over a few windows
-        rather than in one; a rank whose fixed cost alone exceeds the others' steps ends with
-        (almost) no samples, which is then the fastest split.
+        ``auto`` hands the window to the ``PolicyController`` (hysteresis, trials, returns);
+        forced modes log the rule's view. Balancing (sync) splits a batch by a cost model per
+        rank, a fixed cost per step plus a cost per sample, fitted to the last two windows'
+        (samples per step, step time), so that the step times meet within two windows.
         """
         self.round = round_index
         if self._window_rounds < self.cfg.policy_window:
             return None
-        mine = (self._window_time, self._window_steps, self._window_samples)
+        mine = (self._window_time, self._window_steps, self._window_samples, self._window_loss, self._window_busy)
         gathered = np.array(self.comm.allgather(mine), dtype=np.float64)
-        self._window_time, self._window_steps, self._window_samples, self._window_rounds = 0.0, 0, 0, 0
-        seconds, steps, samples = gathered.T
+        self._new_window()
+        seconds, steps, samples, losses, walls = gathered.T
         times = [float(t / max(k, 1.0)) for t, k in zip(seconds, steps)]
-        self.last_step_times = times
-        decision = decide(times, self.cfg.b1, self.cfg.b2, self.cfg.straggler_threshold, self.cfg.update)
-        mode, scale, note = decision.mode, decision.grad_scale, None
-        if mode == "async" and self.model.collective_steps:
-            mode, note = "sync", "the model's steps are collective: async not possible, staying sync"
-        self.mode, self.grad_scale = mode, scale
+        per_step = samples / np.maximum(steps, 1.0)
+        even = max(self.cfg.batch_size / self.comm.size, 1.0)
+        # The rule compares ranks at an even share: a balanced split must not hide a straggler.
+        normalised = [t * even / max(n, 1.0) for t, n in zip(times, per_step)]
+        self.last_step_times = normalised
+        was_async = self.mode == "async"
+        async_over = self.cfg.local_steps_until < 1 and round_index >= self.cfg.local_steps_until * self.total_steps
+        window = Window(tuple(normalised), float(samples.sum() / max(walls.max(), 1e-12)),
+                        float(losses.sum() / max(samples.sum(), 1.0)))
+        note = None
+        if self.controller is not None:
+            if async_over and self.controller.async_allowed:
+                left = self.controller.forbid_async()
+                if left:
+                    note = "post-local: async rounds end at --local-steps-until"
+            record = self.controller.observe(window)
+            chosen, scale = self.controller.mode, self.controller.grad_scale
+            ratio = record["ratio"]
+        else:
+            decision = decide(normalised, self.cfg.b1, self.cfg.b2, self.cfg.straggler_threshold, self.cfg.update)
+            record = {**decision.as_record(), "rate_samples_per_s": window.rate, "train_loss": window.loss,
+                      "step_times_s": normalised}
+            chosen, scale, ratio = decision.mode, decision.grad_scale, decision.ratio
+            if chosen == "async" and async_over:
+                chosen, note = "sync", "post-local: async rounds end at --local-steps-until"
+        mode = "async" if chosen == "async" else "sync"
+        self.mode, self.grad_scale = mode, scale if chosen == "damped" or self.controller is None else 1.0
+        if was_async and mode == "sync":
+            self.settle()
         slowest = max(times)
         budgets = [max(1, min(self.cfg.max_staleness, int(slowest / t))) if t > 0 else self.cfg.max_staleness
                    for t in times]
         self.round_budget = budgets[self.comm.rank]
-        record = {**decision.as_record(), "mode": mode, "round": round_index, "epoch": epoch,
-                  "step_times_s": times}
+        record = {**record, "mode": chosen, "round": round_index, "epoch": epoch}
         if mode == "async":
             record["round_budgets"] = budgets
-        # auto: on once the rule finds stragglers and stays sync; it stays on while sync, because
-        # balanced step times no longer show the straggler.
+        # auto: on once the rule finds stragglers and stays sync; it stays on while sync.
         was_on = self.balance_weights is not None
-        balanced = mode == "sync" and (self.cfg.balance == "on" or (self.cfg.balance == "auto"
-                                                                     and (decision.ratio > 0 or was_on)))
-        moved = self._set_balance(balanced, times, samples / np.maximum(steps, 1.0))
+        balanced = mode == "sync" and (chosen == "balanced" or self.cfg.balance == "on"
+                                       or (self.cfg.balance == "auto" and (ratio > 0 or was_on)))
+        moved = self._set_balance(balanced, np.asarray(times), per_step)
         record["balance"] = "on" if self.balance_weights is not None else "off"
         if note:
             record["note"] = note
         self.decisions.append(record)
         self.emit(record)
         weights = None if self.balance_weights is None else tuple(self.balance_weights)
-        return RoundDecision(mode, scale, weights, moved, record)
+        return RoundDecision(mode, self.grad_scale, weights, moved, record)
 
     def busy(self) -> tuple[float, float]:
         """This rank's seconds so far in compute and in waiting for gradient sums or averages."""
@@ -304,7 +403,8 @@ class UpdateEngine:
         """The run's update figures for the summary (collective): mode, decisions, processed
         samples/s per rank over ``train_time`` seconds, async round sizes."""
         rate = self.local_samples / train_time if train_time else 0.0
-        return {"update": self.mode, "policy_decisions": len(self.decisions),
+        return {"update": self.mode, "modes_used": sorted({d["mode"] for d in self.decisions} | {self.mode}),
+                "policy_decisions": len(self.decisions),
                 "processed_samples_per_s_per_rank": self.comm.allgather(rate),
                 "max_round_steps": self.comm.allreduce(self.max_round_steps, op=MPI.MAX),
                 "steps_per_async_round_per_rank": self.comm.allgather(self.async_steps / max(self.async_rounds, 1))}
@@ -318,6 +418,9 @@ class UpdateEngine:
         """Continue from a checkpoint's ``state()``. Balance weights are per rank: at another world
         size the split starts even again and the next decisions re-balance."""
         self.mode, self.grad_scale, self.lr_factor = state["mode"], state["grad_scale"], state["lr_factor"]
+        if self.controller is not None:
+            self.controller.mode = "async" if self.mode == "async" else "damped" if self.grad_scale < 1 else "sync"
+            self.controller.grad_scale = self.grad_scale
         if state.get("world_size") == self.comm.size:
             self.balance_weights = state.get("balance_weights")
 
@@ -327,25 +430,30 @@ class UpdateEngine:
         weights = self.balance_weights if self.balance_weights is not None else [1.0] * self.comm.size
         return proportional_counts(weights, batch)
 
-    def _set_balance(self, on: bool, times: list[float], share: np.ndarray) -> bool:
-        """Balancing ``on``: when the step times (smoothed over windows) are out of balance, give
-        each rank ``share`` (its samples per step) times the median step time over its own, i.e.
-        its speed; off: back to even. Returns whether any rank's share of a batch moved."""
-        weights = None
-        if on:
-            t = np.asarray(times) if self._times_ema is None else 0.5 * self._times_ema + 0.5 * np.asarray(times)
-            self._times_ema = t
-            median = float(np.median(t))
-            if t.min() <= 0 or t.max() <= (1 + REBALANCE_IMBALANCE) * median:
-                return False  # balanced enough: keep the pieces where they are
-            # A rank with no samples keeps the weight of one, so it can win some back.
-            weights = [float(max(n, 1.0) * median / s) for n, s in zip(share, t)]
+    def _cost_model(self, times: np.ndarray, per_step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per rank (fixed seconds per step, seconds per sample), ``balance.fit_costs`` over this
+        window and the window before (forgotten when balancing stops)."""
+        fixed, per_sample = fit_costs(per_step, times, self._costs)
+        self._costs = (per_step.copy(), times.copy(), fixed)
+        return fixed, per_sample
+
+    def _set_balance(self, on: bool, times: np.ndarray, per_step: np.ndarray) -> bool:
+        """Balancing ``on``: when the step times are out of balance, split a batch by the cost
+        model (``balance.balanced_counts``); off: back to even. Returns whether any rank's
+        share of a batch moved."""
+        if not on:
+            self._costs = None
+            if self.balance_weights is None:
+                return False
+            self.balance_weights = None
+            return True
+        fixed, per_sample = self._cost_model(times, per_step)
+        if times.min() <= 0 or times.max() <= (1 + REBALANCE_IMBALANCE) * float(np.median(times)):
+            return False  # balanced enough: keep the pieces where they are
         reference = max(self.cfg.batch_size, self.comm.size)
+        target = balanced_counts(fixed, np.maximum(per_sample, 1e-12), reference)
         before = self.shares(reference)
-        old, self.balance_weights = self.balance_weights, weights
-        moved = np.abs(self.shares(reference) - before).max()
-        if weights is not None and moved <= REBALANCE_SHIFT * reference / self.comm.size:
-            self.balance_weights = old
+        if np.abs(target - before).max() <= REBALANCE_SHIFT * reference / self.comm.size:
             return False
-        self._times_ema = None  # times measured under the old split say nothing about the new one
-        return bool(moved > 0)
+        self.balance_weights = [float(c) for c in target]
+        return True
