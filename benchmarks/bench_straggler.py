@@ -1,149 +1,217 @@
-"""One slow rank: plain sync against the update policy (auto) and load-balanced sync, by time to target.
+"""The update policy's report card: every update mode under every straggler condition, by time to
+target and final accuracy (docs/method.md: *The report card*).
 
-    python -m hxmpi.data make --out /tmp/lasting --samples 200000 --features 256 --shard-mb 16
-    mpirun --allow-run-as-root --oversubscribe -np 4 python benchmarks/bench_straggler.py --dataset /tmp/lasting \
-        --json straggler.json
+    python -m hxmpi.data make --out /tmp/store --samples 120000 --features 128 --clusters-per-class 6 \
+        --separation 2.5
+    mpirun --allow-run-as-root -np 2 python benchmarks/bench_straggler.py --dataset /tmp/store
 
-Every configuration trains the same model from the same seed in float64 (so that the balanced
-run's loss can be compared with plain sync's to 1e-6), once with the last rank slowed by
-``--straggle LAST:xF`` and once without. The runs happen one after another in the same processes;
-with ``--repeats N`` the whole sequence runs N times and the table shows each figure's median
-(the runs' trajectories do not depend on timing except auto's decisions, so only times vary).
-The default workload is bench_train.py's lasting one (MLP 1024,1024, batch 512, target 0.92);
-each run stops after the first epoch at the target.
+Judge it at one rank per core (np 2 on a 2-core host, ``--ranks-per-node 1`` so the two ranks
+talk as two nodes): ``--straggle`` makes a rank sleep, and a sleeping rank on a host with fewer
+cores than ranks frees a core for the others, which flatters plain sync.
 
-Time to target is the training time (slowest rank, evaluation excluded) until the first epoch
-whose test accuracy reaches ``--target``: the summary's ``time_to_target_s``, computed from the
-epoch records. The runs do not pass ``--target-accuracy`` to the trainer, because that also turns
-on the gradient coefficient, whose damping depends on measured step times and would make the
-runs differ for reasons other than the update mode. The per-step breakdown (ms, mean over ranks)
-says where the time went: compute, waiting for gradients (or an async round's average), exchange.
+Conditions (``--conditions``):
+  none   no straggler;
+  x3     the last rank computes ``--factor`` times as long for the whole run (``--straggle LAST:xF``);
+  x3half ... for the first half of the schedule's steps only (``--straggle LAST:xF:0.5``);
+  hog    an outside CPU hog: rank 0 starts a busy process ``--hog-after`` seconds into the run and
+         stops it ``--hog-for`` seconds later (it competes with the ranks for the cores).
+Modes (``--modes``): sync, async (forced; post-local SGD after --local-steps-until), balanced
+(sync with ``--balance on``), auto (the policy controller, default flags).
+
+Every run trains the whole schedule (no early stop) from the same seed; its time to target is
+read between evaluations (``hxmpi.runlog.time_to_target_interpolated``: training time,
+evaluation excluded, linear between the last epoch below the target and the first at it). Each
+cell shows the median (min-max) over ``--runs`` runs, interleaved so that a burst of load hits
+every mode alike. Per condition the card marks the best forced mode (the shortest median time
+to target; a mode that never reaches it is not a candidate), auto's time ratio to it and its
+accuracy difference. The JSON goes to ``--json``.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 from mpi4py import MPI
 
 import hxmpi  # noqa: F401 - before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
-from hxmpi.runlog import time_to_target
+from hxmpi.runlog import time_to_target_interpolated
 from hxmpi.train.command import Trainer, parse_config
 
-CONFIGS = (("sync", ["--update", "sync"]), ("auto", ["--update", "auto"]),
-           ("balance", ["--update", "sync", "--balance", "on"]))
+MODES = {"sync": ["--update", "sync"], "async": ["--update", "async"],
+         "balanced": ["--update", "sync", "--balance", "on"], "auto": ["--update", "auto"]}
+CONDITIONS = ("none", "x3", "x3half", "hog")
+FORCED = ("sync", "async", "balanced")
+HOG = "while True: pass"
 
 
-def run_one(args, comm, flags: list[str]) -> dict:
-    cfg = parse_config(["--quiet", "--dtype", "float64", "--model", "mlp", "--hidden", args.hidden,
-                        "--batch-size", str(args.batch_size), "--epochs", str(args.epochs),
-                        "--seed", str(args.seed), "--policy-window", str(args.policy_window),
-                        "--b1", str(args.b1), "--dataset", args.dataset, *flags])
+class Hog:
+    """A busy process outside the job, from ``after`` seconds for ``length`` seconds (rank 0)."""
+
+    def __init__(self, after: float, length: float):
+        self.proc, self.after, self.length = None, after, length
+        self.timers = [threading.Timer(after, self._start), threading.Timer(after + length, self.stop)]
+
+    def _start(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", HOG], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+
+    def __enter__(self):
+        for t in self.timers:
+            t.start()
+        return self
+
+    def stop(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __exit__(self, *exc):
+        for t in self.timers:
+            t.cancel()
+        self.stop()
+
+
+def straggle_flags(condition: str, comm, factor: float) -> list[str]:
+    last = comm.size - 1
+    return {"none": [], "hog": [], "x3": ["--straggle", f"{last}:x{factor:g}"],
+            "x3half": ["--straggle", f"{last}:x{factor:g}:0.5"]}[condition]
+
+
+def run_one(args, comm, mode: str, condition: str) -> dict:
+    cfg = parse_config(["--quiet", "--model", "mlp", "--hidden", args.hidden, "--batch-size", str(args.batch_size),
+                        "--epochs", str(args.epochs), "--seed", str(args.seed), "--dataset", args.dataset,
+                        "--ranks-per-node", str(args.ranks_per_node), *MODES[mode],
+                        *straggle_flags(condition, comm, args.factor), *args.extra])
     trainer = Trainer(cfg, comm)
-    summary = trainer.run(stop_at_accuracy=args.target)
-    events = trainer.events
-    epochs = [e for e in events if e["event"] == "epoch"]
-    ttt, at = time_to_target(epochs, args.target)
-    policy = [e for e in events if e["event"] == "policy"]
-    slowdown = [max(p["step_times_s"]) / float(np.median(p["step_times_s"])) for p in policy]
-    return {"epoch_time_s": summary["train_time_s"] / len(epochs), "time_to_target_s": ttt,
-            "epoch_at_target": at, "test_loss": summary["test_loss"], "test_accuracy": summary["test_accuracy"],
-            "samples_per_s": summary["samples_per_s"], "processed_samples_per_s": summary["processed_samples_per_s"],
-            "modes": sorted({p["mode"] for p in policy}), "rebalances": summary["rebalances"],
-            "last_counts": next((e["counts"] for e in reversed(events) if e["event"] == "rebalance"), None),
-            "measured_slowdown": float(np.median(slowdown)) if slowdown else None,
-            "steps_per_async_round_per_rank": summary["steps_per_async_round_per_rank"],
-            "step_breakdown_s": summary["step_breakdown_s"],
-            "test_loss_per_epoch": [e["test_loss"] for e in epochs],
+    hog = Hog(args.hog_after, args.hog_for) if condition == "hog" and comm.rank == 0 else None
+    comm.Barrier()
+    if hog:
+        with hog:
+            summary = trainer.run()
+    else:
+        summary = trainer.run()
+    epochs = [e for e in trainer.events if e["event"] == "epoch"]
+    policy = [e for e in trainer.events if e["event"] == "policy"]
+    return {"time_to_target_s": time_to_target_interpolated(epochs, args.target),
+            "final_accuracy": summary["test_accuracy"], "epoch_time_s": summary["train_time_s"] / len(epochs),
+            "train_time_s": summary["train_time_s"], "modes_used": summary["modes_used"],
+            "actions": [p.get("action") for p in policy if p.get("action") not in (None, "stay")],
+            "rebalances": summary["rebalances"],
             "test_accuracy_per_epoch": [e["test_accuracy"] for e in epochs]}
 
 
-def trajectory_difference(a: dict, b: dict) -> float:
-    """The largest relative difference of two runs' test losses over their common epochs."""
-    return max(abs(x / y - 1) for x, y in zip(a["test_loss_per_epoch"], b["test_loss_per_epoch"]))
+def spread(values: list) -> dict:
+    """median, min, max of the values that are not None; ``missed``: how many are None."""
+    got = [v for v in values if v is not None]
+    if not got:
+        return {"median": None, "min": None, "max": None, "missed": len(values)}
+    return {"median": float(np.median(got)), "min": min(got), "max": max(got), "missed": len(values) - len(got)}
 
 
-def median_run(rs: list[dict]) -> dict:
-    """The run with the median epoch time, its time to target replaced by the median over runs
-    (None counts as slower than any time); every run is kept under ``"runs"``."""
-    by_time = sorted(rs, key=lambda r: r["epoch_time_s"])
-    ttt = sorted(rs, key=lambda r: (r["time_to_target_s"] is None, r["time_to_target_s"] or 0.0))
-    mid = ttt[(len(rs) - 1) // 2]
-    return {**by_time[(len(rs) - 1) // 2], "time_to_target_s": mid["time_to_target_s"],
-            "epoch_at_target": mid["epoch_at_target"], "runs": rs}
+def cell_text(s: dict, digits: int) -> str:
+    if s["median"] is None:
+        return "never"
+    text = f"{s['median']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
+    return text + (f" {s['missed']} never" if s["missed"] else "")
 
 
-def ratio(a, b):
-    return a / b if a is not None and b else None
+def card(runs: dict, conditions, modes) -> dict:
+    """Per condition and mode: spreads of time to target, final accuracy and epoch time; the
+    best forced mode and auto's figures against it; async and balanced against sync."""
+    out = {}
+    for c in conditions:
+        cells = {m: {k: spread([r[k] for r in runs[(c, m)]])
+                     for k in ("time_to_target_s", "final_accuracy", "epoch_time_s")} for m in modes}
+        forced = [m for m in FORCED if m in modes and cells[m]["time_to_target_s"]["median"] is not None]
+        best = min(forced, key=lambda m: cells[m]["time_to_target_s"]["median"]) if forced else None
+        row = {"cells": cells, "best_forced": best}
+        if best and "auto" in modes:
+            a, b = cells["auto"], cells[best]
+            row["auto_time_ratio"] = (a["time_to_target_s"]["median"] / b["time_to_target_s"]["median"]
+                                      if a["time_to_target_s"]["median"] is not None else None)
+            row["auto_accuracy_diff"] = a["final_accuracy"]["median"] - b["final_accuracy"]["median"]
+        if "sync" in modes:
+            s = cells["sync"]
+            if "async" in modes:
+                row["async_minus_sync_accuracy"] = cells["async"]["final_accuracy"]["median"] - s["final_accuracy"]["median"]
+            if "balanced" in modes:
+                row["balanced_over_sync_epoch"] = cells["balanced"]["epoch_time_s"]["median"] / s["epoch_time_s"]["median"]
+        out[c] = row
+    return out
+
+
+def print_card(result: dict, modes, args, comm) -> None:
+    print(f"# MLP {args.hidden} on {args.dataset}, np {comm.size} (--ranks-per-node {args.ranks_per_node}), "
+          f"batch {args.batch_size}, {args.epochs} epochs, seed {args.seed}, target {args.target}, "
+          f"{args.runs} runs: median (min-max)")
+    print("| condition | mode | time to target s | final accuracy | epoch s |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for c, row in result.items():
+        for m in modes:
+            cell = row["cells"][m]
+            mark = " (best forced)" if m == row["best_forced"] else ""
+            print(f"| {c} | {m}{mark} | {cell_text(cell['time_to_target_s'], 2)} | "
+                  f"{cell_text(cell['final_accuracy'], 4)} | {cell_text(cell['epoch_time_s'], 2)} |")
+    print("\n| condition | auto time / best forced | auto accuracy - best forced | async - sync accuracy | "
+          "balanced / sync epoch |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    fmt = (lambda v, d: "n/a" if v is None else f"{v:+.{d}f}" if d == 4 else f"{v:.{d}f}")
+    for c, row in result.items():
+        print(f"| {c} | {fmt(row.get('auto_time_ratio'), 2)} | {fmt(row.get('auto_accuracy_diff'), 4)} | "
+              f"{fmt(row.get('async_minus_sync_accuracy'), 4)} | {fmt(row.get('balanced_over_sync_epoch'), 2)} |")
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="digits",
-                   help="store directory made by python -m hxmpi.data make (the lasting workload, above), "
-                        "or digits (a quick check only)")
-    p.add_argument("--hidden", default="1024,1024", help="MLP hidden layer sizes, comma-separated")
-    p.add_argument("--batch-size", type=int, default=512, help="global batch (samples)")
-    p.add_argument("--epochs", type=int, default=6, help="epochs of the schedule (and at most per run)")
-    p.add_argument("--policy-window", type=int, default=20, help="steps between policy decisions")
+    p.add_argument("--dataset", required=True, help="store directory made by python -m hxmpi.data make (above)")
+    p.add_argument("--hidden", default="256,256", help="MLP hidden layer sizes, comma-separated")
+    p.add_argument("--batch-size", type=int, default=256, help="global batch (samples)")
+    p.add_argument("--epochs", type=int, default=6, help="epochs of every run")
+    p.add_argument("--seed", type=int, default=3, help="seed of the split, the model and the shuffles")
+    p.add_argument("--target", type=float, default=0.69, help="test accuracy of 'time to target'")
     p.add_argument("--factor", type=float, default=3.0, help="the slow rank's compute-time factor")
-    p.add_argument("--b1", type=float, default=0.3,
-                   help="the rule's async threshold (one straggler of 2 ranks is B = 0.5: use 0.5)")
-    p.add_argument("--target", type=float, default=0.92, help="test accuracy of 'time to target' (runs stop there)")
-    p.add_argument("--seed", type=int, default=0, help="seed")
-    p.add_argument("--repeats", type=int, default=3, help="runs of every configuration (medians shown)")
-    p.add_argument("--json", default=None, help="write results here (rank 0)")
+    p.add_argument("--runs", type=int, default=3, help="runs of every cell (median and range shown)")
+    p.add_argument("--conditions", default=",".join(CONDITIONS), help="comma-separated, of " + ", ".join(CONDITIONS))
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated, of " + ", ".join(MODES))
+    p.add_argument("--hog-after", type=float, default=1.0, help="hog condition: seconds into a run it starts")
+    p.add_argument("--hog-for", type=float, default=5.0, help="hog condition: seconds it runs")
+    p.add_argument("--ranks-per-node", type=int, default=1, help="virtual node size (1: every rank a node)")
+    p.add_argument("--json", default="benchmarks/results/straggler_card_np2.json", help="write the card here (rank 0)")
+    p.add_argument("extra", nargs="*", help="more python -m hxmpi.train flags for every run (after --)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
-    if comm.size < 2:
+    conditions, modes = args.conditions.split(","), args.modes.split(",")
+    bad = [c for c in conditions if c not in CONDITIONS] + [m for m in modes if m not in MODES]
+    if bad or comm.size < 2:
         if comm.rank == 0:
-            print("bench_straggler.py: needs at least 2 ranks", file=sys.stderr)
+            print(f"bench_straggler.py: needs at least 2 ranks and known conditions/modes; unknown: {bad}",
+                  file=sys.stderr)
         return 2
-    runs = {}
-    for _ in range(args.repeats):  # interleaved, so that a burst of load hits every configuration
-        for straggler in ("none", f"x{args.factor:g}"):
-            extra = [] if straggler == "none" else ["--straggle", f"{comm.size - 1}:x{args.factor:g}"]
-            for name, flags in CONFIGS:
-                r = run_one(args, comm, flags + extra)
-                runs.setdefault(f"{name}/{straggler}", []).append(r)
+    runs = {(c, m): [] for c in conditions for m in modes}
+    for i in range(args.runs):
+        for c in conditions:
+            for m in modes:
+                t0 = time.perf_counter()
+                r = run_one(args, comm, m, c)
+                runs[(c, m)].append(r)
                 if comm.rank == 0:  # progress, so that a long benchmark shows where it is
-                    print(f"# done {name}/{straggler}: epoch {r['epoch_time_s']:.2f} s, to target "
-                          f"{r['time_to_target_s']}", file=sys.stderr, flush=True)
-    results = {key: median_run(rs) for key, rs in runs.items()}
+                    ttt = r["time_to_target_s"]
+                    print(f"# run {i + 1} {c}/{m}: to target {'never' if ttt is None else f'{ttt:.2f}'} s, "
+                          f"accuracy {r['final_accuracy']:.4f}, epoch {r['epoch_time_s']:.2f} s, modes "
+                          f"{','.join(r['modes_used'])} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     if comm.rank != 0:
         return 0
-    slow = f"x{args.factor:g}"
-    print(f"# MLP {args.hidden} on {args.dataset}, {comm.size} ranks, batch {args.batch_size}, {args.epochs} epochs, "
-          f"float64; straggler: rank {comm.size - 1} compute x{args.factor:g}; target {args.target}")
-    print(f"{'# config':<16}{'epoch s':>9}{'to target s':>13}{'epoch':>6}{'test loss':>12}{'test acc':>9}"
-          f"{'uniq/s':>9}{'proc/s':>9}{'rebal':>6}{'slowdown':>9}{'comp ms':>9}{'wait ms':>9}{'exch ms':>9}  modes")
-    for key, r in results.items():
-        ttt = f"{r['time_to_target_s']:.3f}" if r["time_to_target_s"] is not None else "never"
-        sd = f"{r['measured_slowdown']:.1f}" if r["measured_slowdown"] else "-"
-        print(f"{key:<16}{r['epoch_time_s']:9.4f}{ttt:>13}{str(r['epoch_at_target']):>6}{r['test_loss']:12.6g}"
-              f"{r['test_accuracy']:9.4f}{r['samples_per_s']:9.0f}{r['processed_samples_per_s']:9.0f}"
-              f"{r['rebalances']:6d}{sd:>9}{r['step_breakdown_s']['compute'] * 1e3:9.1f}"
-              f"{r['step_breakdown_s']['gradient_wait'] * 1e3:9.1f}{r['step_breakdown_s']['exchange'] * 1e3:9.1f}"
-              f"  {','.join(r['modes'])}")
-    targets = {
-        "auto_time_to_target_vs_sync (straggler; target <= 0.7)":
-            ratio(results[f"auto/{slow}"]["time_to_target_s"], results[f"sync/{slow}"]["time_to_target_s"]),
-        "balance_epoch_time_vs_sync (straggler; target <= 0.7)":
-            ratio(results[f"balance/{slow}"]["epoch_time_s"], results[f"sync/{slow}"]["epoch_time_s"]),
-        "balance_test_loss_relative_difference_per_epoch (straggler; target <= 1e-6)":
-            trajectory_difference(results[f"balance/{slow}"], results[f"sync/{slow}"]),
-        "auto_time_to_target_vs_sync (no straggler; target <= 1.05)":
-            ratio(results["auto/none"]["time_to_target_s"], results["sync/none"]["time_to_target_s"]),
-    }
-    print("# ratios")
-    for k, v in targets.items():
-        print(f"#   {k}: {'n/a' if v is None else f'{v:.3g}'}")
+    result = card(runs, conditions, modes)
+    print_card(result, modes, args, comm)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "straggler", "world_size": comm.size, "args": vars(args),
-                       "results": results, "ratios": targets}, fh, indent=1)
+            json.dump({"benchmark": "straggler_card", "world_size": comm.size, "args": vars(args),
+                       "card": result, "runs": {f"{c}/{m}": rs for (c, m), rs in runs.items()}}, fh, indent=1)
     return 0
 
 

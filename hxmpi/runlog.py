@@ -119,6 +119,25 @@ def time_to_target(epochs: list[dict], target: float) -> tuple[Optional[float], 
     return None, None
 
 
+def time_to_target_interpolated(epochs: list[dict], target: float) -> Optional[float]:
+    """Training seconds at which the test accuracy reached ``target``, read between evaluations:
+    the line between the last epoch below it and the first at or above it (cumulative
+    ``train_time_s``, evaluation excluded), so a run is not charged a whole epoch for crossing
+    the target early in it. Reached at the first evaluation: that epoch's time (no point before
+    it). None if no epoch reaches it."""
+    elapsed, before = 0.0, None
+    for r in epochs:
+        t0 = elapsed
+        elapsed += r["train_time_s"]
+        acc = r["test_accuracy"]
+        if acc >= target:
+            if before is None or acc <= before:
+                return elapsed
+            return t0 + (target - before) / (acc - before) * (elapsed - t0)
+        before = acc
+    return None
+
+
 def epoch_text(r: dict) -> str:
     """An epoch record's figures, for the line after the epoch count."""
     text = (f"loss {r['train_loss']:.4f}  train_acc {r['train_accuracy']:.4f}  "

@@ -2,7 +2,9 @@
 import io
 import json
 
-from hxmpi.runlog import Progress, RunLog, time_to_target
+import pytest
+
+from hxmpi.runlog import Progress, RunLog, time_to_target, time_to_target_interpolated
 
 
 def test_plain_progress_lines_off_a_terminal():
@@ -45,3 +47,13 @@ def test_time_to_target_sums_training_time_up_to_the_first_epoch_at_target():
     assert time_to_target(epochs, 0.95) == (0.75, 2)
     assert time_to_target(epochs, 0.99) == (None, None)
     assert time_to_target([], 0.5) == (None, None)
+
+
+def test_time_to_target_is_interpolated_between_evaluations():
+    epochs = [{"epoch": 1, "train_time_s": 1.0, "test_accuracy": 0.6},
+              {"epoch": 2, "train_time_s": 2.0, "test_accuracy": 0.8},
+              {"epoch": 3, "train_time_s": 1.0, "test_accuracy": 0.9}]
+    assert time_to_target_interpolated(epochs, 0.7) == pytest.approx(2.0)  # half way through epoch 2 (1 + 2 / 2)
+    assert time_to_target_interpolated(epochs, 0.8) == 3.0   # at epoch 2's evaluation
+    assert time_to_target_interpolated(epochs, 0.5) == 1.0   # at the first evaluation: no point before it
+    assert time_to_target_interpolated(epochs, 0.95) is None
