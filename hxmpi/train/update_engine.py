@@ -4,17 +4,19 @@ Synchronous: every step, the dense gradients are summed over the ranks (the glob
 buckets posted during the backward pass (``BucketReducer``), then the optimizer steps.
 Asynchronous (after the policy picks it, or ``--update async``): local SGD in rounds.
 At the start of a round a rank posts a nonblocking ``Iallreduce`` of its parameters and keeps
-taking local steps on its own data, testing the request after each step; when the average
-arrives it keeps its own progress since the snapshot on top of it
-(``params = mean(snapshots) + (params - snapshot)``). A fast rank never waits for a straggler at
-every step: only when it has taken ``max_staleness`` steps in one round does it block. The j-th
-step of a round uses ``lr / j`` (staleness damping after Zhang et al., 2016). Every rank posts
-exactly one ``Iallreduce`` per round and an epoch has a fixed number of rounds, so no rank waits
-for a collective another rank never starts.
+taking local steps on its own data (``LocalPool``: each sample at most once per epoch), testing
+the request after each step; when the average arrives it keeps its own progress since the
+snapshot on top of it (``params = mean(snapshots) + (params - snapshot)``). A fast rank never
+waits for a straggler at every step: only when it has taken ``max_staleness`` steps in one round
+does it block. Every rank posts exactly one ``Iallreduce`` per round, and the window's rounds end
+for every rank at once (when the reduction shows that some rank has read its share), so no rank
+waits for a collective another rank never starts. The end of a window averages parameters and
+momentum (``settle``); after ``--local-steps-until`` of the schedule the rounds give way to sync.
 
-Every ``policy_window`` rounds the ranks gather their mean compute time per step (the time in
-forward/backward and the optimizer, not in communication) and apply ``update_policy.decide``; every
-rank gets the same numbers, so every rank takes the same decision, which is logged with its inputs.
+Every ``policy_window`` rounds the ranks gather their compute time per step (forward/backward and
+the optimizer, not communication), samples and training loss; ``--update auto`` hands them to
+``update_policy.PolicyController``, forced modes log the rule's view. Every rank gets the same
+numbers, so every rank takes the same decision, which is logged with its inputs.
 
 The engine gets the run's ``stall.WatchedComm``, so every collective here (buckets, async
 averages, the policy gather) is a wait of the run's stall watch without wrapping it here.
