@@ -280,7 +280,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _S("stop_after", int, None, "stop after this many epochs of this run (time-limited jobs), continue later "
        "with --resume", rule=">= 1", default_text="none"),
     # update policy
-    _S("update", str, "auto", "update mode; auto applies the straggler rule every --policy-window steps",
+    _S("update", str, "auto", "update mode; auto: every --policy-window rounds the straggler rule proposes a "
+       "mode, confirmed by hysteresis and kept only when it measures better (docs/method.md: *The policy "
+       "controller*)",
        choices=("auto", "sync", "async")),
     _S("b1", float, 0.3, "straggler fraction up to which auto goes async (b1 <= b2)", rule="in [0, 1]",
        metavar="X"),
@@ -288,7 +290,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        metavar="X"),
     _S("straggler_threshold", float, None, "step time in seconds above which a rank straggles, or auto: 2x the "
        "lower median", rule="> 0", parse=_threshold, metavar="SECONDS|auto", default_text="auto"),
-    _S("policy_window", int, 20, "steps between policy decisions", rule=">= 1", metavar="W"),
+    _S("policy_window", int, 20, "rounds (sync steps or async rounds) between policy decisions", rule=">= 1",
+       metavar="W"),
     _S("policy_hysteresis", int, 2, "auto: a change of mode needs its condition in this many windows in a row, "
        "so one noisy window changes nothing (docs/method.md: *The policy controller*)", rule=">= 1", metavar="H"),
     _S("policy_gain", float, 0.1, "auto: a mode tried beside a straggler is kept only when its samples/s beat "
@@ -310,9 +313,11 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        "schedule's steps. A sleep emulates a slower rank only while every rank has a core of its own: on a host "
        "with fewer cores than ranks the sleeping rank frees a core for the others (docs/method.md)",
        parse=_straggle, metavar="RANKS:SECONDS|RANKS:xF[:UNTIL]", default_text="none", factory=_no_straggle),
-    _S("balance", str, "off", "sync mode: split each global batch over the ranks in proportion to their measured "
-       "speed, the gradient staying the global mean (README: *Load-balanced sync*); auto: once the rule finds stragglers and stays sync. Off unless asked, "
-       "because the split then depends on timings, so runs are no longer bit-reproducible",
+    _S("balance", str, "off", "sync mode: split each global batch over the ranks so that their step times meet "
+       "(a fixed cost per step plus a cost per sample per rank, fitted to the last two windows; docs/method.md: "
+       "*Balancing that converges*), the gradient staying the global mean; auto: once the rule finds stragglers "
+       "and stays sync. With off, forced sync stays even (runs are bit-reproducible), but --update auto may "
+       "still pick balanced sync when it measures best",
        choices=("on", "off", "auto")),
     _S("bucket_cap_mb", float, 25.0, "sync mode: MiB of dense gradient per reduction bucket; buckets are formed in "
        "reverse layer order and each Iallreduce starts as soon as its layers' backward is done (DDP's "

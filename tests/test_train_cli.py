@@ -34,6 +34,26 @@ def test_default_run_reaches_accuracy(tmp_path, n, model, target):
 
 
 @needs_mpirun
+def test_default_run_reaches_accuracy_beside_a_busy_neighbour(tmp_path):
+    """A transient CPU hog (a busy process for the first 20 s) beside the default run: its noise
+    must not trip auto into a worse model (issue 27: it went async in 2 runs of 5 and ended at
+    0.944-0.953). One noisy window changes nothing, and a trial that does not pay returns."""
+    hog = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 20: pass"])
+    try:
+        log = tmp_path / "log.jsonl"
+        proc = launch(4, "--log", str(log), "--ranks-per-node", "2")
+    finally:
+        hog.kill()
+        hog.wait()
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert records[-1]["test_accuracy"] >= 0.95, records[-1]
+    policy = [r for r in records if r["event"] == "policy"]
+    assert policy and all(r["action"] in ("stay", "wait", "trial", "keep", "return", "hold", "change", "post-local")
+                          for r in policy)
+
+
+@needs_mpirun
 @pytest.mark.parametrize("n", [2, 3])
 def test_failing_rank_ends_the_job_with_its_message(n):
     proc = launch(n, "--fail-at", f"{n - 1}:3", "--quiet", timeout=120)
@@ -51,6 +71,10 @@ BAD_FLAGS = [
     (["--fail-at", "x"], "argument --fail-at: expects RANK:STEP"),
     (["--straggle", "x"], "argument --straggle: expects RANKS:SECONDS (e.g. 3:0.02) or RANKS:xF"),
     (["--straggle", "1:x0.5"], "needs ranks >= 0 and a delay >= 0 or a factor >= 1"),
+    (["--straggle", "1:x3:1.5"], "UNTIL is a fraction of the schedule's steps in (0, 1]"),
+    (["--policy-hysteresis", "0"], "--policy-hysteresis must be >= 1, got 0"),
+    (["--policy-explore", "some"], "--policy-explore must be one of all, rule, got 'some'"),
+    (["--local-steps-until", "2"], "--local-steps-until must lie in [0, 1], got 2.0"),
     (["--model", "moe", "--update", "async"], "--update async needs a model whose steps are local; MoE"),
     (["--straggler-threshold", "-1"], "--straggler-threshold must be > 0, got -1.0"),
     (["--target-accuracy", "2"], "--target-accuracy must lie in [0, 1], got 2.0"),
@@ -92,12 +116,26 @@ def test_bad_flags_give_one_line_error(bad_flag_runs, n, flags, message):
     assert len(errors) == 1 and message in errors[0], proc.stderr
 
 
-@pytest.mark.parametrize("text,ranks,delay,factor", [("2:0.01", (2,), 0.01, 1.0), ("1,3:x2.5", (1, 3), 0.0, 2.5),
-                                                     ("0:X3", (0,), 0.0, 3.0)])
-def test_straggle_takes_a_delay_or_a_factor(text, ranks, delay, factor):
+@pytest.mark.parametrize("text,ranks,delay,factor,until", [
+    ("2:0.01", (2,), 0.01, 1.0, 1.0), ("1,3:x2.5", (1, 3), 0.0, 2.5, 1.0), ("0:X3", (0,), 0.0, 3.0, 1.0),
+    ("1:x3:0.5", (1,), 0.0, 3.0, 0.5), ("1:0.02:0.25", (1,), 0.02, 1.0, 0.25)])
+def test_straggle_takes_a_delay_or_a_factor(text, ranks, delay, factor, until):
     from hxmpi.train.command import parse_config
     from hxmpi.schema import Straggle
-    assert parse_config(["--straggle", text]).straggle == Straggle(ranks, delay, factor)
+    assert parse_config(["--straggle", text]).straggle == Straggle(ranks, delay, factor, until)
+
+
+def test_policy_flags_are_documented_on_the_method_page():
+    """Every update-policy flag is in --help (generated from the schema) and explained in docs/method.md."""
+    from pathlib import Path
+
+    from hxmpi.schema import SETTINGS
+    method = (Path(__file__).resolve().parent.parent / "docs" / "method.md").read_text()
+    for name in ("update", "b1", "b2", "straggler_threshold", "policy_window", "policy_hysteresis", "policy_gain",
+                 "policy_explore", "local_steps_until", "max_staleness", "straggle", "balance"):
+        assert SETTINGS[name].flag in method, name
+    for words in ("time_to_target_interpolated", "frees a core", "Hysteresis", "post-local", "fixed cost per step"):
+        assert words.lower() in method.lower(), words
 
 
 def help_text():

@@ -111,9 +111,13 @@ class UpdateConfig:
 
 
 BALANCE_MODES = SETTINGS["balance"].choices
-# Re-split only when the slowest rank's step takes this much longer than the median one: below
-# it the gain is small and re-splitting would chase the step times' jitter.
-REBALANCE_IMBALANCE = 0.2
+# Re-split only when the slowest rank's step takes this much longer than the median one: the
+# step times of ranks on a busy host jitter by tens of percent, and re-splitting on that noise
+# would move samples for nothing ...
+REBALANCE_IMBALANCE = 0.5
+# ... except in the window right after a split, the first with two points per rank: there the
+# cost model's line corrects the first split's guess (no fixed cost) down to this imbalance.
+REFINE_IMBALANCE = 0.1
 # ... and only when that moves some rank's share of a batch by more than this fraction of an even
 # share (a straggler whose fixed cost alone exceeds the others' steps keeps the imbalance even
 # with one sample; re-splitting the others then only chases their noise).
@@ -449,8 +453,10 @@ class UpdateEngine:
                 return False
             self.balance_weights = None
             return True
+        refine = self._costs is not None and bool(np.any(np.abs(per_step - self._costs[0]) >= 1))
         fixed, per_sample = self._cost_model(times, per_step)
-        if times.min() <= 0 or times.max() <= (1 + REBALANCE_IMBALANCE) * float(np.median(times)):
+        allowed = REFINE_IMBALANCE if refine else REBALANCE_IMBALANCE
+        if times.min() <= 0 or times.max() <= (1 + allowed) * float(np.median(times)):
             return False  # balanced enough: keep the pieces where they are
         reference = max(self.cfg.batch_size, self.comm.size)
         target = balanced_counts(fixed, np.maximum(per_sample, 1e-12), reference)
