@@ -12,6 +12,10 @@ The gradient adjustment coefficient combines the accuracy gap and the slowest st
 A model below its target accuracy takes larger steps; a slow straggler damps them (its gradients
 are the stalest), by the square root of the speed ratio so that one slow rank cannot stall
 training. The result is clipped to [lo, hi] (default [0.1, 2]).
+
+``PolicyController`` runs the rule for ``--update auto`` across windows: hysteresis, one-window
+trials of the other modes beside a straggler, kept only when they measure better, and returns
+(docs/method.md: *The policy controller*).
 """
 from __future__ import annotations
 
@@ -126,8 +130,9 @@ LOSS_RISE = 0.05
 @dataclass(frozen=True)
 class Window:
     """What one policy window measured, the same on every rank: per-rank compute seconds per step
-    scaled to an even share of a batch (``step_times``), samples per second of the window's
-    wall time (``rate``) and its mean training loss (``loss``)."""
+    scaled to an even share of a batch (``step_times``), samples per second of the time the
+    slowest rank spent in steps (``rate``; evaluation and shuffles excluded) and the window's mean
+    training loss per sample (``loss``)."""
     step_times: tuple
     rate: float
     loss: float
@@ -142,10 +147,14 @@ class PolicyController:
       rule's mode, "async", "balanced" and "damped" (when its scale is below 1).
     - A change needs the same proposal in ``hysteresis`` windows in a row: one noisy window
       changes nothing.
-    - With stragglers, a change is a trial: each candidate runs one window and is scored by
+    - With stragglers, a change is a trial (with ``explore == "all"``, plain sync beside a
+      straggler starts one even where the rule says sync: one slow rank of two is B = 0.5 > b1):
+      each candidate runs one window and is scored by
       ``rate`` (samples/s); the best is kept if it beats the mode before by more than ``gain``
       (relative), else the mode before returns. A candidate whose window's loss rose by more
       than ``LOSS_RISE`` against the window before scores nothing.
+    - A kept mode stays while the straggler does (the rule alone would pull a kept async back
+      to sync wherever B > b1, undoing what the trial measured).
     - Back to plain sync when the straggler is gone (B = 0 in ``hysteresis`` windows) needs no
       trial: sync is the safe mode.
     - A trial that ended in a return is not retried for ``hysteresis * 2**k`` windows after the
