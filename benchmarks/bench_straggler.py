@@ -23,8 +23,10 @@ read between evaluations (``hxmpi.runlog.time_to_target_interpolated``: training
 evaluation excluded, linear between the last epoch below the target and the first at it). Each
 cell shows the median (min-max) over ``--runs`` runs, interleaved so that a burst of load hits
 every mode alike. Per condition the card marks the best forced mode (the shortest median time
-to target; a mode that never reaches it is not a candidate), auto's time ratio to it and its
-accuracy difference. The JSON goes to ``--json``.
+to target; a mode that never reaches it is not a candidate), auto's time ratio to it (of the
+medians, and the median of the per-run ratios: run i of auto against run i of that mode, a few
+seconds apart, which a host whose load drifts over minutes disturbs less) and its accuracy
+difference. ``--recard FILE`` prints the card of a JSON written before, without running.
 """
 from __future__ import annotations
 
@@ -135,6 +137,11 @@ def card(runs: dict, conditions, modes) -> dict:
             row["auto_time_ratio"] = (a["time_to_target_s"]["median"] / b["time_to_target_s"]["median"]
                                       if a["time_to_target_s"]["median"] is not None else None)
             row["auto_accuracy_diff"] = a["final_accuracy"]["median"] - b["final_accuracy"]["median"]
+            # Run i of auto against run i of the best forced mode: the two ran a few seconds apart,
+            # so a host whose load drifts over minutes weighs on both alike.
+            pairs = [x["time_to_target_s"] / y["time_to_target_s"] for x, y in zip(runs[(c, "auto")], runs[(c, best)])
+                     if x["time_to_target_s"] is not None and y["time_to_target_s"]]
+            row["auto_time_ratio_paired"] = float(np.median(pairs)) if pairs else None
         if "sync" in modes:
             s = cells["sync"]
             if "async" in modes:
@@ -157,18 +164,35 @@ def print_card(result: dict, modes, args, comm) -> None:
             mark = " (best forced)" if m == row["best_forced"] else ""
             print(f"| {c} | {m}{mark} | {cell_text(cell['time_to_target_s'], 2)} | "
                   f"{cell_text(cell['final_accuracy'], 4)} | {cell_text(cell['epoch_time_s'], 2)} |")
-    print("\n| condition | auto time / best forced | auto accuracy - best forced | async - sync accuracy | "
-          "balanced / sync epoch |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+    print("\n| condition | auto time / best forced | ... paired by run | auto accuracy - best forced | "
+          "async - sync accuracy | balanced / sync epoch |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     fmt = (lambda v, d: "n/a" if v is None else f"{v:+.{d}f}" if d == 4 else f"{v:.{d}f}")
     for c, row in result.items():
-        print(f"| {c} | {fmt(row.get('auto_time_ratio'), 2)} | {fmt(row.get('auto_accuracy_diff'), 4)} | "
+        print(f"| {c} | {fmt(row.get('auto_time_ratio'), 2)} | {fmt(row.get('auto_time_ratio_paired'), 2)} | "
+              f"{fmt(row.get('auto_accuracy_diff'), 4)} | "
               f"{fmt(row.get('async_minus_sync_accuracy'), 4)} | {fmt(row.get('balanced_over_sync_epoch'), 2)} |")
+
+
+def recard(path: str, comm) -> int:
+    """Print (rank 0) the card of a JSON this benchmark wrote, recomputed from its runs."""
+    if comm.rank != 0:
+        return 0
+    saved = json.load(open(path))
+    runs = {tuple(k.split("/")): rs for k, rs in saved["runs"].items()}
+    conditions = list(dict.fromkeys(c for c, _ in runs))
+    modes = list(dict.fromkeys(m for _, m in runs))
+    args = argparse.Namespace(**saved["args"])
+
+    class Size:  # the world the runs had, for the heading
+        size = saved["world_size"]
+    print_card(card(runs, conditions, modes), modes, args, Size)
+    return 0
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", required=True, help="store directory made by python -m hxmpi.data make (above)")
+    p.add_argument("--dataset", help="store directory made by python -m hxmpi.data make (above)")
     p.add_argument("--hidden", default="256,256", help="MLP hidden layer sizes, comma-separated")
     p.add_argument("--batch-size", type=int, default=256, help="global batch (samples)")
     p.add_argument("--epochs", type=int, default=6, help="epochs of every run")
@@ -182,9 +206,14 @@ def main(argv=None) -> int:
     p.add_argument("--hog-for", type=float, default=5.0, help="hog condition: seconds it runs")
     p.add_argument("--ranks-per-node", type=int, default=1, help="virtual node size (1: every rank a node)")
     p.add_argument("--json", default="benchmarks/results/straggler_card_np2.json", help="write the card here (rank 0)")
+    p.add_argument("--recard", default=None, help="print the card of this JSON (written before) and exit")
     p.add_argument("extra", nargs="*", help="more python -m hxmpi.train flags for every run (after --)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
+    if args.recard:
+        return recard(args.recard, comm)
+    if not args.dataset:
+        p.error("--dataset is required (or --recard)")
     conditions, modes = args.conditions.split(","), args.modes.split(",")
     bad = [c for c in conditions if c not in CONDITIONS] + [m for m in modes if m not in MODES]
     if bad or comm.size < 2:
