@@ -95,8 +95,12 @@ def test_stall_detector_names_the_missing_rank(comm):
     t, _ = run(comm, "--update", "sync", "--straggle", f"{last}:0.4", "--stall-timeout", "0.15",
                "--epochs", "1", "--batch-size", "720", "--policy-window", "100")
     stalls = comm.bcast([e for e in t.events if e["event"] == "stall"], root=0)
-    assert len(stalls) == 2  # two steps, each waited for the straggler
-    assert all(last in s["missing_ranks"] and 0 not in s["missing_ranks"] for s in stalls)
+    # Two steps, each waited for the straggler and reported once. A busy host may deschedule a
+    # rank past the timeout elsewhere too (more stall records, naming whoever was late): those
+    # are not counted, so the test holds under load by design.
+    waited = [s for s in stalls if last in s["missing_ranks"]]
+    assert [s["round"] for s in waited] == [0, 1], stalls
+    assert all(0 not in s["missing_ranks"] for s in waited)
     assert all(s["waited_s"] >= 0.15 for s in stalls)
 
 
