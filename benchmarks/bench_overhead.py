@@ -63,7 +63,7 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
+import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
 from hxmpi.comm.plan import bruck_rounds
 
 ALGORITHMS = ("flat", "hier", "bruck", "hier_pairwise", "hier_bruck")

@@ -28,7 +28,7 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-import hxmpi  # noqa: F401 - before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
+import hxmpi  # noqa: F401 - before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
 from hxmpi.runlog import time_to_target
 from hxmpi.train.command import Trainer, parse_config
 

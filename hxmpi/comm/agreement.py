@@ -3,7 +3,7 @@
 Before any data moves, every rank must learn the same verdict: is any rank's input bad, do the
 per-call settings match, does any count need the large-count path, do senders and receivers agree on
 every pair of counts, and may every rank run a cached plan. One ``MPI_Allreduce(SUM)`` of a fixed
-record settles all of it:
+record settles all of it::
 
   flags         number of ranks with a bad spec (then a second, diagnostic pass names them), plus
                 2**32 times the number of ranks whose counts or displacements may pass a C int in

@@ -5,7 +5,7 @@ block, per call and per rank. Each exchange phase costs what the MPI algorithm t
 costs: Open MPI's ``alltoallv_algorithm`` rule picks pairwise rounds or linear posting from the
 communicator size (``MPI_Alltoallv``), and hier's phase 1 is a nonblocking ``Ialltoallv``, which
 Open MPI (libnbc) always runs linear. With m peers, o the CPU cost of posting or completing one
-message, and a the latency of the slowest peer:
+message, and a the latency of the slowest peer::
 
   pairwise: m (a + 2 o)          every round waits for its slowest message
   linear:   a + 2 m o            all messages in flight at once; the CPU posts them one by one

@@ -1,7 +1,8 @@
 """HierComm: Alltoall/Alltoallv, flat or hierarchical (lanes, then nodes), byte-exact with MPI_Alltoallv.
 
 The hierarchical algorithm (``docs/method.md``; planner in ``hxmpi/comm/plan.py``, execution in
-``hxmpi/comm/runs.py``):
+``hxmpi/comm/runs.py``)::
+
   pack     gather this rank's blocks for other nodes, by destination node        (Cython copy_blocks)
   phase 1  Alltoallv on every lane this rank serves: one segment per node (inter-node)
   node     shared memory: phase 1 lands in a node window; each rank copies its blocks out of it.

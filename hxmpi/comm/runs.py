@@ -1,6 +1,7 @@
 """Executing exchanges: a plan bound to buffers and communicators, run once or started again and again.
 
-Typed stages (``hxmpi/comm/exchange.py`` drives them):
+Typed stages (``hxmpi/comm/exchange.py`` drives them)::
+
   ``HierPlan``  the hierarchical plan of one count pattern on one rank: copy lists and phase vectors
                 (bytes), copied out of the planner so that it can be cached and bound again;
   ``FlatRun`` / ``HierRun``  a plan bound to buffers and communicators only, with ``start()``

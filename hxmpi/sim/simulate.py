@@ -57,7 +57,7 @@ REPLAY_MAIN = "/usr/lib/x86_64-linux-gnu/simgrid/smpireplaymain"
 INSTALL_HINT = "install SimGrid's SMPI: apt-get install libsimgrid-dev (it ships smpirun and smpireplaymain)"
 
 # Presets: CostModel numbers of a cluster node (seconds, seconds per byte). Sources of each number
-# are in README.md, "At scale". Fixed per-call costs and copy bandwidth stay the built-in defaults.
+# are in docs/tools.md, "Presets". Fixed per-call costs and copy bandwidth stay the built-in defaults.
 _BASE = CostModel()
 PRESETS = {
     # 100 Gb/s InfiniBand port (HDR100 / EDR): 12.5 GB/s, ~1 us MPI latency, ~0.2 us CPU per message.

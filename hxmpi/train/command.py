@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def flags_markdown() -> str:
-    """The README's table of every flag (generated from the schema; a test keeps the README in step)."""
+    """The Markdown table of every flag, from the schema: the docs build renders it into the training
+    guide (docs/_ext/hxmpi_docs.py), and tests/test_docs.py checks it lists exactly the flags of --help."""
     rows = [("flag", "default", "range", "meaning"), ("---", "---", "---", "---")]
     for s in SETTINGS.values():
         shown = f"{s.flag} {s.shown_metavar()}" if s.shown_metavar() else s.flag
