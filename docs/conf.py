@@ -31,6 +31,7 @@ myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence"]
 
 autosummary_generate = True
+autosummary_ignore_module_all = False  # a module's summary lists its __all__ (tests/test_docs.py keeps it whole)
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"  # signatures as written; keeps type names out of nitpicky cross-references

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+__all__ = ["HxmpiError", "TopologyError", "ExchangeError", "SettingError", "NonFiniteLoss",
+           "ExchangeTypeError", "ExchangeKeyError", "agree", "raise_gathered"]
+
 if TYPE_CHECKING:  # importing this module does not start MPI
     from mpi4py import MPI
 

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 
 from .errors import SettingError
 
-__all__ = ["Setting", "SETTINGS", "check", "check_fields", "default", "flag", "parse_bytes"]
+__all__ = ["Setting", "SETTINGS", "Straggle", "check", "check_fields", "default", "flag", "parse_bytes"]
 
 
 @dataclass(frozen=True)

@@ -237,3 +237,40 @@ def test_api_reference_lists_every_module():
         modules.add(".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts))
     listed = set(re.findall(r"^   (hxmpi[\w.]*)$", api, re.M))
     assert sorted(modules - listed) == [] and sorted(listed - modules) == []
+
+
+# ---------------------------------------------------------------------------------- public names
+def _modules():
+    for f in sorted((ROOT / "hxmpi").rglob("*.py")):
+        rel = f.relative_to(ROOT).with_suffix("")
+        if rel.name != "__main__":
+            yield ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts), f
+
+
+def test_every_public_name_is_in_all_exists_and_has_a_docstring():
+    """``__all__`` is what the API reference shows: in every module that defines public classes or
+    functions it lists each of them, every name in it exists, and every class and function in it
+    has a docstring of its own (not a dataclass's generated signature)."""
+    import ast
+    import inspect
+    from importlib import import_module
+    problems = []
+    for name, f in _modules():
+        defined = [n.name for n in ast.parse(f.read_text()).body
+                   if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and not n.name.startswith("_")]
+        module = import_module(name)
+        names = getattr(module, "__all__", None)
+        if names is None:
+            problems += [f"{name}: no __all__"] if defined else []
+            continue
+        problems += [f"{name}.{n}: defined, not in __all__" for n in defined if n not in names]
+        for n in names:
+            if not hasattr(module, n):
+                problems.append(f"{name}.{n}: in __all__, missing")
+                continue
+            obj = getattr(module, n)
+            if inspect.isclass(obj) or inspect.isfunction(obj):
+                doc = obj.__dict__.get("__doc__") if inspect.isclass(obj) else obj.__doc__
+                if not doc or not doc.strip() or doc.startswith(f"{obj.__name__}("):
+                    problems.append(f"{name}.{n}: no docstring")
+    assert problems == []

@@ -36,6 +36,8 @@ from ._agree import fill_record
 from .costmodel import AGREEMENT_BYTES, KIB_CAP, Pattern
 from .plan import ALGORITHM_CHOICES
 
+__all__ = ["Agreed", "Agreement", "raise_pair_mismatch"]
+
 WORDS = AGREEMENT_BYTES // 8  # 16; csrc/_agree.pyx reads the same 16 words
 (FLAGS, VALIDATE, ALGO, ALGO_SQ, KIND, KIND_SQ, SLOT, SLOT_SQ, SAME_BUFFERS, OVER_BUDGET, BYTES,
  RECV_KIB_SQ, MESSAGES, PAIRWISE, FP_A, FP_B) = range(WORDS)

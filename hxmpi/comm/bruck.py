@@ -41,6 +41,8 @@ from ._bruck import finish, pack_round, round_bytes, take_round
 from .plan import bruck_rounds, check_radix
 from .transfer import Transfer
 
+__all__ = ["Bruck", "Pairwise"]
+
 TAG = 0x4878  # "Hx"
 
 

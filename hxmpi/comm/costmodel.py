@@ -41,6 +41,9 @@ import numpy as np
 
 from .plan import ALGORITHMS, HEADER_BYTES, NODE_PHASES
 
+__all__ = ["alltoallv_algorithm", "CostModel", "fit", "Pattern", "predict_agreement", "predict_call",
+           "choose_call", "pattern_class", "auto_pick"]
+
 ENV_TUNING = "HXMPI_TUNING"
 
 

@@ -49,6 +49,8 @@ from .runs import (
 from .topology import Topology
 from .transfer import Transfer
 
+__all__ = ["PlanStateError", "HierComm", "ExchangeRequest"]
+
 _HIER = ("hier", "hier_pairwise", "hier_bruck")
 ENV_NODE_PHASE = "HXMPI_NODE_PHASE"
 _ALGO_CODE = {name: i for i, name in enumerate(ALGORITHM_CHOICES)}

@@ -28,6 +28,9 @@ from mpi4py import MPI
 from ..errors import ExchangeError, ExchangeKeyError, ExchangeTypeError
 from ._packing import common_vector, side_bytes
 
+__all__ = ["Problem", "Side", "int_vector", "parse_vector", "parse_uniform", "parse_alltoallv",
+           "parse_alltoall"]
+
 
 class Problem(str):
     """A problem text that also carries the ``ExchangeError`` subclass to raise for it."""

@@ -32,6 +32,8 @@ from .msgspec import Side
 from .plan import NODE_PHASES
 from .transfer import Transfer
 
+__all__ = ["NodeWindow", "Scratch", "ExchangeStats", "FlatRun", "HierPlan", "HierRun"]
+
 MODE_SHM = NODE_PHASES["shm"]
 
 

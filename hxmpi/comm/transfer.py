@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+__all__ = ["needs_big", "Transfer"]
+
 # The largest count or displacement a plain MPI call takes, and the chunk of the big-message
 # datatypes. Module attributes so that tests can drive the big-message path with small buffers.
 INT_LIMIT = 2**31 - 1

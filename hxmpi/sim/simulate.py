@@ -53,6 +53,12 @@ from ..comm.plan import ALGORITHMS, Layout
 from ..errors import HxmpiError
 from .schedule import Collective, Copy, Exchange, rank_schedule
 
+__all__ = ["SimulateError", "Network", "oversubscription", "oversubscribe", "node_of_sizes", "make_counts",
+           "Call", "agreement_steps", "call_steps", "CpuTimes", "phase_algorithm", "exchange_actions",
+           "barrier_actions", "collective_actions", "rank_trace", "trace_stats", "platform_xml",
+           "smpirun_path", "replay", "ReplayTimeout", "simulate_point", "summarize", "crossover",
+           "osu_calls", "compare_measured", "block_sizes", "print_layout", "plot", "build_parser", "main"]
+
 REPLAY_MAIN = "/usr/lib/x86_64-linux-gnu/simgrid/smpireplaymain"
 INSTALL_HINT = "install SimGrid's SMPI: apt-get install libsimgrid-dev (it ships smpirun and smpireplaymain)"
 
@@ -764,6 +770,7 @@ def plot(records: list[dict], path: str, title: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The flags of ``python -m hxmpi.sim`` (docs/tools.md, Simulator, lists them)."""
     p = argparse.ArgumentParser(prog="python -m hxmpi.sim", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Presets: " + "; ".join(
@@ -806,6 +813,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """``python -m hxmpi.sim``: replay the sweep (or ``--compare`` a report); returns the exit code."""
     args = build_parser().parse_args(argv)
     if args.compare:
         return _main_compare(args)

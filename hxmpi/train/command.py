@@ -20,7 +20,7 @@ from ..schema import SETTINGS, flag
 from .run_config import TrainConfig
 from .trainer import Trainer
 
-__all__ = ["Trainer", "TrainConfig", "UsageError", "build_parser", "flag", "parse_config", "main"]
+__all__ = ["Trainer", "TrainConfig", "UsageError", "build_parser", "flag", "parse_config", "main", "flags_markdown"]
 
 
 PROG = "python -m hxmpi.train"

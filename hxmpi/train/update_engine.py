@@ -34,6 +34,8 @@ from .balance import proportional_counts
 from .stall import WatchedComm
 from .update_policy import RoundDecision, decide, gradient_coefficient
 
+__all__ = ["BucketReducer", "UpdateConfig", "UpdateEngine"]
+
 
 class BucketReducer:
     """Sums the dense gradient over the ranks in buckets, each posted as soon as it is complete.

@@ -24,6 +24,9 @@ from typing import Optional, Sequence
 
 from ..schema import SETTINGS
 
+__all__ = ["Decision", "RoundDecision", "auto_threshold", "straggler_ratio", "check_thresholds", "decide",
+           "gradient_coefficient"]
+
 MODES = SETTINGS["update"].choices
 AUTO_THRESHOLD_FACTOR = 2.0  # "auto" straggler threshold: this multiple of the lower median step time
 
