@@ -119,6 +119,22 @@ def test_docs_commands_name_real_programs_and_flags():
     assert missing == []
 
 
+def test_docs_benchmark_commands_name_real_scripts_and_flags():
+    """Every ``benchmarks/NAME.py`` command a page's bash blocks show is a script that defines each
+    long flag shown (read from its source: the scripts start MPI before they parse)."""
+    missing, seen = [], 0
+    for page in PAGES + [ROOT / "README.md"]:
+        for block in bash_blocks(page.read_text()):
+            for line in block.splitlines():
+                for script, rest in re.findall(r"benchmarks/(\w+\.py)([^;&|#]*)", line.split("#")[0]):
+                    seen += 1
+                    source = (ROOT / "benchmarks" / script).read_text() if (ROOT / "benchmarks" / script).is_file() else ""
+                    missing += [f"{page.name}: {script} {flag}" for flag in
+                                ["(missing)"] * (not source) + re.findall(r"(?<!\S)(--[a-z][a-z0-9-]*)", rest)
+                                if not source or f'"{flag}"' not in source]
+    assert seen >= 4 and missing == []
+
+
 def test_docs_name_existing_files():
     """Paths of the repository the pages mention (hxmpi/..., benchmarks/..., tests/..., csrc/...) exist."""
     missing = []
