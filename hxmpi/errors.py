@@ -37,6 +37,11 @@ class SettingError(HxmpiError, ValueError):
         self.setting, self.detail = setting, detail
 
 
+class CpuFileError(HxmpiError, ValueError):
+    """A CPU-per-path file (``bench_overhead.py --json`` output) that is missing or malformed; the
+    message names the file and the problem."""
+
+
 class NonFiniteLoss(HxmpiError, ArithmeticError):
     """The training loss became NaN or infinite (raised on every rank, after an agreement)."""
     agreed = True
