@@ -199,7 +199,7 @@ def mpi_type(dtype):
     """The MPI datatype of numpy ``dtype`` (a committed byte block for structured dtypes)."""
     from mpi4py import MPI
     return MPI.BYTE.Create_contiguous(np.dtype(dtype).itemsize).Commit() \
-        if np.dtype(dtype).kind == "V" else MPI._typedict[np.dtype(dtype).char]
+        if np.dtype(dtype).kind == "V" else MPI.Datatype.fromcode(np.dtype(dtype).char)
 
 
 def rewrite_shard(root, index, shard, X, y):

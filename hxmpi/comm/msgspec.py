@@ -176,15 +176,29 @@ def _host_bytes(buf, writable: bool):
 
 # ------------------------------------------------------------------ datatypes
 
+def _from_code(code: str) -> Optional[MPI.Datatype]:
+    """mpi4py's datatype for a typecode (numpy's, e.g. "d", or sized, e.g. "i8"), None if it has none."""
+    try:
+        return MPI.Datatype.fromcode(code)
+    except (ValueError, KeyError):
+        return None
+
+
+def _predefined() -> dict:
+    """Element bytes by handle of the datatypes numpy's typecodes map to, and BYTE and PACKED."""
+    codes = list(np.typecodes["All"]) + [f"{k}{n}" for k in "iufcb" for n in (1, 2, 4, 8, 16)]
+    types = [t for t in map(_from_code, codes) if t is not None] + [MPI.BYTE, MPI.PACKED]
+    return {t.handle: t.size for t in types if t != MPI.DATATYPE_NULL and t.size > 0}
+
+
 # Predefined types by handle: asking MPI for size and extent costs microseconds on every call.
-_PREDEFINED = {t.handle: t.size for t in [*MPI._typedict.values(), MPI.BYTE, MPI.PACKED]
-               if t != MPI.DATATYPE_NULL and t.size > 0}
+_PREDEFINED = _predefined()
 
 
 def _datatype_elem(datatype) -> tuple[int, Optional[Problem]]:
     """Bytes per element of an MPI datatype or typecode string."""
     if isinstance(datatype, str):
-        found = MPI._typedict.get(datatype)
+        found = _from_code(datatype)
         if found is None:
             return 1, Problem(f"cannot map typecode {datatype!r} to an MPI datatype", ExchangeKeyError)
         datatype = found
