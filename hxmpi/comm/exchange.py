@@ -412,7 +412,12 @@ class HierComm:
         # A request owns its scratch and window: it may be started while one-shot calls run.
         run = self._bind(entry, s, r, True, Scratch(), window)
         # In place, the send side is a copy of the receive blocks: refreshed at every Start.
-        return ExchangeRequest(self, run, (r.view, s.view) if sendbuf is MPI.IN_PLACE else None)
+        return ExchangeRequest(run, self._request_done, (r.view, s.view) if sendbuf is MPI.IN_PLACE else None,
+                               window)
+
+    def _request_done(self, stats: ExchangeStats) -> None:
+        """A persistent request of this communicator completed: its stats are ``last_stats``'s."""
+        self._stats, self._cache_state = stats, "request"
 
     @property
     def last_stats(self) -> dict:
@@ -522,9 +527,10 @@ class ExchangeRequest:
     the same order. Usable as a context manager (frees on exit).
     """
 
-    def __init__(self, hc: HierComm, run, in_place: Optional[tuple] = None):
-        self._hc, self._run, self._active = hc, run, False
+    def __init__(self, run, done, in_place: Optional[tuple] = None, window: Optional[NodeWindow] = None):
+        self._run, self._done, self._active = run, done, False
         self._in_place = in_place  # (receive view, send copy) for MPI.IN_PLACE
+        self._window = window  # the node window this request owns (freed with it), if any
 
     @property
     def algorithm(self) -> str:
@@ -551,8 +557,7 @@ class ExchangeRequest:
             raise PlanStateError("Wait() without Start(); call Start() first")
         self._active = False
         self._run.wait()
-        self._hc._stats = self._run.stats
-        self._hc._cache_state = "request"
+        self._done(self._run.stats)  # the owning HierComm's last_stats
 
     def Free(self) -> None:
         """Release the request's MPI requests, datatypes and buffers (waits for an active exchange first)."""
@@ -561,9 +566,9 @@ class ExchangeRequest:
         if self._active:
             self.Wait()
         self._run.free()
-        window = getattr(self._run, "window", None)
-        if window is not None and window is not self._hc._window:
-            window.free()
+        if self._window is not None:
+            self._window.free()
+            self._window = None
         self._run = None
 
     def __enter__(self) -> "ExchangeRequest":
