@@ -283,7 +283,7 @@ def fixed_cpu(model: CostModel, key: str) -> float:
 CALL_ALGORITHMS = (*ALGORITHMS, "alltoall")
 #: Radices ``choose_call`` tries for the Bruck algorithms.
 RADICES = (2, 3, 4, 8, 16, 32)
-#: The agreement of a one-shot call: one SUM Allreduce of 16 uint64 (``agreement.WORDS``).
+#: The agreement of a one-shot call: one SUM Allreduce of 16 uint64 (``_agree.WORDS``, checked by ``agreement``).
 AGREEMENT_BYTES = 128
 #: The agreement's cap on a rank's receive KiB (2 GiB): P * cap**2 stays below 2**64 up to 2**22 ranks.
 KIB_CAP = (1 << 21) - 1
