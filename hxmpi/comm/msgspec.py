@@ -26,7 +26,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import ExchangeError, ExchangeKeyError, ExchangeTypeError
-from ._packing import common_vector, side_bytes
+from ._packing import SideCheck, common_vector, side_bytes
 
 
 class Problem(str):
@@ -429,19 +429,22 @@ def parse_uniform(spec, size: int, writable: bool, name: str) -> tuple[Side, Opt
 
 def _checked(view, c, d, elem, keep, writable, name, buf) -> tuple[Side, Optional[Problem]]:
     """Scale counts and displacements to bytes and check every block lies in the buffer."""
-    cb, db, kind, i, total = side_bytes(c, d, elem, view.shape[0], writable)
-    side = Side(view, cb, db, elem, keep, total if kind == 0 else -1)
-    if kind == 0:
+    cb, db, check, i, total = side_bytes(c, d, elem, view.shape[0], writable)
+    side = Side(view, cb, db, elem, keep, total if check == SideCheck.SIDE_OK else -1)
+    if check == SideCheck.SIDE_OK:
         return side, None
-    if kind == 6:  # receive blocks out of order: overlap needs a sort
+    if check == SideCheck.NOT_ASCENDING:  # receive blocks out of order: overlap needs a sort
         return side, _overlap(side, name)
-    if kind == 3 and (buf is None or buf is MPI.BOTTOM):
+    if check == SideCheck.PAST_BUFFER and (buf is None or buf is MPI.BOTTOM):
         return side, Problem(f"{name}: a None/MPI.BOTTOM buffer takes zero counts only (count {c[i]} "
                              f"for rank {i}); absolute addresses are not supported")
-    what = {1: f"{name} counts[{i}] = {c[i]} is negative",
-            2: f"{name} displs[{i}] = {d[i] if d is not None else 0} is negative",
-            4: f"{name} counts/displs for rank {i} exceed 2**62 bytes"}.get(kind)
-    if what is None:  # 3: past the buffer
+    if check == SideCheck.NEGATIVE_COUNT:
+        what = f"{name} counts[{i}] = {c[i]} is negative"
+    elif check == SideCheck.NEGATIVE_DISPL:
+        what = f"{name} displs[{i}] = {d[i] if d is not None else 0} is negative"
+    elif check == SideCheck.OVERFLOW:
+        what = f"{name} counts/displs for rank {i} exceed 2**62 bytes"
+    else:  # PAST_BUFFER
         what = (f"{name} block for rank {i} (displ {db[i] // elem}, count {c[i]}, element {elem} B) "
                 f"ends at byte {db[i] + cb[i]}, past the buffer's {view.shape[0]} B")
     return side, Problem(what)
