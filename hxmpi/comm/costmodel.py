@@ -28,6 +28,10 @@ the exact schedules in SimGrid and reports this model's error against it.
 Parameters come from a calibration file (``benchmarks/calibrate.py`` writes one; pass its path
 as ``HierComm(tuning=...)`` or env ``HXMPI_TUNING``), else from the built-in defaults below
 (a typical InfiniBand cluster node: 1.5 us / 12 GB/s between nodes, 0.4 us / 8 GB/s inside).
+Whole calls (``predict_call``, ``choose_call``, ``auto_pick``) charge hxmpi's own CPU per path from
+a ``CpuTimes`` table (``benchmarks/bench_overhead.py --json``; ``HierComm`` reads
+``overhead=FILE``, else env ``HXMPI_OVERHEAD``'s file, else the packaged ``overhead.json``);
+without a table they charge o_flat and o_hier.
 """
 from __future__ import annotations
 

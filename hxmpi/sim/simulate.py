@@ -10,8 +10,9 @@ executes, so the simulated messages and copies are the ones hxmpi makes:
   hier's message-passing node phase) follows Open MPI's fixed rule (``costmodel.alltoallv_algorithm``):
   pairwise rounds (send to rank+k, receive from rank-k, wait) or linear (post every receive and
   send, then wait). Hier's lane phase is a nonblocking ``Ialltoallv``, which Open MPI runs linear.
-- copies (pack, repack, copy out of the node window, unpack) and hxmpi's fixed per-call cost:
-  ``sleep`` actions, at the model's copy bandwidth and fixed costs;
+- copies (pack, repack, copy out of the node window, unpack) and hxmpi's own CPU per call:
+  ``sleep`` actions, at the model's copy bandwidth and the measured CPU per path (``--overhead``,
+  default the file packaged with hxmpi: ``costmodel.CpuTimes``);
 - node barriers of the shared-memory node phase: dissemination rounds of 1-byte messages.
 
 The platform is a SimGrid cluster of N hosts of G cores: a private link per host (inter-node
