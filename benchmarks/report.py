@@ -2,7 +2,8 @@
 
     python benchmarks/report.py OUT_DIR [--results DIR]
 
-writes one fragment per JSON file, ``OUT_DIR/<stem>.md`` (a heading, the command that produced the
+writes one fragment per JSON file (and one for the packaged CPU file, ``hxmpi/comm/overhead.json``,
+when DIR is the default), ``OUT_DIR/<stem>.md`` (a heading, the command that produced the
 file, its tables, and its committed plot if there is one, copied beside the fragment). The docs'
 performance pages include these fragments, so every number on them is one a run wrote; the Sphinx
 extension ``docs/_ext/hxmpi_docs.py`` runs this at build time. The command comes from the file
@@ -18,6 +19,8 @@ import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: The measured CPU per path that ships with the package (package data, not under results/).
+PACKAGED_CPU = Path(__file__).resolve().parent.parent / "hxmpi" / "comm" / "overhead.json"
 
 #: Commands the README at 645fd19 gave for files that do not record their own (module paths
 #: updated to the current layout: ``python -m hxmpi.sim``, ``python -m hxmpi.sim.cluster``).
@@ -375,7 +378,7 @@ def main(argv=None) -> int:
     p.add_argument("--results", type=Path, default=RESULTS, help="directory of the result JSON files")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    files = sorted(args.results.glob("*.json"))
+    files = sorted(args.results.glob("*.json")) + ([PACKAGED_CPU] if args.results == RESULTS else [])
     for f in files:
         (args.out / f"{f.stem}.md").write_text(render(f))
         if f.with_suffix(".png").exists():

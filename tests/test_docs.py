@@ -19,6 +19,12 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 README = (ROOT / "README.md").read_text()
 RESULTS = ROOT / "benchmarks" / "results"
+PACKAGED_CPU = ROOT / "hxmpi" / "comm" / "overhead.json"  # the CPU per path shipped as package data
+
+
+def result_files():
+    """Every result file the performance pages render: the committed results and the packaged CPU file."""
+    return [*RESULTS.glob("*.json"), PACKAGED_CPU]
 PAGES = sorted(p for p in DOCS.rglob("*.md") if not p.relative_to(DOCS).parts[0].startswith("_"))
 
 
@@ -174,7 +180,7 @@ def test_the_extension_writes_the_flag_table_and_the_fragments(tmp_path):
     ext.generate(tmp_path)
     from hxmpi.train.command import flags_markdown
     assert (tmp_path / "flags.md").read_text() == flags_markdown() + "\n"
-    assert {p.stem for p in (tmp_path / "performance").glob("*.md")} == {p.stem for p in RESULTS.glob("*.json")}
+    assert {p.stem for p in (tmp_path / "performance").glob("*.md")} == {p.stem for p in result_files()}
 
 
 # ----------------------------------------------------------------------------- performance pages
@@ -182,7 +188,7 @@ def test_every_result_file_is_on_a_performance_page():
     included = set()
     for page in (DOCS / "performance").glob("*.md"):
         included |= set(re.findall(r"```\{include\} \.\./_generated/performance/(\w+)\.md", page.read_text()))
-    assert included == {p.stem for p in RESULTS.glob("*.json")}
+    assert included == {p.stem for p in result_files()}
 
 
 def test_performance_pages_type_no_tables():
@@ -194,8 +200,10 @@ def test_performance_pages_type_no_tables():
 
 def test_fragments_hold_the_result_files_numbers(fragments):
     """A number of each kind of result file, read from the JSON here, appears in its fragment."""
+    files = {p.stem: p for p in result_files()}
+
     def load(stem):
-        return json.loads((RESULTS / f"{stem}.json").read_text()), (fragments / f"{stem}.md").read_text()
+        return json.loads(files[stem].read_text()), (fragments / f"{stem}.md").read_text()
     d, md = load("osu_cluster_221")
     assert f"| 8 B | {d['results'][0]['bare']['avg_us']:.2f} |" in md
     assert f"{d['results'][0]['hier-plan']['avg_us']:.2f}" in md
@@ -212,7 +220,7 @@ def test_fragments_hold_the_result_files_numbers(fragments):
     assert f"{d['results']['sync/x3']['epoch_time_s']:.1f}" in md
     d, md = load("pack")
     assert f"{d['results'][-1]['hxmpi_gbps']:.2f}" in md
-    for f in RESULTS.glob("*.json"):
+    for f in result_files():
         text = (fragments / f"{f.stem}.md").read_text()
         assert text.startswith(f"### `{f.name}`") and ("Command" in text or "Arguments" in text), f.name
         assert text.count("\n| ") >= 2, f.name  # every file gives at least one table
