@@ -39,7 +39,10 @@ Degenerate layouts (one node, or one rank per node) run the hier paths flat: the
 flat's. JSON: ``command`` (this run's argv), ``radix``, ``cpu_formula``.
 
 ``--combine-flat A.json ... --combine-hier B.json ... --json OUT`` runs nothing: it writes the CPU file
-the simulator uses by default (``benchmarks/results/overhead.json``) from earlier ``--json`` runs.
+the simulator and ``HierComm``'s "auto" use from earlier ``--json`` runs. The packaged default is
+``hxmpi/comm/overhead.json`` (package data: write it there, with ``--json hxmpi/comm/overhead.json``,
+to change what a fresh install ships); any other file is used by ``python -m hxmpi.sim --overhead
+FILE``, ``HierComm(overhead=FILE)`` or env ``HXMPI_OVERHEAD=FILE``. A file must hold every key above.
 The flat and Bruck keys are the median over the ``--combine-flat`` runs (one rank per core: 2 ranks
 on 2 cores, ``--ranks-per-node 1``); the hier keys need 2 nodes of 2 ranks, on this machine 4 ranks
 on 2 cores, where a microsecond of Python between two collectives also costs the core-mate's
@@ -63,7 +66,7 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
+import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
 from hxmpi.comm.plan import bruck_rounds
 
 ALGORITHMS = ("flat", "hier", "bruck", "hier_pairwise", "hier_bruck")
@@ -119,7 +122,8 @@ def main(argv=None) -> int:
                    "rank per core, source of the flat and Bruck keys")
     p.add_argument("--combine-hier", nargs="+", metavar="JSON", help="combine mode: runs on 2 nodes of 2 ranks, "
                    "source of the hier keys (deflated by their flat keys)")
-    p.add_argument("--json", default=None, help="write results here (rank 0)")
+    p.add_argument("--json", default=None, help="write results here (rank 0); the CPU file packaged with hxmpi "
+                   "is hxmpi/comm/overhead.json (see above)")
     args = p.parse_args(argv)
     if args.combine_flat or args.combine_hier:
         if not (args.combine_flat and args.combine_hier and args.json):

@@ -32,7 +32,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-import hxmpi  # noqa: F401 - before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
+import hxmpi  # noqa: F401 - before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
 from hxmpi.data import DATASETS, load_dataset
 from hxmpi.data.shuffle import epoch_order
 from hxmpi.data.store import load_shard, parse_index

@@ -23,7 +23,7 @@ import numpy as np
 from hxmpi.comm._packing import copy_blocks
 from mpi4py import MPI
 
-import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
+import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
 from hxmpi.comm.costmodel import fit
 
 PROJECT_NODES = (2, 8, 64, 512, 4096)

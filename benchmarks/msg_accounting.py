@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
-import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
+import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
 
 
 def tx_bytes(interface: str) -> int:

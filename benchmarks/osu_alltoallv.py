@@ -27,7 +27,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (README)
+import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
 
 ALGORITHMS = ("flat", "hier", "bruck", "hier_pairwise", "hier_bruck")
 COLUMNS = ("bare", *ALGORITHMS, "auto", *(f"{a}-new" for a in ALGORITHMS), *(f"{a}-plan" for a in ALGORITHMS),

@@ -6,12 +6,48 @@ exactly when every sender and its receiver agree on every pair, up to a hash col
 with independent keys make that 2**-128. Nothing here communicates.
 """
 from libc.stdint cimport int64_t, uint64_t
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memset
+
+from enum import IntEnum
 
 cimport numpy as cnp
 import numpy as np
 
 cnp.import_array()
+
+
+cdef struct Record:
+    # The agreement record, one uint64 word each, summed over ranks: its one definition. The compiled
+    # code reads and writes it as this struct; Python reads it by ``Word`` (below), made from it.
+    # ``hxmpi/comm/agreement.py``'s docstring says what each word holds.
+    uint64_t flags          # ranks with a bad spec, plus 2**32 per rank on the large-count path
+    uint64_t validate
+    uint64_t algo           # each setting is followed by its square
+    uint64_t algo_sq
+    uint64_t kind
+    uint64_t kind_sq
+    uint64_t slot
+    uint64_t slot_sq
+    uint64_t same_buffers
+    uint64_t over_budget
+    uint64_t bytes
+    uint64_t recv_kib_sq
+    uint64_t messages
+    uint64_t pairwise
+    uint64_t fp_a
+    uint64_t fp_b
+
+
+cdef Record _layout
+memset(&_layout, 0, sizeof(Record))
+cdef Py_ssize_t _WORDS = sizeof(Record) // sizeof(uint64_t)
+#: Words in the record.
+WORDS = _WORDS
+#: Index of each word of the record by name (``Word.BYTES``...), in ``Record``'s field order (a
+#: struct converts to a dict of its fields in declaration order).
+Word = IntEnum("Word", [(name.upper(), i) for i, name in enumerate(<dict>_layout)], module=__name__)
+if len(Word) != WORDS:
+    raise ImportError("the agreement record must be uint64 words only")
 
 
 cdef inline uint64_t _mix(uint64_t z) noexcept nogil:
@@ -110,27 +146,25 @@ def spec_unchanged(now, then, tuple checks, tuple dtypes, tuple writable):
 def fill_record(cnp.ndarray rec not None, bint problem, bint big, int64_t algo, bint validate,
                 int64_t kind, int64_t slot, bint same_buffers, bint over_budget, int64_t kib_cap,
                 sent, expected, bint fingerprint, Py_ssize_t me, uint64_t key_a, uint64_t key_b):
-    """Write one rank's agreement record (the 16 uint64 words of ``hxmpi/comm/agreement.py``).
+    """Write one rank's agreement record (``WORDS`` uint64 words, laid out as ``Record``).
 
     ``sent``/``expected``: this rank's int64 send and receive byte counts (None only on a problem
     rank). From them come the pattern words (send bytes, receive KiB squared, messages to other
     ranks, the pairwise term) and, with ``fingerprint``, the two fingerprint lanes. Arrays are read
     through their data pointers: this is on every call's path.
     """
-    cdef uint64_t* r
+    cdef Record* r
     cdef const int64_t* s
     cdef const int64_t* e
     cdef Py_ssize_t n, p, d
     cdef uint64_t a = 0, b = 0, m = <uint64_t>me
     cdef int64_t total = 0, received = 0, messages = 0, pairwise = 0, kib
-    cdef int64_t settings[4]
-    if rec.dtype != np.uint64 or rec.shape[0] < 16 or not cnp.PyArray_IS_C_CONTIGUOUS(rec):
-        raise ValueError("fill_record: the record must be 16 contiguous uint64")
-    r = <uint64_t*>cnp.PyArray_DATA(rec)
-    for p in range(16):
-        r[p] = 0
+    if rec.dtype != np.uint64 or rec.shape[0] < _WORDS or not cnp.PyArray_IS_C_CONTIGUOUS(rec):
+        raise ValueError(f"fill_record: the record must be {WORDS} contiguous uint64")
+    r = <Record*>cnp.PyArray_DATA(rec)
+    memset(r, 0, sizeof(Record))
     if problem:
-        r[0] = 1
+        r.flags = 1
         return
     n = _int64_data(sent, &s)
     if _int64_data(expected, &e) != n:
@@ -155,20 +189,19 @@ def fill_record(cnp.ndarray rec not None, bint problem, bint big, int64_t algo, 
     kib = received >> 10
     if kib > kib_cap:
         kib = kib_cap
-    r[0] = (<uint64_t>big) << 32  # the problem count is the low half
-    r[1] = validate  # 0 or 1: the same everywhere exactly when the sum is 0 or P
-    settings[0], settings[1], settings[2] = algo, kind, slot
-    for p in range(3):  # algorithm, row kind, slot as (x, x^2): words 2..7
-        r[2 + 2 * p] = <uint64_t>settings[p]
-        r[3 + 2 * p] = <uint64_t>(settings[p] * settings[p])
-    r[8] = same_buffers
-    r[9] = over_budget
-    r[10] = <uint64_t>total
-    r[11] = <uint64_t>(kib * kib)
-    r[12] = <uint64_t>messages
-    r[13] = <uint64_t>pairwise
-    r[14] = a
-    r[15] = b
+    r.flags = (<uint64_t>big) << 32  # the problem count is the low half
+    r.validate = validate  # 0 or 1: the same everywhere exactly when the sum is 0 or P
+    r.algo, r.algo_sq = <uint64_t>algo, <uint64_t>(algo * algo)  # (x, x^2): all ranks alike?
+    r.kind, r.kind_sq = <uint64_t>kind, <uint64_t>(kind * kind)
+    r.slot, r.slot_sq = <uint64_t>slot, <uint64_t>(slot * slot)
+    r.same_buffers = same_buffers
+    r.over_budget = over_budget
+    r.bytes = <uint64_t>total
+    r.recv_kib_sq = <uint64_t>(kib * kib)
+    r.messages = <uint64_t>messages
+    r.pairwise = <uint64_t>pairwise
+    r.fp_a = a
+    r.fp_b = b
 
 
 cdef Py_ssize_t _int64_data(object arr, const int64_t** out) except -1:
@@ -186,8 +219,15 @@ cdef extern from *:
     ctypedef unsigned long long hx_u128  # 128 bits in C: P * sum(x^2) may pass 2**64
 
 
-# Bits of ``verdict``: the first three mean the call must fail.
-PROBLEM, SETTINGS, PAIRS, HIT, SAME_BUFFERS, OVER_BUDGET, BIG = 1, 2, 4, 8, 16, 32, 64
+cpdef enum Verdict:
+    # Bits of ``verdict``: the first three mean the call must fail.
+    PROBLEM = 1
+    SETTINGS = 2
+    PAIRS = 4
+    HIT = 8
+    ALL_SAME_BUFFERS = 16
+    ANY_OVER_BUDGET = 32
+    BIG = 64
 
 
 cdef inline bint _all_same(uint64_t total, uint64_t squares, uint64_t size) noexcept nogil:
@@ -195,28 +235,29 @@ cdef inline bint _all_same(uint64_t total, uint64_t squares, uint64_t size) noex
 
 
 def verdict(cnp.ndarray sums not None, Py_ssize_t size):
-    """The agreement's verdict from the summed record (``hxmpi/comm/agreement.py``'s words), as bits:
+    """The agreement's verdict from the summed record (laid out as ``Record``), as bits:
     PROBLEM (a rank's input is bad), SETTINGS (algorithm, validate or row kind differ), PAIRS (the
-    fingerprint is not zero), HIT (every rank is at the same cache slot), SAME_BUFFERS (every cached
-    run is bound to this call's buffers), OVER_BUDGET, BIG (the large-count path)."""
-    cdef const uint64_t* t
+    fingerprint is not zero), HIT (every rank is at the same cache slot), ALL_SAME_BUFFERS (every
+    cached run is bound to this call's buffers), ANY_OVER_BUDGET, BIG (the large-count path)."""
+    cdef const Record* t
     cdef uint64_t p = <uint64_t>size
     cdef int out = 0
-    if sums.dtype != np.uint64 or sums.shape[0] < 16 or not cnp.PyArray_IS_C_CONTIGUOUS(sums):
-        raise ValueError("verdict: the sums must be 16 contiguous uint64")
-    t = <const uint64_t*>cnp.PyArray_DATA(sums)
-    if t[0] & 0xFFFFFFFF:
+    if sums.dtype != np.uint64 or sums.shape[0] < _WORDS or not cnp.PyArray_IS_C_CONTIGUOUS(sums):
+        raise ValueError(f"verdict: the sums must be {WORDS} contiguous uint64")
+    t = <const Record*>cnp.PyArray_DATA(sums)
+    if t.flags & 0xFFFFFFFF:
         out |= PROBLEM
-    if t[0] >> 32:
+    if t.flags >> 32:
         out |= BIG
-    if not (t[1] == 0 or t[1] == p) or not _all_same(t[2], t[3], p) or not _all_same(t[4], t[5], p):
+    if not (t.validate == 0 or t.validate == p) or not _all_same(t.algo, t.algo_sq, p) \
+            or not _all_same(t.kind, t.kind_sq, p):
         out |= SETTINGS
-    if t[14] or t[15]:
+    if t.fp_a or t.fp_b:
         out |= PAIRS
-    if t[6] > 0 and _all_same(t[6], t[7], p):
+    if t.slot > 0 and _all_same(t.slot, t.slot_sq, p):
         out |= HIT
-        if t[8] == p:
-            out |= SAME_BUFFERS
-    if t[9]:
-        out |= OVER_BUDGET
+        if t.same_buffers == p:
+            out |= ALL_SAME_BUFFERS
+    if t.over_budget:
+        out |= ANY_OVER_BUDGET
     return out

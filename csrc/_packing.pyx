@@ -12,6 +12,16 @@ import numpy as np
 cnp.import_array()
 
 
+cpdef enum SideCheck:
+    # ``side_bytes``'s verdict on one side's counts and displacements (``msgspec`` words each one).
+    SIDE_OK = 0
+    NEGATIVE_COUNT = 1
+    NEGATIVE_DISPL = 2
+    PAST_BUFFER = 3      # a block ends past the buffer
+    OVERFLOW = 4         # a count or displacement past 2**62 bytes
+    NOT_ASCENDING = 5    # non-empty blocks out of order (only with ``no_overlap``): the caller sorts
+
+
 def copy_blocks(cnp.ndarray src not None, cnp.ndarray src_off not None, cnp.ndarray dst not None,
                 cnp.ndarray dst_off not None, cnp.ndarray length not None):
     """Copy block i: length[i] bytes from src[src_off[i]:] to dst[dst_off[i]:]. Returns bytes copied.
@@ -58,10 +68,8 @@ def side_bytes(cnp.ndarray counts not None, displs, int64_t elem, int64_t nbytes
     """Scale one side's counts/displs (elements) to bytes and check them in one pass.
 
     ``counts``: a contiguous 1-D int64 array; ``displs`` one of the same length or None (packed
-    prefix sums). Returns (count_bytes, displ_bytes, kind, index, total bytes): kind 0 = fine;
-    1 negative count, 2 negative displacement, 3 block past the buffer, 4 overflow past 2**62
-    bytes, 6 non-empty blocks not in ascending order (only with ``no_overlap``; the caller then
-    checks overlap by sorting). ``index`` is the peer concerned.
+    prefix sums). Returns (count_bytes, displ_bytes, check, index, total bytes): ``check`` a
+    ``SideCheck``, ``index`` the peer it concerns.
     """
     # Raw pointers rather than typed memoryviews: this runs twice on every new call's path, and
     # acquiring four memoryviews cost more than the loop.
@@ -80,20 +88,20 @@ def side_bytes(cnp.ndarray counts not None, displs, int64_t elem, int64_t nbytes
     cdef int64_t* od = <int64_t*>cnp.PyArray_DATA(out_d)
     cdef int64_t limit = (<int64_t>1 << 62) // (elem if elem > 0 else 1)
     cdef int64_t pos = 0, prev_end = 0, c, off, total = 0
-    cdef int kind = 0
+    cdef SideCheck kind = SIDE_OK
     cdef Py_ssize_t where = 0
     with nogil:
         for i in range(n):
             c = cnt[i]
             off = pos if packed else d[i]
             if c < 0:
-                kind, where = 1, i
+                kind, where = NEGATIVE_COUNT, i
                 break
             if off < 0:
-                kind, where = 2, i
+                kind, where = NEGATIVE_DISPL, i
                 break
             if c > limit or off > limit:
-                kind, where = 4, i
+                kind, where = OVERFLOW, i
                 break
             oc[i] = c * elem
             od[i] = off * elem
@@ -101,11 +109,11 @@ def side_bytes(cnp.ndarray counts not None, displs, int64_t elem, int64_t nbytes
             pos += c
             if c > 0:
                 if od[i] + oc[i] > nbytes:
-                    kind, where = 3, i
+                    kind, where = PAST_BUFFER, i
                     break
-                if no_overlap and kind == 0:
+                if no_overlap and kind == SIDE_OK:
                     if od[i] < prev_end:
-                        kind, where = 6, i  # not ascending: bounds still checked; caller sorts
+                        kind, where = NOT_ASCENDING, i  # bounds still checked; the caller sorts
                     else:
                         prev_end = od[i] + oc[i]
     return out_c, out_d, kind, where, total
@@ -175,6 +183,6 @@ def common_vector(spec, Py_ssize_t size, bint writable, dict predefined, object 
     if not _int64_vector(counts, size):
         return None
     cb, db, kind, _, total = side_bytes(counts, displs, elem, nbytes, writable)
-    if kind != 0:
+    if kind != SIDE_OK:
         return None
     return _bytes_view(a), cb, db, elem, None, total

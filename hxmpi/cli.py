@@ -24,6 +24,8 @@ from typing import Callable, NoReturn, Optional
 
 from .launcher import RANK_VARS
 
+__all__ = ["world_rank", "abort_job", "report", "run_main", "settle_failure"]
+
 SETTLE_TIMEOUT_S = 5.0  # how long failing ranks wait for the others before aborting
 
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Optional
 
+__all__ = ["HxmpiError", "TopologyError", "ExchangeError", "SettingError", "NonFiniteLoss",
+           "ExchangeTypeError", "ExchangeKeyError", "CpuFileError", "agree", "raise_gathered"]
+
 if TYPE_CHECKING:  # importing this module does not start MPI
     from mpi4py import MPI
 
@@ -35,6 +38,11 @@ class SettingError(HxmpiError, ValueError):
     def __init__(self, setting: str, detail: str):
         super().__init__(f"{setting} {detail}")
         self.setting, self.detail = setting, detail
+
+
+class CpuFileError(HxmpiError, ValueError):
+    """A CPU-per-path file (``bench_overhead.py --json`` output) that is missing or malformed; the
+    message names the file and the problem."""
 
 
 class NonFiniteLoss(HxmpiError, ArithmeticError):

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+__all__ = ["find_mpiexec", "family", "local_flags", "session_flags"]
+
 OPEN_MPI = "openmpi"  # mpirun from Open MPI 5 (PRRTE)
 HYDRA = "hydra"  # mpiexec from MPICH (and MPICH-derived MPIs: Intel MPI, MVAPICH)
 OTHER = "other"

@@ -12,6 +12,8 @@ import sys
 import time
 from typing import Optional, TextIO
 
+__all__ = ["Progress", "RunLog", "time_to_target", "time_to_target_interpolated", "epoch_text"]
+
 
 class Progress:
     """Progress towards ``total`` (in ``unit``; ``"B"`` shows bytes in KiB/MiB/GiB)."""

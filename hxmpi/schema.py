@@ -1,8 +1,8 @@
 """The settings schema: every setting of a training run, defined once (name, type, range, default, help).
 
 Everything else is generated from ``SETTINGS``: ``hxmpi.train.run_config.TrainConfig``'s fields, the flags of
-``python -m hxmpi.train`` (``--batch-size`` for ``batch_size``), its ``--help`` and the README's
-flag table (``flags_markdown``). Sub-configs (``StagingConfig``, ``UpdateConfig``) name their
+``python -m hxmpi.train`` (``--batch-size`` for ``batch_size``), its ``--help`` and the docs'
+flag table (``hxmpi.train.command.flags_markdown``, rendered into docs/training.md at build time). Sub-configs (``StagingConfig``, ``UpdateConfig``) name their
 fields after the settings they hold and take their defaults from here.
 
 ``check`` is the one place a value's type, range or choice is checked: ``TrainConfig`` and every
@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 
 from .errors import SettingError
 
-__all__ = ["Setting", "SETTINGS", "check", "check_fields", "default", "flag", "parse_bytes"]
+__all__ = ["Setting", "SETTINGS", "Straggle", "check", "check_fields", "default", "flag", "parse_bytes"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class Setting:
         return flag(self.name)
 
     def shown_metavar(self) -> Optional[str]:
-        """The flag's value as the help and the README show it (None for an on/off flag)."""
+        """The flag's value as the help and the docs' flag table show it (None for an on/off flag)."""
         if self.kind is bool:
             return None
         allowed = self.allowed()
@@ -70,7 +70,7 @@ class Setting:
         return list(self.default) if isinstance(self.default, list) else self.default
 
     def shown_default(self) -> str:
-        """The default as the help and the README show it."""
+        """The default as the help and the docs' flag table show it."""
         if self.default_text is not None:
             return self.default_text
         if self.kind is bool:
@@ -226,13 +226,13 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        rule="> 0", metavar="F"),
     # data and staging
     _S("dataset", str, "digits", "bundled dataset (UCI digits, 80/20 split by seed), or a store directory / URL "
-       "(README: *Dataset store*)", metavar="NAME|DIR|URL"),
+       "(docs/staging.md)", metavar="NAME|DIR|URL"),
     _S("staging", str, "auto", "store staging mode; auto picks memory below --capacity-threshold, else distributed",
        choices=("auto", "memory", "distributed")),
     _S("capacity_threshold", int, None, "train bytes (suffixes K, M, G) below which a store goes to memory "
        "(rank 0's value is used)", rule=">= 0", parse=parse_bytes, metavar="BYTES", default_text="1/4 of available memory"),
     _S("cache_dir", str, None, "node-local staging directory (one nodeK folder per node); one live run per "
-       "directory: a second run is refused (README: *Failure behaviour*)", metavar="DIR",
+       "directory: a second run is refused (docs/failures.md)", metavar="DIR",
        default_text="$TMPDIR/hxmpi-cache-JOB"),
     _S("cache_limit", int, None, "distributed mode: local storage for train shards per node (suffixes K, M, G; the "
        "small test split's files are not counted); evicts the shard whose next use is furthest away; below the "
@@ -264,11 +264,11 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _S("ranks_per_node", int, None, "virtual nodes of this many consecutive ranks (also env HXMPI_RANKS_PER_NODE)",
        rule=">= 1", metavar="K", default_text="real nodes"),
     # run control
-    _S("log", str, None, "JSONL file: one record per epoch, then a summary (README: *Summary*)",
+    _S("log", str, None, "JSONL file: one record per epoch, then a summary (docs/training.md, Summary)",
        metavar="FILE", default_text="none"),
     _S("checkpoint", str, None, "checkpoint after every epoch into DIR/epoch-NNNNNN/ (a shard per rank, then "
        "meta.json), committed by renaming DIR/LATEST; DIR is checked writable before training; one live run per directory: a "
-       "second run is refused at start, naming the holder's pid (README: *Failure behaviour*)", metavar="DIR",
+       "second run is refused at start, naming the holder's pid (docs/failures.md)", metavar="DIR",
        default_text="none"),
     _S("resume", bool, False, "continue from the newest complete checkpoint in --checkpoint (logged: which, and "
        "why), at the world size it was written with or any other: dense parameters and momentum are replicated, "
@@ -328,7 +328,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _S("dtype", str, "float32", "type of parameters, gradients and data", choices=("float32", "float64")),
     # failure handling and testing aids
     _S("stall_timeout", float, 0.0, "after this many seconds in any blocking collective of the run, name the "
-       "ranks missing from it (a 'stall' record from rank 0; 0: off); README: *Failure behaviour*", rule=">= 0",
+       "ranks missing from it (a 'stall' record from rank 0; 0: off); docs/failures.md", rule=">= 0",
        metavar="SECONDS"),
     _S("stall_abort", bool, False, "abort the job when a stall is detected (every rank that sees it aborts)"),
     _S("fail_at", tuple, None, "testing aid: raise an error on RANK at global step STEP", parse=_fail_at,

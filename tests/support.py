@@ -176,7 +176,7 @@ def auto_expected(comm, hc, send_bytes, uniform=False, mode="oneshot") -> tuple:
                       pattern.pairwise_bytes)
     t = hc.topology
     return auto_pick(hc.cost_model, mode, t.num_nodes, t.max_node_size, pattern, hc.node_phase,
-                     hc.layout.hier_possible)
+                     hc.layout.hier_possible, hc.cpu_times)
 
 
 def ran(hc) -> tuple:
@@ -199,7 +199,7 @@ def mpi_type(dtype):
     """The MPI datatype of numpy ``dtype`` (a committed byte block for structured dtypes)."""
     from mpi4py import MPI
     return MPI.BYTE.Create_contiguous(np.dtype(dtype).itemsize).Commit() \
-        if np.dtype(dtype).kind == "V" else MPI._typedict[np.dtype(dtype).char]
+        if np.dtype(dtype).kind == "V" else MPI.Datatype.fromcode(np.dtype(dtype).char)
 
 
 def rewrite_shard(root, index, shard, X, y):

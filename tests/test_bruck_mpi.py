@@ -5,6 +5,7 @@ import pytest
 from mpi4py import MPI
 
 from hxmpi.comm.bruck import Bruck, Pairwise, bruck_rounds, check_radix
+from hxmpi.comm.msgspec import Side
 
 pytestmark = pytest.mark.mpi
 
@@ -52,7 +53,7 @@ def test_every_radix_equals_alltoallv(comm, pattern):
     for radix in list(range(2, comm.size + 1)) + [comm.size + 3]:
         for cls in (Bruck, Pairwise):
             sview, sc, sd, rview, rc, rd, ref = buffers(comm, counts)
-            ex = cls(comm, sview, sc, sd, rview, rc, rd, False, radix=radix)
+            ex = cls(comm, Side(sview, sc, sd), Side(rview, rc, rd), False, radix=radix)
             ex.run()
             reference(comm, sview, sc, sd, ref, rc, rd)
             assert np.array_equal(rview, ref), (cls.__name__, radix)
@@ -63,7 +64,7 @@ def test_repeated_runs_use_learned_lengths_and_fresh_data(comm):
     """Second and third runs send no headers; they must still carry the buffers' current bytes."""
     counts = count_matrix(comm.size, "irregular", seed=5)
     sview, sc, sd, rview, rc, rd, ref = buffers(comm, counts)
-    ex = Bruck(comm, sview, sc, sd, rview, rc, rd, radix=2)
+    ex = Bruck(comm, Side(sview, sc, sd), Side(rview, rc, rd), radix=2)
     for salt in (0, 17, 99):
         sview[:] = buffers(comm, counts, salt)[0]
         assert ex.start() == MPI.REQUEST_NULL
@@ -80,7 +81,7 @@ def test_sub_communicators_like_lanes(comm, radix):
     for sub in subs:
         counts = count_matrix(sub.size, "sparse", seed=radix)
         sview, sc, sd, rview, rc, rd, ref = buffers(sub, counts)
-        ex = Bruck(sub, sview, sc, sd, rview, rc, rd, radix=radix)
+        ex = Bruck(sub, Side(sview, sc, sd), Side(rview, rc, rd), radix=radix)
         ex.start().Wait()
         reference(sub, sview, sc, sd, ref, rc, rd)
         assert np.array_equal(rview, ref)
@@ -93,7 +94,7 @@ def test_large_count_path_falls_back_to_alltoallw(comm, large_count_path):
     counts = count_matrix(comm.size, "sparse", seed=2)
     for cls in (Bruck, Pairwise):
         sview, sc, sd, rview, rc, rd, ref = buffers(comm, counts)
-        ex = cls(comm, sview, sc, sd, rview, rc, rd, True, radix=2)
+        ex = cls(comm, Side(sview, sc, sd), Side(rview, rc, rd), True, radix=2)
         assert ex.fallback is not None and ex.init() is None
         ex.start().Wait()
         reference(comm, sview, sc, sd, ref, rc, rd)
@@ -105,7 +106,7 @@ def test_bad_radix_fails_on_every_rank(comm):
     sview, sc, sd, rview, rc, rd, _ = buffers(comm, count_matrix(comm.size, "uniform"))
     for bad in (1, 0, 2.5, True, "2"):
         with pytest.raises(ValueError, match="radix must be an integer >= 2"):
-            Bruck(comm, sview, sc, sd, rview, rc, rd, radix=bad)
+            Bruck(comm, Side(sview, sc, sd), Side(rview, rc, rd), radix=bad)
 
 
 def test_receive_count_that_disagrees_is_named(comm):
@@ -120,7 +121,7 @@ def test_receive_count_that_disagrees_is_named(comm):
         rc[0] += 1
         rd = np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.int64)
         rview = np.zeros(int(rc.sum()), np.uint8)
-    ex = Bruck(comm, sview, sc, sd, rview, rc, rd, radix=2)
+    ex = Bruck(comm, Side(sview, sc, sd), Side(rview, rc, rd), radix=2)
     if comm.rank == last:
         with pytest.raises(ValueError, match=f"rank {last} expects 9 B from rank 0, which sent 8 B"):
             ex.run()
@@ -160,7 +161,6 @@ def test_hier_lane_phase_and_flat_runs(comm, layout, node_phase):
     from functools import partial
 
     from hxmpi import HierComm
-    from hxmpi.comm.msgspec import Side
     from hxmpi.comm.runs import FlatRun, HierPlan, HierRun, NodeWindow, Scratch
 
     hc = HierComm(comm, node_of=LAYOUTS[layout](comm.size), node_phase=node_phase)
@@ -205,7 +205,7 @@ def test_planned_rounds_are_the_rounds_sent(comm, radix):
     from hxmpi.sim.schedule import bruck_messages
     counts = count_matrix(comm.size, "irregular", seed=radix)
     sview, sc, sd, rview, rc, rd, _ = buffers(comm, counts)
-    ex = Bruck(comm, sview, sc, sd, rview, rc, rd, radix=radix)
+    ex = Bruck(comm, Side(sview, sc, sd), Side(rview, rc, rd), radix=radix)
     ex.run()
     planned = bruck_messages(counts, comm.rank, radix, header=False)
     got = [[(m.dest, m.src, m.nbytes) for m in group] for group in ex.rounds]

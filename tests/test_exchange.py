@@ -1,4 +1,6 @@
 """HierComm: every result equals flat comm.Alltoallv byte for byte; bad input raises on every rank."""
+import json
+import os
 import re
 
 import numpy as np
@@ -345,26 +347,38 @@ def test_big_path_chosen_by_one_rank_only(comm, hcs, monkeypatch):
         assert out.tobytes() == ref.tobytes()
 
 
-_FAVOURED = {  # a calibration file per family: what makes it far cheaper than the others (flat and
-    # Bruck share one fixed cost, overhead_flat)
-    "flat": dict(overhead_flat=0.0, overhead_hier=1.0),
-    "hier": dict(overhead_flat=1.0, overhead_hier=0.0),
-    "bruck": dict(overhead_flat=0.0, overhead_hier=1.0, msg_overhead=1e-3, alpha_inter=0.0, alpha_intra=0.0),
+_FAVOURED = {  # per family: a calibration file, and the CPU-per-path keys that cost nothing (the
+    # others cost 1 s), which make it far cheaper than the others
+    "flat": ({}, ("flat",)),
+    "hier": ({}, ("hier", "hier_pairwise", "hier_bruck")),
+    "bruck": (dict(msg_overhead=1e-3, alpha_inter=0.0, alpha_intra=0.0), ("bruck",)),
     # latency and message costs balanced: radix 3 at 3, 6 and 7 ranks (the radix is the model's too)
-    "bruck3": dict(overhead_flat=0.0, overhead_hier=1.0, msg_overhead=1e-3, alpha_inter=3e-3, alpha_intra=3e-3),
+    "bruck3": (dict(msg_overhead=1e-3, alpha_inter=3e-3, alpha_intra=3e-3), ("bruck",)),
 }
+
+
+def _favour_files(comm, tmp_path_factory, favour) -> tuple[str, str]:
+    """(tuning file, CPU file) of ``_FAVOURED[favour]``, written by rank 0, paths on every rank."""
+    from hxmpi.comm.costmodel import CPU_KEYS, CostModel
+    tmp = comm.bcast(str(tmp_path_factory.mktemp("tune")) if comm.rank == 0 else None)
+    model, free = _FAVOURED[favour]
+    if comm.rank == 0:
+        CostModel(**model).save(f"{tmp}/t.json")
+        cpu = {k: 0.0 if k.replace("_hit", "").replace("_plan", "") in free else 1.0 for k in CPU_KEYS}
+        with open(f"{tmp}/cpu.json", "w") as fh:
+            json.dump({"cpu_s_per_call": cpu}, fh)
+    comm.Barrier()
+    return f"{tmp}/t.json", f"{tmp}/cpu.json"
 
 
 @pytest.mark.parametrize("favour", sorted(_FAVOURED))
 def test_auto_follows_the_tuning_file(comm, favour, tmp_path_factory):
-    """A calibration file decides "auto" on every rank: it runs the cost model's pick for the call
-    (algorithm and Bruck radix), and the family the file favours where the layout allows it."""
-    from hxmpi.comm.costmodel import CostModel
-    path = comm.bcast(str(tmp_path_factory.mktemp("tune") / "t.json") if comm.rank == 0 else None)
-    if comm.rank == 0:
-        CostModel(**_FAVOURED[favour]).save(path)
-    comm.Barrier()
-    hc = HierComm(comm, ranks_per_node=2, tuning=path)
+    """A calibration file and a CPU-per-path file decide "auto" on every rank: it runs the cost
+    model's pick for the call (algorithm and Bruck radix), each path priced with the file's CPU, and
+    the family the files favour where the layout allows it."""
+    tuning, overhead = _favour_files(comm, tmp_path_factory, favour)
+    hc = HierComm(comm, ranks_per_node=2, tuning=tuning, overhead=overhead)
+    assert hc.cpu_times.source == overhead and hc.cpu_times("flat") == (0.0 if favour == "flat" else 1.0)
     size = comm.size
     sbuf = np.arange(4 * size, dtype=np.float64)
     counts = np.full(size, 4, np.int64)
@@ -374,10 +388,38 @@ def test_auto_follows_the_tuning_file(comm, favour, tmp_path_factory):
     assert out.tobytes() == ref.tobytes()
     assert ran(hc) == auto_expected(comm, hc, counts * 8)
     hier = hc.topology.num_nodes > 1 and hc.topology.max_node_size > 1
-    if (favour == "hier" and hier) or favour == "flat" or (favour == "bruck" and size >= 4):
-        # Bruck shares flat's fixed cost: at 3 ranks one radix-3 round beats Open MPI's pairwise rounds.
-        family = {"flat": ("flat", "bruck"), "hier": ("hier", "hier_pairwise", "hier_bruck"), "bruck": ("bruck",)}
+    if (favour == "hier" and hier) or favour in ("flat", "bruck"):
+        family = {"flat": ("flat",), "hier": ("hier", "hier_pairwise", "hier_bruck"), "bruck": ("bruck",)}
         assert hc.last_stats["algorithm"] in family[favour], hc.last_stats
     if favour == "bruck3" and size in (3, 6, 7):
         assert ran(hc) == ("bruck", 3), hc.last_stats
+    hc.free()
+
+
+@pytest.mark.parametrize("bad", ["missing", "malformed", "other_numbers"])
+def test_pricing_files_are_agreed(comm, bad, tmp_path_factory):
+    """A CPU file that one rank cannot read, or whose numbers differ from the other ranks', raises
+    ExchangeError on every rank, naming the file (one rank raising alone would hang the others)."""
+    from hxmpi.comm.costmodel import CPU_KEYS
+    tmp = comm.bcast(str(tmp_path_factory.mktemp("cpu")) if comm.rank == 0 else None)
+    good, odd = f"{tmp}/good.json", f"{tmp}/odd.json"
+    if comm.rank == 0:
+        with open(good, "w") as fh:
+            json.dump({"cpu_s_per_call": dict.fromkeys(CPU_KEYS, 1e-6)}, fh)
+        with open(odd, "w") as fh:
+            fh.write({"missing": "", "malformed": '{"cpu_s_per_call": {"flat": 1e-6}}',
+                      "other_numbers": json.dumps({"cpu_s_per_call": dict.fromkeys(CPU_KEYS, 2e-6)})}[bad])
+        if bad == "missing":
+            os.remove(odd)
+    comm.Barrier()
+    last = comm.rank == comm.size - 1
+    if bad == "other_numbers" and comm.size == 1:
+        pytest.skip("needs two ranks")
+    want = {"missing": rf"rank {comm.size - 1}: CPU file {re.escape(odd)}: cannot read it",
+            "malformed": rf"rank {comm.size - 1}: CPU file {re.escape(odd)}: cpu_s_per_call lacks flat_hit",
+            "other_numbers": "CPU per path differs between ranks"}[bad]
+    with pytest.raises(ExchangeError, match=want):
+        HierComm(comm, ranks_per_node=2, overhead=odd if last else good)
+    hc = HierComm(comm, ranks_per_node=2, overhead=good)  # the refused construction left nothing behind
+    assert_exchange_works(comm, hc)
     hc.free()

@@ -1,7 +1,7 @@
 """The agreement record without MPI: every rank's record summed as MPI_SUM would, for whole count matrices."""
 import numpy as np
 import pytest
-from hxmpi.comm._agree import fill_record, pattern_key, same_arrays
+from hxmpi.comm._agree import Word, fill_record, pattern_key, same_arrays
 
 from hxmpi.comm import agreement
 
@@ -21,7 +21,7 @@ def world_sum(counts: np.ndarray, expected: np.ndarray) -> np.ndarray:
 
 def fingerprint_of(counts, expected) -> tuple[int, int]:
     t = world_sum(counts, expected)
-    return int(t[agreement.FP_A]), int(t[agreement.FP_B])
+    return int(t[Word.FP_A]), int(t[Word.FP_B])
 
 
 @pytest.mark.parametrize("p", [1, 2, 5, 16])
@@ -60,18 +60,18 @@ def test_settings_words_are_sums_and_squares():
     rec = np.zeros(agreement.WORDS, dtype=np.uint64)
     sent, expected = np.array([5 << 10, 0, 7], np.int64), np.array([1, 2, 3 << 10], np.int64)
     fill_record(rec, False, True, 2, True, 77, 3, True, False, 1 << 20, sent, expected, False, 0, *KEY)
-    assert rec[agreement.FLAGS] == 1 << 32  # large-count path, no problem
-    assert rec[agreement.VALIDATE] == 1
-    assert (rec[agreement.ALGO], rec[agreement.ALGO_SQ]) == (2, 4)
-    assert (rec[agreement.KIND], rec[agreement.KIND_SQ]) == (77, 77 * 77)
-    assert (rec[agreement.SLOT], rec[agreement.SLOT_SQ]) == (3, 9)
-    assert (rec[agreement.SAME_BUFFERS], rec[agreement.OVER_BUDGET]) == (1, 0)
-    assert rec[agreement.BYTES] == (5 << 10) + 7
-    assert rec[agreement.RECV_KIB_SQ] == 3 ** 2  # 3 KiB + 3 B received: whole KiB
-    assert rec[agreement.MESSAGES] == 1  # rank 0 sends to rank 2 only (not to itself, not 0 B)
+    assert rec[Word.FLAGS] == 1 << 32  # large-count path, no problem
+    assert rec[Word.VALIDATE] == 1
+    assert (rec[Word.ALGO], rec[Word.ALGO_SQ]) == (2, 4)
+    assert (rec[Word.KIND], rec[Word.KIND_SQ]) == (77, 77 * 77)
+    assert (rec[Word.SLOT], rec[Word.SLOT_SQ]) == (3, 9)
+    assert (rec[Word.SAME_BUFFERS], rec[Word.OVER_BUDGET]) == (1, 0)
+    assert rec[Word.BYTES] == (5 << 10) + 7
+    assert rec[Word.RECV_KIB_SQ] == 3 ** 2  # 3 KiB + 3 B received: whole KiB
+    assert rec[Word.MESSAGES] == 1  # rank 0 sends to rank 2 only (not to itself, not 0 B)
     # Pairwise rounds of rank 0: k=1 sends 0 to 1, receives 3 KiB from 2; k=2 sends 7 to 2, receives 2 from 1.
-    assert rec[agreement.PAIRWISE] == (3 << 10) + 7
-    assert rec[agreement.FP_A] == rec[agreement.FP_B] == 0  # no fingerprint asked for
+    assert rec[Word.PAIRWISE] == (3 << 10) + 7
+    assert rec[Word.FP_A] == rec[Word.FP_B] == 0  # no fingerprint asked for
     fill_record(rec, True, True, 2, True, 77, 3, True, False, 1 << 20, None, None, True, 0, *KEY)
     assert rec.tolist() == [1] + [0] * (agreement.WORDS - 1)  # a problem rank says only that
 
@@ -122,28 +122,28 @@ def test_verdict_bits():
     from hxmpi.comm import _agree as v
     p = 4
     rec = np.zeros(agreement.WORDS, dtype=np.uint64)
-    rec[agreement.VALIDATE] = p
-    rec[agreement.ALGO], rec[agreement.ALGO_SQ] = 2 * p, 4 * p  # code 2 everywhere
-    rec[agreement.SLOT], rec[agreement.SLOT_SQ] = 3 * p, 9 * p  # slot 3 everywhere
-    rec[agreement.SAME_BUFFERS] = p
-    assert v.verdict(rec, p) == v.HIT | v.SAME_BUFFERS
+    rec[Word.VALIDATE] = p
+    rec[Word.ALGO], rec[Word.ALGO_SQ] = 2 * p, 4 * p  # code 2 everywhere
+    rec[Word.SLOT], rec[Word.SLOT_SQ] = 3 * p, 9 * p  # slot 3 everywhere
+    rec[Word.SAME_BUFFERS] = p
+    assert v.verdict(rec, p) == v.Verdict.HIT | v.Verdict.ALL_SAME_BUFFERS
     one = rec.copy()
-    one[agreement.ALGO], one[agreement.ALGO_SQ] = 2 * 3 + 1, 4 * 3 + 1  # one rank passed code 1
-    assert v.verdict(one, p) & v.SETTINGS
+    one[Word.ALGO], one[Word.ALGO_SQ] = 2 * 3 + 1, 4 * 3 + 1  # one rank passed code 1
+    assert v.verdict(one, p) & v.Verdict.SETTINGS
     one = rec.copy()
-    one[agreement.VALIDATE] = p - 1
-    assert v.verdict(one, p) & v.SETTINGS
+    one[Word.VALIDATE] = p - 1
+    assert v.verdict(one, p) & v.Verdict.SETTINGS
     one = rec.copy()
-    one[agreement.SLOT], one[agreement.SLOT_SQ] = 3 * 3 + 2, 9 * 3 + 4  # one rank at slot 2: a miss
-    assert not v.verdict(one, p) & v.HIT
+    one[Word.SLOT], one[Word.SLOT_SQ] = 3 * 3 + 2, 9 * 3 + 4  # one rank at slot 2: a miss
+    assert not v.verdict(one, p) & v.Verdict.HIT
     one = rec.copy()
-    one[agreement.FLAGS] = (1 << 32) * 2 + 1
-    one[agreement.FP_B] = 5
-    assert v.verdict(one, p) == v.PROBLEM | v.BIG | v.PAIRS | v.HIT | v.SAME_BUFFERS
+    one[Word.FLAGS] = (1 << 32) * 2 + 1
+    one[Word.FP_B] = 5
+    assert v.verdict(one, p) == v.Verdict.PROBLEM | v.Verdict.BIG | v.Verdict.PAIRS | v.Verdict.HIT | v.Verdict.ALL_SAME_BUFFERS
     # Squares of 20-bit kinds summed over 2**22 ranks pass 2**64 when multiplied by P: compared exactly.
     big_p, kind = 1 << 22, (1 << 20) - 1
     huge = np.zeros(agreement.WORDS, dtype=np.uint64)
-    huge[agreement.KIND], huge[agreement.KIND_SQ] = kind * big_p, kind * kind * big_p
-    assert not v.verdict(huge, big_p) & v.SETTINGS
-    huge[agreement.KIND_SQ] += 1
-    assert v.verdict(huge, big_p) & v.SETTINGS
+    huge[Word.KIND], huge[Word.KIND_SQ] = kind * big_p, kind * kind * big_p
+    assert not v.verdict(huge, big_p) & v.Verdict.SETTINGS
+    huge[Word.KIND_SQ] += 1
+    assert v.verdict(huge, big_p) & v.Verdict.SETTINGS

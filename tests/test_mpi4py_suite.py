@@ -6,7 +6,7 @@ fetched at test time (nothing of mpi4py is kept in this repository); without net
 skips, saying why. Selection: test_cco_buf testAlltoall, test_cco_vec testAlltoallv/2/3 (the
 in-place class included), test_msgzero, and the vector classes of test_msgspec.
 
-Two changes to what the tests see, both limits listed in the README:
+Two changes to what the tests see, both limits listed in docs/concepts.md (Buffer specs, Limits):
 - arrayimpl's fake-GPU backends (buffers exposing only ``__cuda_array_interface__``) are taken out of
   its backend loop: hxmpi refuses accelerator memory, so every loop over backends would fail on them.
   ``test_cai_buffers_refused`` checks the refusal instead, and TestMessageVectorCAIBuf runs as is and
@@ -61,7 +61,7 @@ MSGSPEC = {
     "test_msgspec": lambda cls, meth: cls.startswith("TestMessageVector") and not cls.startswith(
         "TestMessageVectorW"),
 }
-# Test methods that fail by design (see the README's limits): accelerator-memory buffers are refused.
+# Test methods that fail by design (see the limits in docs/concepts.md): accelerator-memory buffers are refused.
 EXPECTED_FAILURES = {f"test_msgspec.TestMessageVectorCAIBuf.testArray{i}" for i in range(1, 7)}
 INDEX = "https://pypi.org/simple/mpi4py/"
 

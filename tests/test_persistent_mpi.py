@@ -84,6 +84,30 @@ def test_one_shot_both_node_phases(comm, phased, layout, phase):
             assert hc.last_stats["intra"] == {"messages": 0, "bytes": 0}
 
 
+@pytest.mark.parametrize("phase", ["shm", "mpi"])
+def test_request_reports_its_stats_and_frees_only_its_own_window(comm, phased, phase):
+    """A completed request's stats are the HierComm's last_stats ("request"); Free releases the
+    request's node window, not the one one-shot calls share, which then still work."""
+    hc = phased["regular", phase]
+    rng = np.random.default_rng(11 + comm.rank)
+    sc, rc, sbuf, ref = exchange_case(comm, rng, np.int32)
+    out = np.zeros(int(rc.sum()), np.int32)
+    req = hc.Alltoallv_init([sbuf, sc, MPI.INT], [out, rc, MPI.INT], algorithm="hier")
+    own = req._window
+    assert (own is not None) == (phase == "shm" and hc.layout.hier_possible)
+    assert own is None or own is not hc._window
+    hc.Alltoallv([sbuf, sc, MPI.INT], [out, rc, MPI.INT], algorithm="flat")
+    assert hc.last_stats["plan_cache"] != "request"
+    req.Start()
+    req.Wait()
+    assert out.tobytes() == ref.tobytes()
+    assert hc.last_stats["plan_cache"] == "request" and hc.last_stats["algorithm"] == req.algorithm
+    req.Free()
+    if own is not None:
+        assert own.win is None  # released with the request
+    assert_exchange_works(comm, hc)
+
+
 @pytest.mark.parametrize("algorithm", ["flat", "hier", "auto"])
 @pytest.mark.parametrize("phase", ["shm", "mpi"])
 @pytest.mark.parametrize("layout", LAYOUTS)

@@ -1,14 +1,17 @@
 """hxmpi.sim.simulate: replays of tiny layouts in SimGrid, traces built from hxmpi.comm.plan, clean CLI errors."""
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from hxmpi.comm.costmodel import CostModel
+from hxmpi.comm.costmodel import CPU_KEYS, CostModel, CpuTimes
 from hxmpi.comm.plan import Layout
+from hxmpi.errors import CpuFileError
 from hxmpi.sim.simulate import (
     PRESETS,
     Call,
@@ -23,6 +26,10 @@ from hxmpi.sim.simulate import (
     smpirun_path,
     trace_stats,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The CPU file in the source tree, the one copy (package data of hxmpi.comm).
+PACKAGED_CPU = ROOT / "hxmpi" / "comm" / "overhead.json"
 
 try:
     smpirun_path()
@@ -192,25 +199,102 @@ def test_cli_json(tmp_path):
         assert r["bare_alltoall_sim_s"] > 0 and r["flat_sim_s"] > r["bare_alltoallv_sim_s"] + r["agreement_sim_s"]
 
 
-def test_cpu_times_from_file_and_fallback(tmp_path):
-    """Measured seconds per path are used as given; a missing key or file falls back, warning once."""
-    import io
+def cpu_file(path, **seconds) -> str:
+    """A CPU file with every path at 1 us but those given (seconds); returns its path."""
+    table = {**dict.fromkeys(CPU_KEYS, 1e-6), **seconds}
+    path.write_text(json.dumps({"benchmark": "overhead", "cpu_s_per_call": table}))
+    return str(path)
 
-    from hxmpi.sim.simulate import CpuTimes
-    path = tmp_path / "overhead.json"
-    path.write_text(json.dumps({"cpu_s_per_call": {"flat": 3e-6, "hier_plan": 7e-6}}))
-    model, warn = CostModel(), io.StringIO()
-    cpu = CpuTimes(model, str(path), warn=warn)
-    assert cpu("flat") == 3e-6 and cpu("hier_plan") == 7e-6 and warn.getvalue() == ""
-    assert cpu("hier") == model.overhead_hier and cpu("bruck") == model.overhead_flat
-    assert warn.getvalue().count("warning") == 1 and "cpu_s_per_call['hier']" in warn.getvalue()
-    assert cpu.missing == {"hier", "bruck"}
-    missing = CpuTimes(model, str(tmp_path / "none.json"), warn=(w := io.StringIO()))
-    assert missing("flat_plan") == model.overhead_flat and "No such file" in w.getvalue()
-    # The trace starts with the measured CPU of its path.
+
+def test_cpu_times_come_from_the_file_as_given(tmp_path):
+    """Measured seconds per path are used as given; the trace starts with the measured CPU of its path."""
+    cpu = CpuTimes.load(cpu_file(tmp_path / "overhead.json", flat=3e-6, hier_plan=7e-6))
+    assert cpu("flat") == 3e-6 and cpu("hier_plan") == 7e-6 and cpu("bruck_hit") == 1e-6
     line = rank_trace(Layout(node_of_sizes([2, 2])), make_counts(4, 8, False), 0, Call("flat", "oneshot"), "shm",
-                      model, cpu)[1]
+                      CostModel(), cpu)[1]
     assert line == "0 sleep 3e-06"
+    model = CostModel()
+    fixed = CpuTimes.fixed(model)
+    assert fixed("hier_bruck_hit") == model.overhead_hier and fixed("bruck") == model.overhead_flat
+    assert set(fixed.seconds) == set(CPU_KEYS) and "fixed costs" in fixed.source
+
+
+def test_packaged_cpu_file_is_complete():
+    """The CPU file shipped with hxmpi has every path, and is what CpuTimes reads by default."""
+    cpu = CpuTimes.load()
+    assert set(cpu.seconds) == set(CPU_KEYS) and cpu.source.startswith(str(PACKAGED_CPU))
+    assert cpu.seconds == {k: v for k, v in json.loads(PACKAGED_CPU.read_text())["cpu_s_per_call"].items()}
+
+
+@pytest.mark.parametrize("content,needle", [
+    (None, "cannot read it: No such file or directory"),
+    ("{not json", "not JSON"),
+    ('{"benchmark": "overhead"}', "no cpu_s_per_call mapping"),
+    ('[1, 2]', "no cpu_s_per_call mapping"),
+    (json.dumps({"cpu_s_per_call": {"flat": 1e-6}}), "cpu_s_per_call lacks flat_hit, flat_plan, bruck"),
+    (json.dumps({"cpu_s_per_call": {**dict.fromkeys(CPU_KEYS, 1e-6), "hier": -1.0, "bruck": "2"}}),
+     "values must be seconds >= 0, not bruck='2', hier=-1.0"),
+])
+def test_bad_cpu_file_is_an_error_naming_it(tmp_path, content, needle):
+    """A missing or malformed CPU file raises CpuFileError naming the file and the problem (no fallback);
+    python -m hxmpi.sim --overhead FILE prints it as one error line and exits 2, before any replay."""
+    path = tmp_path / "cpu.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(CpuFileError) as err:
+        CpuTimes.load(str(path))
+    assert str(path) in str(err.value) and needle in str(err.value), err.value
+    proc = cli("--nodes", "2", "--ranks-per-node", "2", "--overhead", str(path), env={**os.environ, "PATH": "/nonexistent"})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: --overhead: CPU file") and str(path) in lines[0] and needle in lines[0]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """hxmpi installed from a copy of this source tree by ``pip install --no-deps --target`` (not
+    editable: a wheel's files only), as a directory for PYTHONPATH."""
+    tmp = tmp_path_factory.mktemp("install")
+    src, target = tmp / "src", tmp / "target"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv*", ".git", "build", "*.egg-info", "*.so",
+                                                              "__pycache__", "docs", "benchmarks", "tests"))
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
+                           str(src)], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return target
+
+
+def run_installed(target, *args, cwd):
+    """``python *args`` seeing hxmpi only from ``target`` (numpy and mpi4py from this environment)."""
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+
+
+@pytest.mark.watchdog(1200)
+def test_non_editable_install_ships_the_cpu_file(installed, tmp_path):
+    """A non-editable install carries the CPU file: CpuTimes reads it from inside the install, equal
+    to the source tree's copy."""
+    code = ("import hxmpi, json; from hxmpi.comm.costmodel import CpuTimes; c = CpuTimes.load(); "
+            "print(json.dumps([hxmpi.__file__, c.source, c.seconds]))")
+    proc = run_installed(installed, "-c", code, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    where, source, seconds = json.loads(proc.stdout)
+    assert where.startswith(str(installed)) and source.startswith(str(installed / "hxmpi" / "comm" / "overhead.json"))
+    assert seconds == json.loads(PACKAGED_CPU.read_text())["cpu_s_per_call"]
+
+
+@needs_simgrid
+@pytest.mark.watchdog(1200)
+def test_simulator_from_a_non_editable_install_uses_the_packaged_cpu(installed, tmp_path):
+    """python -m hxmpi.sim, run from a non-editable install, charges the packaged CPU per path."""
+    out = tmp_path / "r.json"
+    proc = run_installed(installed, "-m", "hxmpi.sim", "--layout", "1+1", "-m", "8:8", "--json", str(out),
+                         cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning" not in proc.stderr
+    got = json.loads(out.read_text())
+    assert got["overhead"].startswith(str(installed / "hxmpi" / "comm" / "overhead.json"))
+    assert got["cpu_s_per_call"] == json.loads(PACKAGED_CPU.read_text())["cpu_s_per_call"]
 
 
 def test_osu_columns_map_to_the_calls_they_measure():
@@ -237,17 +321,17 @@ def test_compare_replays_an_osu_report(tmp_path):
               "results": [{"size": 64, "bare": {"avg_us": 10.0}, "bruck-plan": {"avg_us": 20.0}}]}
     src, cpu, out = tmp_path / "osu.json", tmp_path / "cpu.json", tmp_path / "cmp.json"
     src.write_text(json.dumps(report))
-    cpu.write_text(json.dumps({"cpu_s_per_call": {"bruck_plan": 5e-6}}))
+    cpu_file(cpu, bruck_plan=5e-6)
     tuning = tmp_path / "t.json"
     PRESETS["hdr"].save(str(tuning))
     proc = cli("--compare", str(src), "--tuning", str(tuning), "--overhead", str(cpu), "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     rows = {r["algorithm"]: r for r in json.loads(out.read_text())["rows"]}
     assert set(rows) == {"bare", "bruck-plan"}
-    from hxmpi.sim.simulate import CpuTimes, replay
+    from hxmpi.sim.simulate import replay
     layout, counts = Layout(node_of_sizes([2, 2])), make_counts(4, 64, False)
     want = [replay(layout, counts, Call("bruck", "plan", 2), "shm", PRESETS["hdr"], Network(), str(tmp_path / d),
-                   cpu=CpuTimes(PRESETS["hdr"], p)) for d, p in (("a", str(cpu)), ("b", None))]
+                   cpu=c) for d, c in (("a", CpuTimes.load(str(cpu))), ("b", CpuTimes.fixed(PRESETS["hdr"])))]
     assert rows["bruck-plan"]["sim_s"] == pytest.approx(want[0], abs=1e-9)
     # Its 5 us of measured CPU replaced the model's fixed flat cost.
     assert want[0] - want[1] == pytest.approx(5e-6 - PRESETS["hdr"].overhead_flat, abs=1e-8)
@@ -258,8 +342,7 @@ def test_compare_replays_an_osu_report(tmp_path):
 def test_combined_cpu_file_takes_flat_keys_as_measured_and_deflates_hier_keys(tmp_path):
     """bench_overhead.py --combine: flat/Bruck keys are the one-rank-per-core medians; each hier key is
     the 2x2 median times that run's flat ratio (miss: flat, hit and plan: flat_hit); bad use is refused."""
-    keys = ("flat", "flat_hit", "flat_plan", "bruck", "bruck_hit", "bruck_plan") + tuple(
-        f"{h}{k}" for h in ("hier", "hier_pairwise", "hier_bruck") for k in ("", "_hit", "_plan"))
+    keys = CPU_KEYS
     def report(path, sizes, scale):
         cpu = {k: scale * (i + 1) * 1e-6 for i, k in enumerate(keys)}
         path.write_text(json.dumps({"node_sizes": sizes, "block": 8, "radix": 2, "median_us": {}, "cpu_s_per_call": cpu}))
@@ -278,6 +361,7 @@ def test_combined_cpu_file_takes_flat_keys_as_measured_and_deflates_hier_keys(tm
     i = keys.index("hier_bruck_plan") + 1
     assert cpu["hier_bruck_plan"] == pytest.approx(4.0 * i * 1e-6 * 0.5)
     assert "times 0.500" in got["source"]["hier"] and len(got["inputs"]) == 4
+    assert CpuTimes.load(str(out)).seconds == cpu  # what the simulator and auto read
     bad = subprocess.run([sys.executable, script, "--combine-flat", *flat, "--json", str(out)],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "go together" in bad.stderr

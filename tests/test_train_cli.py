@@ -207,20 +207,6 @@ def test_every_config_checks_its_settings_when_built(build, setting, message):
     assert info.value.setting == setting and "--" not in str(info.value)
 
 
-def test_readme_flag_table_is_the_schemas():
-    """The README's flag table is generated from the schema, and lists exactly the flags of --help."""
-    from pathlib import Path
-
-    from hxmpi.train.command import flags_markdown
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    assert flags_markdown() in readme, ("README's flag table is stale; regenerate it with "
-                                        "python -c 'from hxmpi.train.command import flags_markdown; print(flags_markdown())'")
-    table = readme[readme.index("| flag | default | range | meaning |"):].split("\n\n")[0]
-    in_readme = set(re.findall(r"^\| `(?:-h`, `)?(--[a-z0-9-]+)", table, re.M))
-    in_help = set(re.findall(r"^  (?:-h, )?(--[a-z0-9-]+)", help_text().split("options:")[1], re.M))
-    assert in_readme == in_help
-
-
 @needs_mpirun
 @pytest.mark.parametrize("n", [2, 3])
 def test_stall_abort_ends_the_job_naming_the_rank(n):

@@ -3,7 +3,7 @@
 Before any data moves, every rank must learn the same verdict: is any rank's input bad, do the
 per-call settings match, does any count need the large-count path, do senders and receivers agree on
 every pair of counts, and may every rank run a cached plan. One ``MPI_Allreduce(SUM)`` of a fixed
-record settles all of it:
+record settles all of it::
 
   flags         number of ranks with a bad spec (then a second, diagnostic pass names them), plus
                 2**32 times the number of ranks whose counts or displacements may pass a C int in
@@ -31,14 +31,19 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import ExchangeError, raise_gathered
-from . import _agree as _v
-from ._agree import fill_record
+from ._agree import WORDS, Verdict, Word, fill_record, verdict
 from .costmodel import AGREEMENT_BYTES, KIB_CAP, Pattern
 from .plan import ALGORITHM_CHOICES
 
-WORDS = AGREEMENT_BYTES // 8  # 16; csrc/_agree.pyx reads the same 16 words
-(FLAGS, VALIDATE, ALGO, ALGO_SQ, KIND, KIND_SQ, SLOT, SLOT_SQ, SAME_BUFFERS, OVER_BUDGET, BYTES,
- RECV_KIB_SQ, MESSAGES, PAIRWISE, FP_A, FP_B) = range(WORDS)
+__all__ = ["Agreed", "Agreement", "raise_pair_mismatch"]
+
+# The record's layout, names and indices, is ``Word`` of ``csrc/_agree.pyx`` (its one definition).
+if WORDS * 8 != AGREEMENT_BYTES:
+    raise ImportError(f"costmodel.AGREEMENT_BYTES ({AGREEMENT_BYTES}) is not the record's {WORDS} words")
+# Verdict bits as plain ints: read on every call's path.
+_FAILED = int(Verdict.PROBLEM | Verdict.SETTINGS | Verdict.PAIRS)
+_PROBLEM, _SETTINGS, _HIT, _BIG = int(Verdict.PROBLEM), int(Verdict.SETTINGS), int(Verdict.HIT), int(Verdict.BIG)
+_SAME_BUFFERS, _OVER_BUDGET = int(Verdict.ALL_SAME_BUFFERS), int(Verdict.ANY_OVER_BUDGET)
 
 
 class Agreed:
@@ -58,13 +63,13 @@ class Agreed:
     def __init__(self, flags: int, slot: int, sums):
         self.flags, self.slot, self.sums = flags, slot, sums
 
-    big = property(lambda self: bool(self.flags & _v.BIG))
-    same_buffers = property(lambda self: bool(self.flags & _v.SAME_BUFFERS))
-    over_budget = property(lambda self: bool(self.flags & _v.OVER_BUDGET))
-    total_bytes = property(lambda self: int(self.sums[BYTES]))
-    recv_kib_sq = property(lambda self: int(self.sums[RECV_KIB_SQ]))
-    messages = property(lambda self: int(self.sums[MESSAGES]))
-    pairwise_bytes = property(lambda self: int(self.sums[PAIRWISE]))
+    big = property(lambda self: bool(self.flags & _BIG))
+    same_buffers = property(lambda self: bool(self.flags & _SAME_BUFFERS))
+    over_budget = property(lambda self: bool(self.flags & _OVER_BUDGET))
+    total_bytes = property(lambda self: int(self.sums[Word.BYTES]))
+    recv_kib_sq = property(lambda self: int(self.sums[Word.RECV_KIB_SQ]))
+    messages = property(lambda self: int(self.sums[Word.MESSAGES]))
+    pairwise_bytes = property(lambda self: int(self.sums[Word.PAIRWISE]))
 
     def mean_block(self, size: int) -> int:
         """Mean block of the call in bytes (total bytes / P^2)."""
@@ -128,19 +133,20 @@ class Agreement:
             request.Wait()
         else:
             comm.Allreduce(rec, sums, op=MPI.SUM)
-        flags = _v.verdict(sums, size)
-        if flags & (_v.PROBLEM | _v.SETTINGS | _v.PAIRS):
+        flags = verdict(sums, size)
+        if flags & _FAILED:
             self._fail(flags, problem, call_code, validate, kind_text, sent, expected)
-        return Agreed(flags, slot if flags & _v.HIT else 0, sums)
+        return Agreed(flags, slot if flags & _HIT else 0, sums)
 
     def _fail(self, flags: int, problem, call_code: int, validate: bool, kind_text: str, sent, expected) -> None:
         """The diagnostic pass of a failed verdict: the same ``ExchangeError`` on every rank."""
         t, size = self._sums.tolist(), self.comm.size
-        if flags & _v.PROBLEM:
+        if flags & _PROBLEM:
             raise_gathered(self.comm, problem, ExchangeError)
-        if flags & _v.SETTINGS:
-            bad = [name for name, at in (("algorithm", ALGO), ("row kind", KIND)) if not _same(t[at], t[at + 1], size)]
-            self._raise_settings(bad + ([] if t[VALIDATE] in (0, size) else ["validate"]), call_code, validate,
+        if flags & _SETTINGS:
+            bad = [name for name, x, sq in (("algorithm", Word.ALGO, Word.ALGO_SQ), ("row kind", Word.KIND, Word.KIND_SQ))
+                   if not _same(t[x], t[sq], size)]
+            self._raise_settings(bad + ([] if t[Word.VALIDATE] in (0, size) else ["validate"]), call_code, validate,
                                  kind_text)
         raise_pair_mismatch(self.comm, sent, expected)
 

@@ -38,8 +38,11 @@ import numpy as np
 from mpi4py import MPI
 
 from ._bruck import finish, pack_round, round_bytes, take_round
+from .msgspec import Side
 from .plan import bruck_rounds, check_radix
 from .transfer import Transfer
+
+__all__ = ["Bruck", "Pairwise"]
 
 TAG = 0x4878  # "Hx"
 
@@ -67,9 +70,9 @@ def _grown(buf: np.ndarray, nbytes: int) -> np.ndarray:
 class _Rounds:
     """Shared run/start/free of the round-based exchanges; with ``big`` (agreed) they delegate to ``Transfer``."""
 
-    def _fallback_init(self, comm, sview, sc, sd, rview, rc, rd) -> None:
+    def _fallback_init(self, comm, send: Side, recv: Side) -> None:
         self.comm = comm
-        self.fallback = Transfer(comm, sview, sc, sd, rview, rc, rd, True)
+        self.fallback = Transfer(comm, send, recv, True)
 
     def start(self) -> MPI.Request:
         """Run the exchange (blocking); returns ``MPI.REQUEST_NULL``, as no request stays open."""
@@ -100,16 +103,17 @@ class _Rounds:
 
 
 class Bruck(_Rounds):
-    """Radix-``radix`` Bruck byte all-to-all on ``comm`` (counts and displacements in bytes)."""
+    """Radix-``radix`` Bruck byte all-to-all on ``comm`` of ``send`` to ``recv`` (each a ``Side``, in bytes)."""
 
-    def __init__(self, comm, sview, sc, sd, rview, rc, rd, big: bool = False, radix: int = 2):
+    def __init__(self, comm, send: Side, recv: Side, big: bool = False, radix: int = 2):
         p, q = comm.size, comm.rank
         self.radix = check_radix(radix, p)
         self.fallback = None
         if big:
-            self._fallback_init(comm, sview, sc, sd, rview, rc, rd)
+            self._fallback_init(comm, send, recv)
             return
-        self.comm, self.sview, self.rview = comm, sview, rview
+        sc, sd, rc, rd = send.counts, send.displs, recv.counts, recv.displs
+        self.comm, self.sview, self.rview = comm, send.view, recv.view
         i = np.arange(p, dtype=np.int64)
         dests = (q + i) % p
         self.source = np.ascontiguousarray((q - i) % p)
@@ -182,14 +186,14 @@ class Pairwise(_Rounds):
     phase, one latency per round. ``radix`` is accepted (and ignored) so both classes build alike.
     """
 
-    def __init__(self, comm, sview, sc, sd, rview, rc, rd, big: bool = False, radix: int = 2):
+    def __init__(self, comm, send: Side, recv: Side, big: bool = False, radix: int = 2):
         self.fallback = None
         if big:
-            self._fallback_init(comm, sview, sc, sd, rview, rc, rd)
+            self._fallback_init(comm, send, recv)
             return
-        self.comm, self.sview, self.rview = comm, sview, rview
-        self.sc, self.sd = np.array(sc, dtype=np.int64), np.array(sd, dtype=np.int64)
-        self.rc, self.rd = np.array(rc, dtype=np.int64), np.array(rd, dtype=np.int64)
+        self.comm, self.sview, self.rview = comm, send.view, recv.view
+        self.sc, self.sd = np.array(send.counts, dtype=np.int64), np.array(send.displs, dtype=np.int64)
+        self.rc, self.rd = np.array(recv.counts, dtype=np.int64), np.array(recv.displs, dtype=np.int64)
 
     def _exchange(self) -> None:
         comm, p, q = self.comm, self.comm.size, self.comm.rank

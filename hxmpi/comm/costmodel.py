@@ -5,7 +5,7 @@ block, per call and per rank. Each exchange phase costs what the MPI algorithm t
 costs: Open MPI's ``alltoallv_algorithm`` rule picks pairwise rounds or linear posting from the
 communicator size (``MPI_Alltoallv``), and hier's phase 1 is a nonblocking ``Ialltoallv``, which
 Open MPI (libnbc) always runs linear. With m peers, o the CPU cost of posting or completing one
-message, and a the latency of the slowest peer:
+message, and a the latency of the slowest peer::
 
   pairwise: m (a + 2 o)          every round waits for its slowest message
   linear:   a + 2 m o            all messages in flight at once; the CPU posts them one by one
@@ -28,20 +28,37 @@ the exact schedules in SimGrid and reports this model's error against it.
 Parameters come from a calibration file (``benchmarks/calibrate.py`` writes one; pass its path
 as ``HierComm(tuning=...)`` or env ``HXMPI_TUNING``), else from the built-in defaults below
 (a typical InfiniBand cluster node: 1.5 us / 12 GB/s between nodes, 0.4 us / 8 GB/s inside).
+Whole calls (``predict_call``, ``choose_call``, ``auto_pick``) charge hxmpi's own CPU per path from
+a ``CpuTimes`` table (``benchmarks/bench_overhead.py --json``; ``HierComm`` reads
+``overhead=FILE``, else env ``HXMPI_OVERHEAD``'s file, else the packaged ``overhead.json``);
+without a table they charge o_flat and o_hier.
 """
 from __future__ import annotations
 
+import importlib.resources
 import json
 import math
 import os
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Optional
+from typing import Mapping, Optional
 
 import numpy as np
 
+from ..errors import CpuFileError
 from .plan import ALGORITHMS, HEADER_BYTES, NODE_PHASES
 
+__all__ = ["alltoallv_algorithm", "CostModel", "fit", "CpuTimes", "fixed_cpu", "Pattern", "predict_agreement",
+           "predict_call", "choose_call", "pattern_class", "auto_pick"]
+
 ENV_TUNING = "HXMPI_TUNING"
+#: Env var naming a CPU-per-path file for ``HierComm``'s "auto" (default: the packaged ``CPU_FILE``).
+ENV_OVERHEAD = "HXMPI_OVERHEAD"
+#: hxmpi's measured CPU per call by path, shipped as data of ``hxmpi.comm``: the output of
+#: ``benchmarks/bench_overhead.py --json`` (``--combine-flat/--combine-hier`` on this project's runs).
+CPU_FILE = "overhead.json"
+#: Keys of a CPU file's ``cpu_s_per_call``: per algorithm, a one-shot miss (its name), a one-shot
+#: hit (``_hit``) and a persistent plan (``_plan``).
+CPU_KEYS = tuple(a + kind for a in ALGORITHMS for kind in ("", "_hit", "_plan"))
 
 
 def alltoallv_algorithm(size: int) -> str:
@@ -198,13 +215,82 @@ def fit(samples: list[tuple[str, int, int, float, float]], fixed: Optional[dict]
     return CostModel(**dict(zip(names, theta.tolist())))
 
 
+# ------------------------------------------------------------------------------- measured CPU
+@dataclass(frozen=True)
+class CpuTimes:
+    """hxmpi's own CPU seconds per call by path (``cpu_s_per_call`` of ``bench_overhead.py --json``):
+    what ``predict_call`` charges a call besides its MPI time. ``source``: where the numbers came
+    from (a file, or the cost model's fixed costs). ``cpu(key)``: seconds for a key of ``CPU_KEYS``."""
+    seconds: Mapping[str, float]
+    source: str
+
+    def __call__(self, key: str) -> float:
+        return self.seconds[key]
+
+    @classmethod
+    def load(cls, path: Optional[str] = None) -> "CpuTimes":
+        """Read a CPU file, or the packaged one (``CPU_FILE``) if ``path`` is None. A missing or
+        malformed file raises ``CpuFileError`` naming it: never a silent fallback to fixed costs."""
+        if path is None:
+            res = importlib.resources.files(__package__).joinpath(CPU_FILE)
+            source, read = f"{res} (packaged with hxmpi)", res.read_text
+        else:
+            source = str(path)
+
+            def read() -> str:
+                with open(path) as fh:
+                    return fh.read()
+        try:
+            text = read()
+        except OSError as exc:
+            raise CpuFileError(f"CPU file {source}: cannot read it: {exc.strerror or exc}") from None
+        return cls.parse(text, source)
+
+    @classmethod
+    def parse(cls, text: str, source: str) -> "CpuTimes":
+        """The table in a CPU file's ``text``; ``source`` names the file in errors."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise CpuFileError(f"CPU file {source}: not JSON: {exc}") from None
+        table = data.get("cpu_s_per_call") if isinstance(data, dict) else None
+        if not isinstance(table, dict):
+            raise CpuFileError(f"CPU file {source}: no cpu_s_per_call mapping (bench_overhead.py --json writes one)")
+        missing = [k for k in CPU_KEYS if k not in table]
+        if missing:
+            raise CpuFileError(f"CPU file {source}: cpu_s_per_call lacks {', '.join(missing)}")
+        bad = [k for k in CPU_KEYS if isinstance(table[k], bool) or not isinstance(table[k], (int, float))
+               or not math.isfinite(table[k]) or table[k] < 0]
+        if bad:
+            raise CpuFileError(f"CPU file {source}: cpu_s_per_call values must be seconds >= 0, not "
+                               + ", ".join(f"{k}={table[k]!r}" for k in bad))
+        return cls({k: float(table[k]) for k in CPU_KEYS}, source)
+
+    @classmethod
+    def from_env_or_default(cls, path: Optional[str] = None) -> "CpuTimes":
+        """The table of ``path``, else of env HXMPI_OVERHEAD's file, else the packaged one."""
+        return cls.load(path or os.environ.get(ENV_OVERHEAD) or None)
+
+    @classmethod
+    def fixed(cls, model: CostModel) -> "CpuTimes":
+        """The cost model's two fixed costs as a table: ``overhead_hier`` for the hier paths,
+        ``overhead_flat`` for flat and Bruck (what ``predict_call`` charges without a table)."""
+        return cls({k: fixed_cpu(model, k) for k in CPU_KEYS}, "the cost model's fixed costs")
+
+
+def fixed_cpu(model: CostModel, key: str) -> float:
+    """The cost model's fixed CPU seconds for path ``key``: ``overhead_hier`` for the hier paths,
+    ``overhead_flat`` for flat and Bruck."""
+    return model.overhead_hier if key.startswith("hier") else model.overhead_flat
+
+
 # ------------------------------------------------------------------------------- whole calls
 #: The algorithms ``predict_call`` knows: hxmpi's (``plan.ALGORITHMS``) and "alltoall"
 #: (MPI_Alltoall, uniform blocks only).
 CALL_ALGORITHMS = (*ALGORITHMS, "alltoall")
 #: Radices ``choose_call`` tries for the Bruck algorithms.
 RADICES = (2, 3, 4, 8, 16, 32)
-#: The agreement of a one-shot call: one SUM Allreduce of 16 uint64 (``agreement.WORDS``).
+#: The agreement of a one-shot call: one SUM Allreduce of 16 uint64 (``_agree.WORDS``, checked by ``agreement``).
 AGREEMENT_BYTES = 128
 #: The agreement's cap on a rank's receive KiB (2 GiB): P * cap**2 stays below 2**64 up to 2**22 ranks.
 KIB_CAP = (1 << 21) - 1
@@ -318,11 +404,9 @@ def _predict_call(m: "CostModel", algorithm: str, mode: str, nodes: int, per_nod
     b = rb / p                        # effective block
     msgs = min(pat.rank_messages, p - 1.0)
     t = predict_agreement(m, n, g, algorithm.startswith("hier"), numpy) if mode == "oneshot" else 0.0
-    if mode in ("oneshot", "plan") and cpu is not None:
+    if mode in ("oneshot", "plan"):
         key = ("flat" if algorithm == "alltoall" else algorithm) + ("_plan" if mode == "plan" else "")
-        t += cpu(key)
-    elif mode in ("oneshot", "plan"):
-        t += m.overhead_hier if algorithm.startswith("hier") else m.overhead_flat
+        t += cpu(key) if cpu is not None else fixed_cpu(m, key)
     bw = m.beta_inter + m.beta_backbone
     if algorithm in ("flat", "alltoall"):
         def direct(rule: str) -> float:
@@ -406,18 +490,19 @@ def pattern_class(pattern: Pattern) -> tuple:
 
 
 def auto_pick(model: "CostModel", mode: str, nodes: int, per_node: int, pattern: Pattern,
-              node_phase: str = "shm", hier_possible: bool = True) -> tuple[str, int]:
+              node_phase: str = "shm", hier_possible: bool = True, cpu=None) -> tuple[str, int]:
     """What ``HierComm(algorithm="auto")`` runs: (one of hxmpi's algorithms, Bruck radix).
 
     ``choose_call`` on the representative of the pattern's class (``pattern_class``), so that one
     pick serves every call of the class; MPI_Alltoall ("alltoall") is hxmpi's flat path of an
     ``Alltoall`` call, and the hierarchical ones run flat where the layout has no hierarchy
-    (``hier_possible`` False). ``mode``: "oneshot" or "plan".
+    (``hier_possible`` False). ``mode``: "oneshot" or "plan". ``cpu``: hxmpi's CPU per path
+    (``CpuTimes``; default: the model's fixed costs).
     """
     size, uniform, *sums = pattern_class(pattern)
     total, messages, recv_sq, pairwise = (None if q is None else 2.0 ** (q / 4) - 1.0 for q in sums)
     rep = Pattern(size, total, messages, recv_sq, uniform, pairwise)
-    algo, radix, _ = choose_call(model, mode, nodes, per_node, rep, node_phase)
+    algo, radix, _ = choose_call(model, mode, nodes, per_node, rep, node_phase, cpu)
     if algo == "alltoall" or (algo.startswith("hier") and not hier_possible):
         algo = "flat"
     return algo, radix

@@ -1,7 +1,8 @@
 """HierComm: Alltoall/Alltoallv, flat or hierarchical (lanes, then nodes), byte-exact with MPI_Alltoallv.
 
 The hierarchical algorithm (``docs/method.md``; planner in ``hxmpi/comm/plan.py``, execution in
-``hxmpi/comm/runs.py``):
+``hxmpi/comm/runs.py``)::
+
   pack     gather this rank's blocks for other nodes, by destination node        (Cython copy_blocks)
   phase 1  Alltoallv on every lane this rank serves: one segment per node (inter-node)
   node     shared memory: phase 1 lands in a node window; each rank copies its blocks out of it.
@@ -27,12 +28,12 @@ from typing import Optional
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import ExchangeError, HxmpiError, agree
+from ..errors import CpuFileError, ExchangeError, HxmpiError, agree
 from . import transfer
 from ._agree import buffer_id, spec_unchanged
 from .agreement import Agreed, Agreement
 from .bruck import Bruck, Pairwise
-from .costmodel import CostModel, auto_pick, pattern_class
+from .costmodel import ENV_TUNING, CostModel, CpuTimes, auto_pick, pattern_class
 from .msgspec import Side, int_vector, parse_alltoall, parse_alltoallv
 from .plan import ALGORITHM_CHOICES, NODE_PHASES, Layout, exclusive_cumsum
 from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES, CacheEntry, PlanCache
@@ -47,6 +48,8 @@ from .runs import (
 )
 from .topology import Topology
 from .transfer import Transfer
+
+__all__ = ["PlanStateError", "HierComm", "ExchangeRequest"]
 
 _HIER = ("hier", "hier_pairwise", "hier_bruck")
 ENV_NODE_PHASE = "HXMPI_NODE_PHASE"
@@ -64,7 +67,9 @@ class HierComm:
     ``algorithm`` is "flat", "hier", "auto", "bruck", "hier_pairwise" or "hier_bruck" (per call
     overridable); "auto" asks the cost model, read from ``tuning`` (a calibration file) or env
     HXMPI_TUNING, else built-in defaults, which algorithm and Bruck radix is fastest for each
-    call's agreed count pattern (``costmodel.auto_pick``). ``radix`` (>= 2) is the Bruck radix of
+    call's agreed count pattern (``costmodel.auto_pick``), each path priced with hxmpi's measured
+    CPU per call from ``overhead`` (a ``bench_overhead.py --json`` file) or env HXMPI_OVERHEAD,
+    else the file packaged with hxmpi: the simulator's prices. Every rank must read the same files. ``radix`` (>= 2) is the Bruck radix of
     an explicit "bruck" or "hier_bruck".
     ``node_phase`` is "auto" (shared memory where every node's ranks share memory), "shm" or "mpi";
     env HXMPI_NODE_PHASE sets it when not given. ``cache_entries`` and ``cache_bytes`` bound the
@@ -76,7 +81,8 @@ class HierComm:
     def __init__(self, comm: MPI.Intracomm = MPI.COMM_WORLD, ranks_per_node: Optional[int] = None,
                  node_of=None, algorithm: str = "auto", topology: Optional[Topology] = None,
                  tuning: Optional[str] = None, node_phase: Optional[str] = None,
-                 cache_entries: int = DEFAULT_ENTRIES, cache_bytes: int = DEFAULT_BYTES, radix: int = 2):
+                 cache_entries: int = DEFAULT_ENTRIES, cache_bytes: int = DEFAULT_BYTES, radix: int = 2,
+                 overhead: Optional[str] = None):
         # A bad name is agreed below, with the node phase: a rank raising here alone would leave
         # the others waiting in Topology's collectives.
         bad = None if algorithm in ALGORITHM_CHOICES else f"algorithm must be one of {ALGORITHM_CHOICES}, got {algorithm!r}"
@@ -85,13 +91,14 @@ class HierComm:
             bad = f"cache_entries and cache_bytes must be integers >= 0, got {cache_entries!r}, {cache_bytes!r}"
         if bad is None and (type(radix) is not int or radix < 2):
             bad = f"radix must be an integer >= 2, got {radix!r}"
+        #: the cost model behind "auto" and hxmpi's CPU per path it prices with (the same on every rank)
+        self.cost_model, self.cpu_times, problem = _pricing(tuning, overhead)
+        bad = bad or problem
         self.radix = radix
         self.algorithm = algorithm
         self.topology = topology if topology is not None else Topology(comm, ranks_per_node, node_of)
         self.comm = self.topology.comm
         t = self.topology
-        #: the cost model behind "auto" (same file on every rank, or the same defaults).
-        self.cost_model = CostModel.from_env_or_default(tuning)
         self.layout = Layout(t.node_of)
         self._hier_possible = self.layout.hier_possible
         self._planner = self.layout.planner(t.rank) if self._hier_possible else None
@@ -131,11 +138,15 @@ class HierComm:
             shared = probe.size == self.topology.intra.size
             probe.Free()
         key = (secrets.randbits(64), secrets.randbits(64))
-        views = self.comm.allgather((requested, shared, problem, key, self.radix))
+        pricing = (tuple(self.cost_model.vector().tolist()), tuple(self.cpu_times.seconds.values()))
+        views = self.comm.allgather((requested, shared, problem, key, self.radix, pricing))
         if problem is None and len({v[0] for v in views}) > 1:
             problem = f"node_phase {requested!r} differs between ranks"
         if problem is None and len({v[4] for v in views}) > 1:
             problem = f"radix {self.radix!r} differs between ranks"
+        if problem is None and len({v[5] for v in views}) > 1:  # "auto" would pick differently
+            problem = (f"the cost model or CPU per path differs between ranks (tuning and overhead files; "
+                       f"this rank's CPU from {self.cpu_times.source})")
         agree(self.comm, problem, ExchangeError)
         everywhere = all(v[1] for v in views)
         if requested == "shm" and not everywhere:
@@ -346,7 +357,7 @@ class HierComm:
                 self._choices.clear()
             t = self.topology
             pick = self._choices[key] = auto_pick(self.cost_model, mode, t.num_nodes, t.max_node_size, pat,
-                                                  self.node_phase, self._hier_possible)
+                                                  self.node_phase, self._hier_possible, self.cpu_times)
         return pick
 
     def _identity(self, s: Side, r: Side) -> tuple:
@@ -404,7 +415,12 @@ class HierComm:
         # A request owns its scratch and window: it may be started while one-shot calls run.
         run = self._bind(entry, s, r, True, Scratch(), window)
         # In place, the send side is a copy of the receive blocks: refreshed at every Start.
-        return ExchangeRequest(self, run, (r.view, s.view) if sendbuf is MPI.IN_PLACE else None)
+        return ExchangeRequest(run, self._request_done, (r.view, s.view) if sendbuf is MPI.IN_PLACE else None,
+                               window)
+
+    def _request_done(self, stats: ExchangeStats) -> None:
+        """A persistent request of this communicator completed: its stats are ``last_stats``'s."""
+        self._stats, self._cache_state = stats, "request"
 
     @property
     def last_stats(self) -> dict:
@@ -447,6 +463,25 @@ class HierComm:
         if self._window is not None:
             self._window.free()
         self.topology.free()
+
+
+def _pricing(tuning: Optional[str], overhead: Optional[str]) -> tuple[CostModel, CpuTimes, Optional[str]]:
+    """(cost model, CPU per path, problem) for "auto". A file that cannot be read is this rank's
+    problem, agreed by the constructor (a rank raising alone would leave the others waiting); the
+    defaults stand in until then."""
+    problem = None
+    try:
+        model = CostModel.from_env_or_default(tuning)
+    except (OSError, ValueError, TypeError) as exc:
+        path = tuning or os.environ.get(ENV_TUNING)
+        problem = str(exc) if path in str(exc) else f"tuning file {path}: {exc}"
+        model = CostModel()
+    try:
+        cpu = CpuTimes.from_env_or_default(overhead)
+    except CpuFileError as exc:
+        problem = problem or str(exc)
+        cpu = CpuTimes.fixed(model)
+    return model, cpu, problem
 
 
 _SIMPLE_LEAVES = (int, str, type(None), MPI.Datatype)
@@ -495,9 +530,10 @@ class ExchangeRequest:
     the same order. Usable as a context manager (frees on exit).
     """
 
-    def __init__(self, hc: HierComm, run, in_place: Optional[tuple] = None):
-        self._hc, self._run, self._active = hc, run, False
+    def __init__(self, run, done, in_place: Optional[tuple] = None, window: Optional[NodeWindow] = None):
+        self._run, self._done, self._active = run, done, False
         self._in_place = in_place  # (receive view, send copy) for MPI.IN_PLACE
+        self._window = window  # the node window this request owns (freed with it), if any
 
     @property
     def algorithm(self) -> str:
@@ -524,8 +560,7 @@ class ExchangeRequest:
             raise PlanStateError("Wait() without Start(); call Start() first")
         self._active = False
         self._run.wait()
-        self._hc._stats = self._run.stats
-        self._hc._cache_state = "request"
+        self._done(self._run.stats)  # the owning HierComm's last_stats
 
     def Free(self) -> None:
         """Release the request's MPI requests, datatypes and buffers (waits for an active exchange first)."""
@@ -534,9 +569,9 @@ class ExchangeRequest:
         if self._active:
             self.Wait()
         self._run.free()
-        window = getattr(self._run, "window", None)
-        if window is not None and window is not self._hc._window:
-            window.free()
+        if self._window is not None:
+            self._window.free()
+            self._window = None
         self._run = None
 
     def __enter__(self) -> "ExchangeRequest":

@@ -26,7 +26,10 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import ExchangeError, ExchangeKeyError, ExchangeTypeError
-from ._packing import common_vector, side_bytes
+from ._packing import SideCheck, common_vector, side_bytes
+
+__all__ = ["Problem", "Side", "int_vector", "parse_vector", "parse_uniform", "parse_alltoallv",
+           "parse_alltoall"]
 
 
 class Problem(str):
@@ -176,15 +179,29 @@ def _host_bytes(buf, writable: bool):
 
 # ------------------------------------------------------------------ datatypes
 
+def _from_code(code: str) -> Optional[MPI.Datatype]:
+    """mpi4py's datatype for a typecode (numpy's, e.g. "d", or sized, e.g. "i8"), None if it has none."""
+    try:
+        return MPI.Datatype.fromcode(code)
+    except (ValueError, KeyError):
+        return None
+
+
+def _predefined() -> dict:
+    """Element bytes by handle of the datatypes numpy's typecodes map to, and BYTE and PACKED."""
+    codes = list(np.typecodes["All"]) + [f"{k}{n}" for k in "iufcb" for n in (1, 2, 4, 8, 16)]
+    types = [t for t in map(_from_code, codes) if t is not None] + [MPI.BYTE, MPI.PACKED]
+    return {t.handle: t.size for t in types if t != MPI.DATATYPE_NULL and t.size > 0}
+
+
 # Predefined types by handle: asking MPI for size and extent costs microseconds on every call.
-_PREDEFINED = {t.handle: t.size for t in [*MPI._typedict.values(), MPI.BYTE, MPI.PACKED]
-               if t != MPI.DATATYPE_NULL and t.size > 0}
+_PREDEFINED = _predefined()
 
 
 def _datatype_elem(datatype) -> tuple[int, Optional[Problem]]:
     """Bytes per element of an MPI datatype or typecode string."""
     if isinstance(datatype, str):
-        found = MPI._typedict.get(datatype)
+        found = _from_code(datatype)
         if found is None:
             return 1, Problem(f"cannot map typecode {datatype!r} to an MPI datatype", ExchangeKeyError)
         datatype = found
@@ -415,19 +432,22 @@ def parse_uniform(spec, size: int, writable: bool, name: str) -> tuple[Side, Opt
 
 def _checked(view, c, d, elem, keep, writable, name, buf) -> tuple[Side, Optional[Problem]]:
     """Scale counts and displacements to bytes and check every block lies in the buffer."""
-    cb, db, kind, i, total = side_bytes(c, d, elem, view.shape[0], writable)
-    side = Side(view, cb, db, elem, keep, total if kind == 0 else -1)
-    if kind == 0:
+    cb, db, check, i, total = side_bytes(c, d, elem, view.shape[0], writable)
+    side = Side(view, cb, db, elem, keep, total if check == SideCheck.SIDE_OK else -1)
+    if check == SideCheck.SIDE_OK:
         return side, None
-    if kind == 6:  # receive blocks out of order: overlap needs a sort
+    if check == SideCheck.NOT_ASCENDING:  # receive blocks out of order: overlap needs a sort
         return side, _overlap(side, name)
-    if kind == 3 and (buf is None or buf is MPI.BOTTOM):
+    if check == SideCheck.PAST_BUFFER and (buf is None or buf is MPI.BOTTOM):
         return side, Problem(f"{name}: a None/MPI.BOTTOM buffer takes zero counts only (count {c[i]} "
                              f"for rank {i}); absolute addresses are not supported")
-    what = {1: f"{name} counts[{i}] = {c[i]} is negative",
-            2: f"{name} displs[{i}] = {d[i] if d is not None else 0} is negative",
-            4: f"{name} counts/displs for rank {i} exceed 2**62 bytes"}.get(kind)
-    if what is None:  # 3: past the buffer
+    if check == SideCheck.NEGATIVE_COUNT:
+        what = f"{name} counts[{i}] = {c[i]} is negative"
+    elif check == SideCheck.NEGATIVE_DISPL:
+        what = f"{name} displs[{i}] = {d[i] if d is not None else 0} is negative"
+    elif check == SideCheck.OVERFLOW:
+        what = f"{name} counts/displs for rank {i} exceed 2**62 bytes"
+    else:  # PAST_BUFFER
         what = (f"{name} block for rank {i} (displ {db[i] // elem}, count {c[i]}, element {elem} B) "
                 f"ends at byte {db[i] + cb[i]}, past the buffer's {view.shape[0]} B")
     return side, Problem(what)

@@ -25,6 +25,8 @@ import numpy as np
 
 from ._plan import MODE_MPI, MODE_SHM, HierPlanner
 
+__all__ = ["exclusive_cumsum", "dense_node_ids", "Layout", "check_radix", "bruck_rounds"]
+
 #: The node phase's implementations: shared memory ("shm") or message passing ("mpi").
 NODE_PHASES = {"shm": MODE_SHM, "mpi": MODE_MPI}
 

@@ -19,6 +19,8 @@ from typing import Any, Optional
 
 from ._agree import pattern_key, same_arrays
 
+__all__ = ["CacheEntry", "PlanCache"]
+
 DEFAULT_ENTRIES = 16
 DEFAULT_BYTES = 256 << 20
 

@@ -1,6 +1,7 @@
 """Executing exchanges: a plan bound to buffers and communicators, run once or started again and again.
 
-Typed stages (``hxmpi/comm/exchange.py`` drives them):
+Typed stages (``hxmpi/comm/exchange.py`` drives them)::
+
   ``HierPlan``  the hierarchical plan of one count pattern on one rank: copy lists and phase vectors
                 (bytes), copied out of the planner so that it can be cached and bound again;
   ``FlatRun`` / ``HierRun``  a plan bound to buffers and communicators only, with ``start()``
@@ -30,6 +31,8 @@ from ._packing import copy_blocks
 from .msgspec import Side
 from .plan import NODE_PHASES
 from .transfer import Transfer
+
+__all__ = ["NodeWindow", "Scratch", "ExchangeStats", "FlatRun", "HierPlan", "HierRun"]
 
 MODE_SHM = NODE_PHASES["shm"]
 
@@ -141,8 +144,8 @@ class FlatRun:
 
     def __init__(self, comm: MPI.Intracomm, s: Side, r: Side, big: bool, persistent: bool,
                  uniform: bool = False, exchange: Optional[Callable] = None, name: str = "flat"):
-        args = (comm, s.view, s.counts, s.displs, r.view, r.counts, r.displs, big)
-        self.phase = _Phase(exchange(*args) if exchange is not None else Transfer(*args, uniform), persistent)
+        self.phase = _Phase(exchange(comm, s, r, big) if exchange is not None else Transfer(comm, s, r, big, uniform),
+                            persistent)
         self.stats = ExchangeStats(name, flat_counts=s.counts)
         self._request: Optional[MPI.Request] = None
 
@@ -248,13 +251,13 @@ class HierRun:
         self.lanes = []
         for li, (lane, comm) in enumerate(lanes):
             native = lane == plan.native
-            self.lanes.append(_Phase(lane_exchange(comm, send, plan.node_bytes if native else plan.zeros,
-                                                   plan.send_displs if native else plan.zeros, buf,
-                                                   plan.lane_rc[li], plan.lane_rd[li], big), persistent))
+            out = Side(send, plan.node_bytes, plan.send_displs) if native else Side(send, plan.zeros, plan.zeros)
+            self.lanes.append(_Phase(lane_exchange(comm, out, Side(buf, plan.lane_rc[li], plan.lane_rd[li]), big),
+                                     persistent))
         self.node = None
         if plan.mode != MODE_SHM:
             sc, sd, rc, rd = plan.p2
-            self.node = _Phase(Transfer(intra, a, sc, sd, buf, rc, rd, big), persistent)
+            self.node = _Phase(Transfer(intra, Side(a, sc, sd), Side(buf, rc, rd), big), persistent)
         self.stats = plan.stats(name)
         self._requests: list = []
 

@@ -20,6 +20,8 @@ from mpi4py import MPI
 from ..errors import TopologyError, agree
 from .plan import dense_node_ids
 
+__all__ = ["Topology"]
+
 ENV_RANKS_PER_NODE = "HXMPI_RANKS_PER_NODE"
 
 

@@ -10,6 +10,10 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from .msgspec import Side
+
+__all__ = ["needs_big", "Transfer"]
+
 # The largest count or displacement a plain MPI call takes, and the chunk of the big-message
 # datatypes. Module attributes so that tests can drive the big-message path with small buffers.
 INT_LIMIT = 2**31 - 1
@@ -35,15 +39,17 @@ def _struct_types(counts: np.ndarray, displs: np.ndarray, chunk: MPI.Datatype) -
 
 
 class Transfer:
-    """A byte Alltoallv on one communicator, plain or big-message, blocking or not.
+    """A byte Alltoallv on one communicator, plain or big-message, blocking or not, of ``send`` to
+    ``recv`` (each a ``Side``: a uint8 view, int64 byte counts and displacements per peer).
 
     ``uniform``: every block has the same size and blocks lie back to back (an ``Alltoall``), so the
     transfer is an ``MPI_Alltoall`` and the MPI library's own algorithms for it apply (Bruck's for
     small blocks in Open MPI). Must be the same on every rank, as ``big`` must.
     """
 
-    def __init__(self, comm, sview, sc, sd, rview, rc, rd, big: bool, uniform: bool = False):
+    def __init__(self, comm, send: Side, recv: Side, big: bool, uniform: bool = False):
         # ``big`` must be the same on every rank of ``comm``: Alltoallv never matches Alltoallw.
+        sview, sc, sd, rview, rc, rd = send.view, send.counts, send.displs, recv.view, recv.counts, recv.displs
         self.comm = comm
         self.types = []
         self._chunk = None

@@ -13,6 +13,8 @@ from typing import Optional
 
 import numpy as np
 
+__all__ = ["Dataset", "load_digits", "split", "load_dataset"]
+
 DATASETS = ("digits",)
 
 

@@ -29,6 +29,8 @@ from ..schema import check
 from .sources import FetchError, FetchStats, Source, fetch_verified
 from .store import sha256_file
 
+__all__ = ["ShardCache"]
+
 ABSENT, FETCHING, READY, FAILED = range(4)
 NEVER = float("inf")
 

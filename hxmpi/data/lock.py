@@ -16,6 +16,8 @@ from pathlib import Path
 
 from ..errors import HxmpiError
 
+__all__ = ["CacheDirBusy", "CacheDirLock", "hold_cache_dir", "hold_directory"]
+
 LOCK_NAME = ".hxmpi.lock"
 
 

@@ -19,6 +19,8 @@ import numpy as np
 from ..comm.exchange import HierComm
 from ..schema import SETTINGS, check
 
+__all__ = ["epoch_order", "records", "deal", "GlobalShuffle", "ShardStream"]
+
 SHUFFLES = SETTINGS["shuffle"].choices
 
 

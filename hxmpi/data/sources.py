@@ -23,6 +23,9 @@ from ..errors import HxmpiError
 from ..schema import check
 from .store import INDEX, parse_index, sha256_file
 
+__all__ = ["FetchError", "FetchStats", "Source", "LocalSource", "HttpSource", "FsspecSource", "open_source",
+           "part_name", "fetch_verified"]
+
 
 class FetchError(HxmpiError, OSError):
     """A file could not be fetched intact after every retry."""

@@ -44,6 +44,9 @@ from .lock import CacheDirBusy, hold_cache_dir
 from .sources import FetchError, FetchStats, Source, fetch_verified, open_source
 from .store import StoreError, capacity, check_shard, load_shard
 
+__all__ = ["StagingConfig", "default_capacity_threshold", "choose_mode", "default_cache_dir",
+           "assign_shards", "cache_limit", "read_index", "DistributedTrain", "stage"]
+
 STAGING_MODES = SETTINGS["staging"].choices
 
 

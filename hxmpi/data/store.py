@@ -28,6 +28,9 @@ import numpy as np
 
 from ..errors import HxmpiError
 
+__all__ = ["StoreError", "sha256_file", "write_store", "parse_index", "load_shard", "check_shard",
+           "make_synthetic", "split_train_test", "capacity"]
+
 FORMAT_VERSION = 1
 INDEX = "index.json"
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = ["FlatParams", "glorot", "softmax_xent"]
+
 
 class FlatParams:
     """Named views into one parameter buffer and one gradient buffer, both of ``dtype``."""

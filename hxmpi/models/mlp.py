@@ -7,6 +7,8 @@ import numpy as np
 
 from .base import FlatParams, glorot, softmax_xent
 
+__all__ = ["MLP"]
+
 
 class MLP:
     """Dense classifier; ``hidden=()`` is softmax regression. Call ``loss_and_grad`` per batch."""

@@ -20,6 +20,8 @@ from ..errors import SettingError
 from ..schema import check
 from .base import FlatParams, glorot, softmax_xent
 
+__all__ = ["MoE"]
+
 
 class _Dispatch:
     """Fixed-slot token exchange of width ``width``: ``slots`` rows per local expert to every rank.

@@ -35,6 +35,9 @@ from typing import Optional
 from .. import launcher
 from ..errors import HxmpiError
 
+__all__ = ["state_dir", "ClusterError", "load_state", "check_privileges", "leftovers", "up", "find_mpirun",
+           "mpirun_args", "export_args", "run", "down", "status", "main"]
+
 STATE_BASE = Path(os.environ.get("HXMPI_CLUSTER_DIR", "/run/hxmpi-cluster"))
 DEFAULT_SUBNET = "10.213.7.0/24"
 DEFAULT_NAME = "hx"

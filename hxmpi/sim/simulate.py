@@ -10,8 +10,9 @@ executes, so the simulated messages and copies are the ones hxmpi makes:
   hier's message-passing node phase) follows Open MPI's fixed rule (``costmodel.alltoallv_algorithm``):
   pairwise rounds (send to rank+k, receive from rank-k, wait) or linear (post every receive and
   send, then wait). Hier's lane phase is a nonblocking ``Ialltoallv``, which Open MPI runs linear.
-- copies (pack, repack, copy out of the node window, unpack) and hxmpi's fixed per-call cost:
-  ``sleep`` actions, at the model's copy bandwidth and fixed costs;
+- copies (pack, repack, copy out of the node window, unpack) and hxmpi's own CPU per call:
+  ``sleep`` actions, at the model's copy bandwidth and the measured CPU per path (``--overhead``,
+  default the file packaged with hxmpi: ``costmodel.CpuTimes``);
 - node barriers of the shared-memory node phase: dissemination rounds of 1-byte messages.
 
 The platform is a SimGrid cluster of N hosts of G cores: a private link per host (inter-node
@@ -43,6 +44,7 @@ from ..comm.costmodel import (
     AGREEMENT_BYTES,
     RADICES,
     CostModel,
+    CpuTimes,
     Pattern,
     alltoallv_algorithm,
     choose_call,
@@ -50,14 +52,20 @@ from ..comm.costmodel import (
     predict_call,
 )
 from ..comm.plan import ALGORITHMS, Layout
-from ..errors import HxmpiError
+from ..errors import CpuFileError, HxmpiError
 from .schedule import Collective, Copy, Exchange, rank_schedule
+
+__all__ = ["SimulateError", "Network", "oversubscription", "oversubscribe", "node_of_sizes", "make_counts",
+           "Call", "agreement_steps", "call_steps", "CpuTimes", "phase_algorithm", "exchange_actions",
+           "barrier_actions", "collective_actions", "rank_trace", "trace_stats", "platform_xml",
+           "smpirun_path", "replay", "ReplayTimeout", "simulate_point", "summarize", "crossover",
+           "osu_calls", "compare_measured", "block_sizes", "print_layout", "plot", "build_parser", "main"]
 
 REPLAY_MAIN = "/usr/lib/x86_64-linux-gnu/simgrid/smpireplaymain"
 INSTALL_HINT = "install SimGrid's SMPI: apt-get install libsimgrid-dev (it ships smpirun and smpireplaymain)"
 
 # Presets: CostModel numbers of a cluster node (seconds, seconds per byte). Sources of each number
-# are in README.md, "At scale". Fixed per-call costs and copy bandwidth stay the built-in defaults.
+# are in docs/tools.md, "Presets". Fixed per-call costs and copy bandwidth stay the built-in defaults.
 _BASE = CostModel()
 PRESETS = {
     # 100 Gb/s InfiniBand port (HDR100 / EDR): 12.5 GB/s, ~1 us MPI latency, ~0.2 us CPU per message.
@@ -70,9 +78,6 @@ PRESETS = {
 NETWORKS = ("backbone", "fat-tree")
 PHASE_TAG = {"flat": 0, "lane": 1, "node": 2, "barrier": 3, "round": 4, "agree": 5}
 TAG_STRIDE = 100000  # tag = phase * TAG_STRIDE + n-th message to the same peer within the phase
-#: Where ``bench_overhead.py --json`` writes hxmpi's measured CPU time per call.
-DEFAULT_OVERHEAD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "benchmarks", "results", "overhead.json")
 
 
 class SimulateError(HxmpiError):
@@ -175,42 +180,6 @@ def call_steps(layout: Layout, counts: np.ndarray, rank: int, call: Call, node_p
                                  learned=call.mode != "oneshot")
 
 
-class CpuTimes:
-    """hxmpi's measured CPU seconds per call by path (``bench_overhead.py --json``'s ``cpu_s_per_call``).
-
-    A missing file or key falls back to the cost model's fixed costs (``overhead_flat`` for flat
-    and Bruck paths, ``overhead_hier`` for hier ones), with one warning naming what is missing.
-    """
-
-    def __init__(self, model: CostModel, path: Optional[str] = DEFAULT_OVERHEAD, warn=sys.stderr):
-        self.model, self.path, self.warn = model, path, warn
-        self.table: dict = {}
-        self.missing: set = set()
-        self.problem = None
-        if path:
-            try:
-                with open(path) as fh:
-                    table = json.load(fh).get("cpu_s_per_call", {})
-                if not isinstance(table, dict):
-                    raise ValueError("cpu_s_per_call is not a mapping")
-                self.table = {k: float(v) for k, v in table.items()}
-            except (OSError, ValueError, TypeError, AttributeError) as exc:
-                self.problem = f"{path}: {exc}"
-
-    def __call__(self, key: str) -> float:
-        """Seconds of hxmpi CPU for path ``key`` (e.g. "hier_plan")."""
-        if key in self.table:
-            return self.table[key]
-        if not self.missing and self.warn is not None:  # one warning per run; the JSON lists every key
-            why = self.problem or f"{self.path}: no cpu_s_per_call[{key!r}]"
-            print(f"# warning: {why}; using the model's fixed costs for missing paths", file=self.warn)
-        self.missing.add(key)
-        return self.model.overhead_hier if key.startswith("hier") else self.model.overhead_flat
-
-    def as_dict(self, keys) -> dict:
-        return {k: self(k) for k in keys}
-
-
 # ---------------------------------------------------------------------------------------- traces
 def _comm_of(phase: str, layout: Layout, rank: int) -> np.ndarray:
     """World ranks of the communicator a phase runs on, in its rank order."""
@@ -302,7 +271,7 @@ def rank_trace(layout: Layout, counts: np.ndarray, rank: int, algorithm, node_ph
     (default: the model's fixed costs).
     """
     call = algorithm if isinstance(algorithm, Call) else Call(algorithm)
-    cpu = cpu or CpuTimes(model, None, warn=None)
+    cpu = cpu or CpuTimes.fixed(model)
     steps = call_steps(layout, counts, rank, call, node_phase)
     lines = [f"{rank} init"]
     fixed = cpu(call.cpu_key) if call.mode in ("oneshot", "hit", "plan") else 0.0
@@ -483,7 +452,7 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
     counts = make_counts(layout.size, block, uneven)
     pattern = Pattern.from_counts(counts)
     n, g, p = layout.num_nodes, layout.max_node_size, layout.size
-    cpu = cpu or CpuTimes(model, None, warn=None)
+    cpu = cpu or CpuTimes.fixed(model)
     hier_ok = layout.hier_possible
     pick = lambda mode: choose_call(model, mode, n, g, pattern, node_phase, cpu, numpy)  # noqa: E731
     auto, auto_plan = pick("oneshot"), pick("plan")
@@ -764,6 +733,7 @@ def plot(records: list[dict], path: str, title: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The flags of ``python -m hxmpi.sim`` (docs/tools.md, Simulator, lists them)."""
     p = argparse.ArgumentParser(prog="python -m hxmpi.sim", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Presets: " + "; ".join(
@@ -787,9 +757,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the backbone (or spine) carries 1/R of all node links' bandwidth (default: the "
                    "model's beta_backbone; 1 = non-blocking); the model gets the matching beta_backbone")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per replay (default 1800)")
-    p.add_argument("--overhead", default=DEFAULT_OVERHEAD,
+    p.add_argument("--overhead", metavar="FILE",
                    help="bench_overhead.py --json output: hxmpi's CPU seconds per call by path (key "
-                   "cpu_s_per_call; default benchmarks/results/overhead.json; missing: the model's fixed costs)")
+                   "cpu_s_per_call, every path; default: the file packaged with hxmpi, hxmpi/comm/overhead.json); "
+                   "a missing or malformed file is an error")
     p.add_argument("--numpy-call", action="store_true",
                    help="simulate the alltoallv(array, counts) form: its agreement also exchanges the counts")
     p.add_argument("--max-replay-ranks", type=int, default=DEFAULT_MAX_REPLAY_RANKS,
@@ -806,6 +777,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    """``python -m hxmpi.sim``: replay the sweep (or ``--compare`` a report); returns the exit code."""
     args = build_parser().parse_args(argv)
     if args.compare:
         return _main_compare(args)
@@ -819,6 +791,7 @@ def main(argv=None) -> int:
             if bad or not only:
                 raise SimulateError(f"--only: unknown field(s) {bad or args.only!r}; choose from {', '.join(REPLAYED)}")
         model, source = _model(args)
+        cpu = _cpu(args)
         if args.oversubscription is not None:
             if args.oversubscription < 1:
                 raise SimulateError(f"--oversubscription must be >= 1, got {args.oversubscription:g}")
@@ -833,7 +806,6 @@ def main(argv=None) -> int:
         records = []
         print(f"# hxmpi.sim: SimGrid SMPI replay, {source}, {args.network} network, "
               f"node phase {args.node_phase}{', uneven counts' if args.uneven else ''}", flush=True)
-        cpu = CpuTimes(model, args.overhead)
         for lay in layouts:
             rows = [simulate_point(lay, b, model, network, args.node_phase, args.uneven, timeout=args.timeout,
                                    cpu=cpu, numpy=args.numpy_call, max_replay_ranks=args.max_replay_ranks,
@@ -860,12 +832,19 @@ def main(argv=None) -> int:
             json.dump({"benchmark": "simulate", "source": source, "network": args.network,
                        "oversubscription": oversubscription(model), "node_phase": args.node_phase,
                        "uneven": args.uneven, "model": model.__dict__, "summary": summary,
-                       "cpu_s_per_call": cpu.as_dict(sorted(set(cpu.table) | cpu.missing)),
-                       "cpu_measured": sorted(cpu.table), "cpu_fallback": sorted(cpu.missing),
+                       "overhead": cpu.source, "cpu_s_per_call": dict(cpu.seconds),
                        "records": records}, fh, indent=1)
     if args.plot:
         plot(records, args.plot, f"SimGrid replay, {source}, node phase {args.node_phase}")
     return 0
+
+
+def _cpu(args) -> CpuTimes:
+    """--overhead's CPU per path, or the packaged file's; SimulateError naming a bad file."""
+    try:
+        return CpuTimes.load(args.overhead)
+    except CpuFileError as exc:
+        raise SimulateError(f"--overhead: {exc}") from None
 
 
 def _main_compare(args) -> int:
@@ -876,7 +855,7 @@ def _main_compare(args) -> int:
         if osu and not args.tuning:
             raise SimulateError("--compare of an osu_alltoallv.py report needs --tuning (the platform)")
         model = _model(args)[0] if osu else CostModel(**report["model"])
-        cpu = CpuTimes(model, args.overhead) if osu else None
+        cpu = _cpu(args) if osu else None
         network = Network(args.network)
         node_phase = report.get("node_phase", args.node_phase)
         smpirun_path()
@@ -889,7 +868,7 @@ def _main_compare(args) -> int:
         return 2
     sizes = report["node_sizes"] if osu else report["layout"]["node_sizes"]
     print(f"# simulated vs measured: nodes {sizes}, model of {args.tuning if osu else args.compare}, "
-          f"node phase {node_phase}" + (f", CPU per path from {args.overhead}" if osu else ""))
+          f"node phase {node_phase}" + (f", CPU per path from {cpu.source}" if osu else ""))
     print(f"{'# Block [B]':<12}{'algorithm':>20}{'measured':>12}{'simulated':>12}{'error':>8}  [us]")
     for r in rows:
         print(f"{r['block_bytes']:<12d}{r['algorithm']:>20}{_us(r['measured_s'])}{_us(r['sim_s'])}{r['rel_error']:8.1%}")
@@ -900,7 +879,7 @@ def _main_compare(args) -> int:
         with open(args.json, "w") as fh:
             json.dump({"benchmark": "simulate-compare", "source": args.compare, "node_phase": node_phase,
                        "layout": report.get("layout", {"node_sizes": sizes}), "tuning": args.tuning if osu else None,
-                       "overhead": args.overhead if osu else None,
-                       "cpu_s_per_call": cpu.as_dict(sorted(set(cpu.table) | cpu.missing)) if osu else None,
+                       "overhead": cpu.source if osu else None,
+                       "cpu_s_per_call": dict(cpu.seconds) if osu else None,
                        "summary": summary, "rows": rows}, fh, indent=1)
     return 0

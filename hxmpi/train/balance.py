@@ -15,6 +15,8 @@ import numpy as np
 
 from ..comm.exchange import HierComm
 
+__all__ = ["fit_costs", "balanced_counts", "proportional_counts", "moved_samples", "redistribute"]
+
 
 def proportional_counts(weights: Sequence[float], total: int) -> np.ndarray:
     """``total`` split in proportion to ``weights`` (largest remainders first, ties to the lower

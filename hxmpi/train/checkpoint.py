@@ -35,6 +35,9 @@ from mpi4py import MPI
 from ..data.lock import hold_directory
 from ..errors import HxmpiError, agree
 
+__all__ = ["CheckpointError", "run_meta", "epoch_dir", "hold", "check_writable", "save", "saved_world_size",
+           "is_complete", "newest_complete", "load", "reshard"]
+
 CHECKPOINT_FORMAT = 2
 POINTER = "LATEST"
 META = "meta.json"

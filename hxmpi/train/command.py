@@ -20,7 +20,7 @@ from ..schema import SETTINGS, flag
 from .run_config import TrainConfig
 from .trainer import Trainer
 
-__all__ = ["Trainer", "TrainConfig", "UsageError", "build_parser", "flag", "parse_config", "main"]
+__all__ = ["Trainer", "TrainConfig", "UsageError", "build_parser", "flag", "parse_config", "main", "flags_markdown"]
 
 
 PROG = "python -m hxmpi.train"
@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def flags_markdown() -> str:
-    """The README's table of every flag (generated from the schema; a test keeps the README in step)."""
+    """The Markdown table of every flag, from the schema: the docs build renders it into the training
+    guide (docs/_ext/hxmpi_docs.py), and tests/test_docs.py checks it lists exactly the flags of --help."""
     rows = [("flag", "default", "range", "meaning"), ("---", "---", "---", "---")]
     for s in SETTINGS.values():
         shown = f"{s.flag} {s.shown_metavar()}" if s.shown_metavar() else s.flag

@@ -8,6 +8,8 @@ from mpi4py import MPI
 
 from ..schema import SETTINGS
 
+__all__ = ["learning_rate", "SGD"]
+
 SCHEDULES = SETTINGS["schedule"].choices
 
 

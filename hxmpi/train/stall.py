@@ -33,6 +33,8 @@ from mpi4py import MPI
 
 from ..errors import SettingError
 
+__all__ = ["wait_politely", "NoWatch", "StallWatch", "WatchedComm", "WatchedRequest"]
+
 HEARTBEAT_TAG = 7072
 ABORT_CODE = 3
 ABORT_GRACE_S = 5.0  # after MPI_Abort, exit anyway (an abort can hang while a host is cut off)

@@ -13,6 +13,8 @@ from mpi4py import MPI
 
 from ..schema import check
 
+__all__ = ["usable_cores", "host_ranks", "default_threads", "limit_threads", "thread_pools"]
+
 
 def usable_cores() -> int:
     """Cores this process may run on (its CPU affinity; the CPU count where that is unknown)."""

@@ -31,6 +31,8 @@ from .stall import NoWatch, StallWatch, WatchedComm
 from .threads import default_threads, limit_threads
 from .update_engine import LocalPool, UpdateEngine
 
+__all__ = ["Trainer"]
+
 DTYPES = SETTINGS["dtype"].choices
 # Where a step's time goes (seconds per step, mean over ranks): forward/backward and optimizer,
 # waiting for the gradient sums after the backward pass (or an async round's average), the

@@ -36,6 +36,8 @@ from .balance import balanced_counts, fit_costs, proportional_counts
 from .stall import WatchedComm
 from .update_policy import PolicyController, RoundDecision, Window, decide, gradient_coefficient
 
+__all__ = ["BucketReducer", "UpdateConfig", "UpdateEngine", "LocalPool"]
+
 
 class BucketReducer:
     """Sums the dense gradient over the ranks in buckets, each posted as soon as it is complete.

@@ -1,14 +1,17 @@
 """Update policy and gradient coefficient (docs/method.md): pure functions, no MPI.
 
 The straggler ratio B is the fraction of ranks whose step time exceeds a threshold. With
-thresholds 0 <= B1 <= B2 <= 1:
+thresholds 0 <= B1 <= B2 <= 1::
+
   B = 0         -> sync        no stragglers, no reason to accept staleness
   0 < B <= B1   -> async       a few stragglers must not hold everyone back
   B1 < B <= B2  -> sync        most ranks are equally slow, waiting costs little
   B > B2        -> sync, gradients scaled by 1 - dB with dB = B - B2
 
-The gradient adjustment coefficient combines the accuracy gap and the slowest step:
+The gradient adjustment coefficient combines the accuracy gap and the slowest step::
+
   c = clip((1 + gain * max(0, target - accuracy)) * sqrt(min(1, reference_time / max_time)), lo, hi)
+
 A model below its target accuracy takes larger steps; a slow straggler damps them (its gradients
 are the stalest), by the square root of the speed ratio so that one slow rank cannot stall
 training. The result is clipped to [lo, hi] (default [0.1, 2]).
@@ -24,6 +27,9 @@ from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
 from ..schema import SETTINGS
+
+__all__ = ["PolicyController", "Window", "Decision", "RoundDecision", "auto_threshold", "straggler_ratio",
+           "check_thresholds", "decide", "gradient_coefficient"]
 
 MODES = SETTINGS["update"].choices
 AUTO_THRESHOLD_FACTOR = 2.0  # "auto" straggler threshold: this multiple of the lower median step time
@@ -159,6 +165,7 @@ class PolicyController:
       trial: sync is the safe mode.
     - A trial that ended in a return is not retried for ``hysteresis * 2**k`` windows after the
       k-th return in a row (so a straggler that async cannot beat costs few windows).
+
     Each ``observe`` returns a record of what was decided and why, with the numbers.
     """
 

