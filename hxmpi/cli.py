@@ -48,6 +48,12 @@ def world_rank() -> Optional[int]:
     return None
 
 
+#: Seconds a rank waits between writing its failure and MPI_Abort. The launcher forwards each
+#: rank's stderr through a daemon (Hydra's proxy, Open MPI's prted) that MPI_Abort's kill can
+#: reach before it has read the pipe: the user then sees no message at all (seen under MPICH).
+FLUSH_BEFORE_ABORT_S = 0.5
+
+
 def abort_job(code: int = 1) -> NoReturn:
     """End the whole MPI job (every rank) with ``code``; a plain exit outside an MPI job.
 
@@ -59,6 +65,7 @@ def abort_job(code: int = 1) -> NoReturn:
     if MPI is None and world_rank() is not None and "mpi4py.MPI" not in sys.modules:
         from mpi4py import MPI
     if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized() and MPI.COMM_WORLD.Get_size() > 1:
+        time.sleep(FLUSH_BEFORE_ABORT_S)
         MPI.COMM_WORLD.Abort(code)
     sys.exit(code)
 
