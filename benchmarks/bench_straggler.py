@@ -1,4 +1,4 @@
-"""The update policy's report card: every update mode under every straggler condition, by time to
+r"""The update policy's report card: every update mode under every straggler condition, by time to
 target and final accuracy (docs/method.md: *The report card*).
 
     python -m hxmpi.data make --out /tmp/store --samples 120000 --features 128 --clusters-per-class 6 \
