@@ -182,26 +182,41 @@ def test_cli_up_status_run_down(tmp_path):
 
 
 def test_async_policy_across_hosts(hosts, tmp_path):
-    """The update policy on real nodes over TCP: a straggler on the 1-rank host makes auto go async.
+    """The update policy on real nodes over TCP: a straggler on the 1-rank host is seen across
+    hosts, auto tries async beside it, and every trial ends as its logged numbers say.
 
-    On main this failed once under load: with a 1 ms threshold, a window in which a loaded host
-    slowed a second rank past it gave B = 0.4 > b1, and the rule's last word (sync) was the
-    summary's mode. Now one noisy window changes nothing (hysteresis), and a mode kept after its
-    trial stays while the straggler does. Async for the whole run (--local-steps-until 1), so
-    the summary shows the mode the policy chose rather than the post-local sync phase."""
+    Which mode measures best is the host's business, not the test's: 5 ranks share 2 cores here,
+    so the straggler's sleep frees a core and async may not beat sync by --policy-gain (a CI run
+    on a quiet host kept sync). The test asserts the decision's logic on what was measured, and
+    what async must give where it was kept. Async for the whole run (--local-steps-until 1), so
+    that a kept async is the mode at the end rather than the post-local sync phase; windows of 10
+    steps, so that the run (about 130 steps) holds the hysteresis and a whole trial."""
     state = cluster.load_state(NAME)
     log = tmp_path / "policy.jsonl"
     proc = subprocess.run([cluster.find_mpirun(), *cluster.mpirun_args(state), "-n", "5", sys.executable, "-m",
                            "hxmpi.train", "--update", "auto", "--straggle", "4:0.003", "--straggler-threshold", "0.001",
-                           "--epochs", "6", "--local-steps-until", "1",
+                           "--epochs", "6", "--local-steps-until", "1", "--policy-window", "10",
                            "--log", str(log), "--quiet"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in log.read_text().splitlines()]
     summary = records[-1]
-    assert summary["num_nodes"] == 3 and summary["update"] == "async"
+    assert summary["num_nodes"] == 3 and summary["test_accuracy"] >= 0.9
     policy = [r for r in records if r["event"] == "policy"]
-    kept = [r for r in policy if r.get("action") == "keep"]
-    assert kept and kept[0]["mode"] == "async" and kept[0]["gains"]["async"] > 0.1, policy  # measured, logged
-    assert summary["max_round_steps"] <= 4 and summary["test_accuracy"] >= 0.9
-    rates = summary["processed_samples_per_s_per_rank"]
-    assert rates[4] < min(rates[:4])
+    # The straggler on the third host is the slowest rank in most windows (a loaded host may slow
+    # another rank in one; hysteresis is there for that).
+    measured = [r for r in policy if r.get("step_times_s")]
+    slowest = [r for r in measured if max(r["step_times_s"]) == r["step_times_s"][4]]
+    assert measured and len(slowest) > len(measured) / 2, policy
+    assert any(r["action"] == "trial" and r["mode"] == "async" for r in policy), policy
+    ends = [r for r in policy if r["action"] in ("keep", "return")]
+    assert ends, policy
+    for r in ends:  # each trial's verdict follows from its logged scores and gains
+        best = max(r["scores"], key=r["scores"].get)
+        if r["action"] == "keep":
+            assert r["mode"] == best and r["gains"][best] > r["gain_needed"], r
+        else:
+            assert r["mode"] == r["baseline"]["mode"] and max(r["gains"].values()) <= r["gain_needed"], r
+    if policy[-1]["mode"] == "async":  # kept: bounded staleness, the straggler takes fewer samples
+        assert summary["max_round_steps"] <= 4, summary
+        rates = summary["processed_samples_per_s_per_rank"]
+        assert rates[4] < min(rates[:4]), rates
