@@ -227,9 +227,9 @@ class Trainer:
             parts = list(parts)
             processed_before = stats[2]
             pool = None  # async: this rank's samples of the steps left, each read once
-            if self.updates.balance_weights is not None:  # the shuffle dealt evenly: apply the split
+            if self.updates.balance_weights is not None:  # dealt evenly: split up to the next decision
                 t_re = time.perf_counter()
-                self._rebalance(parts, 0)
+                self._rebalance(parts, 0, self.updates.rounds_to_decision())
                 self.exchange_s += time.perf_counter() - t_re
             s = 0
             while s < len(parts):
@@ -258,13 +258,17 @@ class Trainer:
                 self.watch.step = self.rounds
                 s += advance
                 decision = self.updates.end_of_round(self.rounds, epoch)
-                if decision is not None and decision.rebalance:  # the same on every rank
+                # The same on every rank. Steps past the next decision stay as dealt (even): a
+                # window that ends balancing, or a one-window trial of it, has nothing to move back.
+                if decision is not None and (decision.rebalance or decision.balance_weights is not None):
                     t_re = time.perf_counter()
-                    moved = self._rebalance(parts, s)
+                    moved = 0 if decision.balance_weights is None else \
+                        self._rebalance(parts, s, self.cfg.policy_window)
                     self.exchange_s += time.perf_counter() - t_re
-                    self._emit({"event": "rebalance", "epoch": epoch, "round": self.rounds,
-                                "counts": [int(c) for c in self.updates.shares(self.cfg.batch_size)],
-                                "weights": decision.balance_weights, "samples_moved": moved})
+                    if decision.rebalance or moved:
+                        self._emit({"event": "rebalance", "epoch": epoch, "round": self.rounds,
+                                    "counts": [int(c) for c in self.updates.shares(self.cfg.batch_size)],
+                                    "weights": decision.balance_weights, "samples_moved": moved})
                 if self.pretrain_deadline is not None:
                     # Rank 0's clock decides, so every rank leaves after the same step.
                     expired = self.comm.bcast(time.perf_counter() > self.pretrain_deadline if self.rank == 0
@@ -302,18 +306,21 @@ class Trainer:
                 return
             yield parts
 
-    def _rebalance(self, parts: list, start: int) -> int:
-        """Re-split steps ``parts[start:]`` over the ranks by the current balance (collective);
-        returns the samples that changed rank (0 when no step is left: the next window is split
-        by the new shares from its start)."""
-        rest = parts[start:]
+    def _rebalance(self, parts: list, start: int, count: int) -> int:
+        """Re-split steps ``parts[start:start + count]`` (those up to the next policy decision)
+        over the ranks by the current balance (collective); returns the samples that changed rank
+        (0 when no step is left: the next window is split by the shares from its start).
+
+        Only the steps up to the next decision move, so that a one-window trial of balancing
+        does not move the rest of the epoch there and back (docs/update-policy.md)."""
+        rest = parts[start:start + count]
         if not rest:  # the decision came with the window's last step: the next window is split anew
             return 0
         current = np.array(self.comm.allgather([len(p[1]) for p in rest]), dtype=np.int64).T.reshape(len(rest), -1)
         target = np.array([self.updates.shares(p[2]) for p in rest], dtype=np.int64).reshape(len(rest), -1)
         if np.array_equal(current, target):
             return 0
-        parts[start:] = redistribute(self.hc, rest, current, target)
+        parts[start:start + count] = redistribute(self.hc, rest, current, target)
         return moved_samples(current, target)
 
     def adjust_from_accuracy(self, accuracy: float) -> None:

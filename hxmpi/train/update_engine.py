@@ -394,6 +394,10 @@ class UpdateEngine:
         weights = None if self.balance_weights is None else tuple(self.balance_weights)
         return RoundDecision(mode, self.grad_scale, weights, moved, record)
 
+    def rounds_to_decision(self) -> int:
+        """Rounds left before the next policy decision (``end_of_round`` decides after the last)."""
+        return max(self.cfg.policy_window - self._window_rounds, 0)
+
     def busy(self) -> tuple[float, float]:
         """This rank's seconds so far in compute and in waiting for gradient sums or averages."""
         return self.compute_s, self.grad_wait_s
