@@ -31,6 +31,7 @@ from typing import Callable, Iterable, Iterator, Optional
 import numpy as np
 from mpi4py import MPI
 
+from ..cli import FLUSH_BEFORE_ABORT_S
 from ..errors import SettingError
 
 __all__ = ["wait_politely", "NoWatch", "StallWatch", "WatchedComm", "WatchedRequest"]
@@ -192,6 +193,7 @@ class StallWatch(NoWatch):
             timer = threading.Timer(ABORT_GRACE_S, os._exit, (ABORT_CODE,))
             timer.daemon = True
             timer.start()
+            time.sleep(FLUSH_BEFORE_ABORT_S)  # let the launcher forward the message before the kill
             MPI.COMM_WORLD.Abort(ABORT_CODE)
 
 
