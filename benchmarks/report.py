@@ -17,6 +17,7 @@ import json
 import shutil
 import sys
 from pathlib import Path
+from statistics import median
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The measured CPU per path that ships with the package (package data, not under results/).
@@ -375,7 +376,24 @@ def render_straggler_card(d):
                                 "async - sync accuracy", "balanced / sync epoch"], ratios)])
 
 
-RENDERERS = {"osu_alltoallv": render_osu, "overhead": render_overhead, "overhead-combined": render_overhead_combined,
+def render_mpi_call(d):
+    """bench_mpi_call.py: us per Start + Wait of a persistent request by the way compiled code
+    reaches MPI, median (min-max) over rounds, with each variant's ratio to the Python loop."""
+    load = d.get("host_load")
+    head = (f"{d['library']}; {d['world_size']} ranks, {d['args']['iterations']} Start + Wait pairs x "
+            f"{d['args']['rounds']} rounds, variants interleaved; us per pair, median (min-max)"
+            + (f"; host: {load}" if load else "") + ".")
+    out = [head]
+    for request, per in d["us_per_start_wait"].items():
+        py = median(per["python"])
+        rows = [(v, f"{num(median(xs), 3)} ({num(min(xs), 3)}-{num(max(xs), 3)})",
+                 num(median(xs) / py, 2)) for v, xs in per.items()]
+        out.append(table([f"{request}: variant", "us per Start + Wait", "/ python"], rows))
+    out += [f"Not measured: `{v}`: {why}" for v, why in d.get("not_measured", {}).items()]
+    return "\n\n".join(out)
+
+
+RENDERERS = {"osu_alltoallv": render_osu, "mpi_call": render_mpi_call, "overhead": render_overhead, "overhead-combined": render_overhead_combined,
              "pack": render_pack, "msg_accounting": render_msg_accounting, "memory": render_memory,
              "calibrate": render_calibrate, "simulate-compare": render_compare, "simulate": render_simulate,
              "train": render_train, "straggler": render_straggler, "straggler_card": render_straggler_card, "staging": render_staging}
