@@ -32,6 +32,7 @@ def main(argv=None) -> int:
 
     from mpi4py import MPI
 
+    from hxmpi.cli import command_line
     from hxmpi.comm.topology import Topology
     from hxmpi.data.staging import StagingConfig, stage
     comm = MPI.COMM_WORLD
@@ -50,7 +51,8 @@ def main(argv=None) -> int:
         import shutil
         shutil.rmtree(cache, ignore_errors=True)
         growth = after - before
-        result = {"benchmark": "memory", "world_size": comm.size, "num_nodes": topo.num_nodes,
+        result = {"benchmark": "memory", "command": command_line("benchmarks/bench_memory.py", comm.size),
+                  "world_size": comm.size, "num_nodes": topo.num_nodes,
                   "dataset_bytes": dataset, "pss_before": before, "pss_after": after, "growth_bytes": growth,
                   "growth_per_dataset": growth / dataset, "checksum": touched}
         print(f"# memory-mode staging, {comm.size} ranks on {topo.num_nodes} node(s)")

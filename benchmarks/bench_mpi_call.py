@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from hxmpi.cli import command_line
+
 HERE = Path(__file__).resolve().parent / "mpi_call"
 
 
@@ -105,8 +107,7 @@ def main(argv=None) -> int:
             print(f"# {v}: not measured: {why}")
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"benchmark": "mpi_call", "command": "mpirun -np " + str(comm.size) + " python "
-                           + " ".join(["benchmarks/bench_mpi_call.py", *sys.argv[1:]]),
+                json.dump({"benchmark": "mpi_call", "command": command_line("benchmarks/bench_mpi_call.py", comm.size),
                            "library": library, "world_size": comm.size, "args": vars(args),
                            "us_per_start_wait": times, "not_measured": missing}, f, indent=1)
     return 0

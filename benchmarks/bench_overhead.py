@@ -61,12 +61,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 import numpy as np
 from mpi4py import MPI
 
 import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
+from hxmpi.cli import command_line
 from hxmpi.comm.plan import bruck_rounds
 
 ALGORITHMS = ("flat", "hier", "bruck", "hier_pairwise", "hier_bruck")
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
         if not (args.combine_flat and args.combine_hier and args.json):
             p.error("--combine-flat and --combine-hier go together, with --json")
         if MPI.COMM_WORLD.rank == 0:
-            combine(args.combine_flat, args.combine_hier, args.json, " ".join(["bench_overhead.py", *sys.argv[1:]]))
+            combine(args.combine_flat, args.combine_hier, args.json, command_line("benchmarks/bench_overhead.py"))
         return 0
     comm = MPI.COMM_WORLD
     size, block = comm.size, args.block
@@ -218,7 +218,7 @@ def main(argv=None) -> int:
                 print(f"{k:<28}{v:10.2f}")
         if args.json:
             with open(args.json, "w") as fh:
-                json.dump({"benchmark": "overhead", "command": " ".join(["bench_overhead.py", *sys.argv[1:]]),
+                json.dump({"benchmark": "overhead", "command": command_line("benchmarks/bench_overhead.py", size),
                            "world_size": size, "block": block, "radix": hc.radix,
                            "node_sizes": list(hc.topology.node_sizes), "node_phase": hc.node_phase,
                            "median_us": m, "rounds_us": rounds, "paths": states,

@@ -41,6 +41,7 @@ import numpy as np
 from mpi4py import MPI
 
 import hxmpi  # noqa: F401 - before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
+from hxmpi.cli import command_line
 from hxmpi.runlog import time_to_target_interpolated
 from hxmpi.train.command import Trainer, parse_config
 
@@ -239,8 +240,8 @@ def main(argv=None) -> int:
     print_card(result, modes, args, comm)
     if args.json:
         with open(args.json, "w") as fh:
-            command = f"mpirun -np {comm.size} python " + " ".join(["benchmarks/bench_straggler.py", *sys.argv[1:]])
-            json.dump({"benchmark": "straggler_card", "command": command, "world_size": comm.size, "args": vars(args),
+            json.dump({"benchmark": "straggler_card", "command": command_line("benchmarks/bench_straggler.py", comm.size),
+                       "world_size": comm.size, "args": vars(args),
                        "card": result, "runs": {f"{c}/{m}": rs for (c, m), rs in runs.items()}}, fh, indent=1)
     return 0
 

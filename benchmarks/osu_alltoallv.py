@@ -28,6 +28,7 @@ import numpy as np
 from mpi4py import MPI
 
 import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
+from hxmpi.cli import command_line
 
 ALGORITHMS = ("flat", "hier", "bruck", "hier_pairwise", "hier_bruck")
 COLUMNS = ("bare", *ALGORITHMS, "auto", *(f"{a}-new" for a in ALGORITHMS), *(f"{a}-plan" for a in ALGORITHMS),
@@ -176,7 +177,8 @@ def main(argv=None) -> int:
                                                            if k.endswith(f"@ {r['size']} B")))
         if args.json:
             with open(args.json, "w") as fh:
-                json.dump({"benchmark": "osu_alltoallv", "world_size": comm.size,
+                json.dump({"benchmark": "osu_alltoallv", "command": command_line("benchmarks/osu_alltoallv.py", comm.size),
+                           "world_size": comm.size,
                            "node_sizes": list(topo.node_sizes), "uneven": args.uneven,
                            "node_phase": hc.node_phase, "validate": args.validate_input, "radix": hc.radix,
                            "ratios": ratios,

@@ -17,6 +17,7 @@ printing it. A rank must never exit alone while the others block in a collective
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import time
 import traceback
@@ -24,7 +25,7 @@ from typing import Callable, NoReturn, Optional
 
 from .launcher import RANK_VARS
 
-__all__ = ["world_rank", "abort_job", "report", "run_main", "settle_failure"]
+__all__ = ["world_rank", "abort_job", "report", "run_main", "settle_failure", "command_line"]
 
 SETTLE_TIMEOUT_S = 5.0  # how long failing ranks wait for the others before aborting
 
@@ -109,3 +110,12 @@ def settle_failure(errcomm, timeout: float = SETTLE_TIMEOUT_S) -> bool:
             return False  # the request stays pending: the caller aborts the job
         time.sleep(0.01)
     return True
+
+
+def command_line(script: str, world_size: Optional[int] = None) -> str:
+    """This program's command line, for a result file to record: ``python script`` (a path from
+    the repository's root) and this process's arguments, after ``mpirun -np world_size`` when
+    given. Launcher options (``--oversubscribe``, ``--bind-to``) are not visible to the program
+    and are not recorded."""
+    launch = ["mpirun", "-np", str(world_size)] if world_size is not None else []
+    return shlex.join([*launch, "python", script, *sys.argv[1:]])
