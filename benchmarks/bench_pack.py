@@ -72,7 +72,8 @@ def main(argv=None) -> int:
               f"{r['vs_memcpy']:10.2f}{r['vs_fancy']:10.1f}", flush=True)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "pack", "command": command_line("benchmarks/bench_pack.py"), "total_bytes": total, "results": rows}, fh, indent=1)
+            json.dump({"benchmark": "pack", "command": command_line("benchmarks/bench_pack.py"),
+                       "total_bytes": total, "results": rows}, fh, indent=1)
     return 0
 
 

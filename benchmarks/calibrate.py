@@ -178,8 +178,8 @@ def main(argv=None) -> int:
             print(f"{nn:<10d}" + "".join(cells))
         if args.json:
             with open(args.json, "w") as fh:
-                json.dump({"benchmark": "calibrate", "command": command_line("benchmarks/calibrate.py", comm.size), **meta, "model": model.__dict__, "rows": rows,
-                           "projection": projection}, fh, indent=1)
+                json.dump({"benchmark": "calibrate", "command": command_line("benchmarks/calibrate.py", comm.size),
+                           **meta, "model": model.__dict__, "rows": rows, "projection": projection}, fh, indent=1)
     return 0
 
 

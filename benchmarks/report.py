@@ -393,8 +393,8 @@ def render_mpi_call(d):
     return "\n\n".join(out)
 
 
-RENDERERS = {"osu_alltoallv": render_osu, "mpi_call": render_mpi_call, "overhead": render_overhead, "overhead-combined": render_overhead_combined,
-             "pack": render_pack, "msg_accounting": render_msg_accounting, "memory": render_memory,
+RENDERERS = {"osu_alltoallv": render_osu, "mpi_call": render_mpi_call, "overhead": render_overhead,
+             "overhead-combined": render_overhead_combined, "pack": render_pack, "msg_accounting": render_msg_accounting, "memory": render_memory,
              "calibrate": render_calibrate, "simulate-compare": render_compare, "simulate": render_simulate,
              "train": render_train, "straggler": render_straggler, "straggler_card": render_straggler_card, "staging": render_staging}
 

@@ -260,15 +260,15 @@ class Trainer:
                 decision = self.updates.end_of_round(self.rounds, epoch)
                 # The same on every rank. Steps past the next decision stay as dealt (even): a
                 # window that ends balancing, or a one-window trial of it, has nothing to move back.
-                if decision is not None and (decision.rebalance or decision.balance_weights is not None):
+                moved = 0
+                if decision is not None and decision.balance_weights is not None:
                     t_re = time.perf_counter()
-                    moved = 0 if decision.balance_weights is None else \
-                        self._rebalance(parts, s, self.cfg.policy_window)
+                    moved = self._rebalance(parts, s, self.updates.rounds_to_decision())
                     self.exchange_s += time.perf_counter() - t_re
-                    if decision.rebalance or moved:
-                        self._emit({"event": "rebalance", "epoch": epoch, "round": self.rounds,
-                                    "counts": [int(c) for c in self.updates.shares(self.cfg.batch_size)],
-                                    "weights": decision.balance_weights, "samples_moved": moved})
+                if decision is not None and (decision.rebalance or moved):
+                    self._emit({"event": "rebalance", "epoch": epoch, "round": self.rounds,
+                                "counts": [int(c) for c in self.updates.shares(self.cfg.batch_size)],
+                                "weights": decision.balance_weights, "samples_moved": moved})
                 if self.pretrain_deadline is not None:
                     # Rank 0's clock decides, so every rank leaves after the same step.
                     expired = self.comm.bcast(time.perf_counter() > self.pretrain_deadline if self.rank == 0

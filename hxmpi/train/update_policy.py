@@ -57,7 +57,8 @@ class RoundDecision:
     """What the update engine does from the next round on, returned to the trainer (the same on
     every rank): the mode, the gradient scale, the balance weights (per-rank share weights of a
     sync batch; None: even) and whether they changed (``rebalance``). While weights are set the
-    trainer re-splits the steps up to the next decision. ``record`` is the logged decision with its inputs."""
+    trainer re-splits the steps up to the next decision. ``record`` is the logged decision with
+    its inputs."""
     mode: str
     grad_scale: float
     balance_weights: Optional[tuple]
