@@ -267,21 +267,21 @@ def combine(flat_files: list, hier_files: list, out: str, command: str) -> dict:
 
 def stage_times(hc, send_spec, recv_spec, iterations: int) -> dict:
     """Local stages of one call, each timed alone on this rank (us, mean over ranks; see --breakdown)."""
-    from hxmpi.comm._agree import fill_record, spec_unchanged
-
+    from hxmpi.comm._agree import fill_record
+    from hxmpi.comm._call import spec_unchanged
     from hxmpi.comm.exchange import _spec_memo
     from hxmpi.comm.msgspec import parse_alltoallv
     from hxmpi.comm.plancache import CacheEntry
     from hxmpi.comm.runs import FlatRun, HierPlan, Scratch
     comm, size = hc.comm, hc.comm.size
     s, r, _ = parse_alltoallv(send_spec, recv_spec, size)
-    memo = _spec_memo(False, send_spec, recv_spec, s, r)
+    memo = _spec_memo(send_spec, recv_spec)
     parts = (s.counts, s.displs, r.counts, r.displs)
     rec = np.zeros(16, np.uint64)
     rc_node = np.empty((len(hc.layout.members[hc.topology.node]), size), np.int64)
     hc.topology.intra.Allgather(r.counts, rc_node)
     stages = {"parse two new specs": lambda: parse_alltoallv(send_spec, recv_spec, size),
-              "recognise unchanged specs": lambda: spec_unchanged((send_spec, recv_spec), *memo[1:5]),
+              "recognise unchanged specs": lambda: spec_unchanged((send_spec, recv_spec), *memo),
               "plan-cache lookup": lambda: hc.plan_cache.lookup(parts, (0, True, 0, False)),
               "agreement record": lambda: fill_record(rec, False, False, 0, True, 0, 1, True, False, 1 << 20,
                                                       s.counts, r.counts, True, comm.rank, 1, 2),

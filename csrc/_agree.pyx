@@ -16,26 +16,7 @@ import numpy as np
 cnp.import_array()
 
 
-cdef struct Record:
-    # The agreement record, one uint64 word each, summed over ranks: its one definition. The compiled
-    # code reads and writes it as this struct; Python reads it by ``Word`` (below), made from it.
-    # ``hxmpi/comm/agreement.py``'s docstring says what each word holds.
-    uint64_t flags          # ranks with a bad spec, plus 2**32 per rank on the large-count path
-    uint64_t validate
-    uint64_t algo           # each setting is followed by its square
-    uint64_t algo_sq
-    uint64_t kind
-    uint64_t kind_sq
-    uint64_t slot
-    uint64_t slot_sq
-    uint64_t same_buffers
-    uint64_t over_budget
-    uint64_t bytes
-    uint64_t recv_kib_sq
-    uint64_t messages
-    uint64_t pairwise
-    uint64_t fp_a
-    uint64_t fp_b
+include "_record.pxi"
 
 
 cdef Record _layout
@@ -95,52 +76,6 @@ def buffer_id(cnp.ndarray send not None, cnp.ndarray recv not None):
     """(send address, send bytes, receive address, receive bytes): what a bound run is tied to."""
     cdef Py_ssize_t sn = cnp.PyArray_NBYTES(send), rn = cnp.PyArray_NBYTES(recv)
     return (<size_t>cnp.PyArray_DATA(send) if sn else 0, sn, <size_t>cnp.PyArray_DATA(recv) if rn else 0, rn)
-
-
-cdef bint _same_shape(object now, object then):
-    """Same spec structure: lists/tuples of equal length, the same leaf objects (ints by value)."""
-    cdef Py_ssize_t i, n
-    if now is then:
-        return True
-    t = type(now)
-    if t is not type(then):
-        return False
-    if t is list or t is tuple:
-        n = len(<object>now)
-        if n != len(<object>then):
-            return False
-        for i in range(n):
-            if not _same_shape(now[i], then[i]):
-                return False
-        return True
-    if t is int:
-        return now == then
-    return False
-
-
-def spec_unchanged(now, then, tuple checks, tuple dtypes, tuple writable):
-    """Whether the spec ``now`` is the spec ``then`` of an earlier call (``then``: a copy of its lists
-    and tuples holding the same leaves): the same structure and leaf objects (ints by value); every
-    array of ``checks`` ((array, saved bytes): counts and displacements) holds the saved contents;
-    every array of ``dtypes`` ((array, dtype)) still has that dtype; every array in ``writable`` is
-    still writable. Cheap enough for every call's path."""
-    cdef cnp.ndarray a
-    cdef bytes b
-    cdef Py_ssize_t n
-    if not _same_shape(now, then):
-        return False
-    for arr, dt in dtypes:
-        if (<cnp.ndarray>arr).descr is not dt:
-            return False
-    for arr in writable:
-        if not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>arr):
-            return False
-    for arr, saved in checks:
-        a, b = <cnp.ndarray>arr, <bytes>saved
-        n = cnp.PyArray_NBYTES(a)
-        if not cnp.PyArray_IS_C_CONTIGUOUS(a) or n != len(b) or (n and memcmp(cnp.PyArray_DATA(a), <const char*>b, n) != 0):
-            return False
-    return True
 
 
 def fill_record(cnp.ndarray rec not None, bint problem, bint big, int64_t algo, bint validate,
@@ -212,52 +147,11 @@ cdef Py_ssize_t _int64_data(object arr, const int64_t** out) except -1:
     return a.shape[0]
 
 
-cdef extern from *:
-    """
-    typedef unsigned __int128 hx_u128;
-    """
-    ctypedef unsigned long long hx_u128  # 128 bits in C: P * sum(x^2) may pass 2**64
-
-
-cpdef enum Verdict:
-    # Bits of ``verdict``: the first three mean the call must fail.
-    PROBLEM = 1
-    SETTINGS = 2
-    PAIRS = 4
-    HIT = 8
-    ALL_SAME_BUFFERS = 16
-    ANY_OVER_BUDGET = 32
-    BIG = 64
-
-
-cdef inline bint _all_same(uint64_t total, uint64_t squares, uint64_t size) noexcept nogil:
-    return <hx_u128>size * <hx_u128>squares == <hx_u128>total * <hx_u128>total
-
-
 def verdict(cnp.ndarray sums not None, Py_ssize_t size):
     """The agreement's verdict from the summed record (laid out as ``Record``), as bits:
     PROBLEM (a rank's input is bad), SETTINGS (algorithm, validate or row kind differ), PAIRS (the
     fingerprint is not zero), HIT (every rank is at the same cache slot), ALL_SAME_BUFFERS (every
     cached run is bound to this call's buffers), ANY_OVER_BUDGET, BIG (the large-count path)."""
-    cdef const Record* t
-    cdef uint64_t p = <uint64_t>size
-    cdef int out = 0
     if sums.dtype != np.uint64 or sums.shape[0] < _WORDS or not cnp.PyArray_IS_C_CONTIGUOUS(sums):
         raise ValueError(f"verdict: the sums must be {WORDS} contiguous uint64")
-    t = <const Record*>cnp.PyArray_DATA(sums)
-    if t.flags & 0xFFFFFFFF:
-        out |= PROBLEM
-    if t.flags >> 32:
-        out |= BIG
-    if not (t.validate == 0 or t.validate == p) or not _all_same(t.algo, t.algo_sq, p) \
-            or not _all_same(t.kind, t.kind_sq, p):
-        out |= SETTINGS
-    if t.fp_a or t.fp_b:
-        out |= PAIRS
-    if t.slot > 0 and _all_same(t.slot, t.slot_sq, p):
-        out |= HIT
-        if t.same_buffers == p:
-            out |= ALL_SAME_BUFFERS
-    if t.over_budget:
-        out |= ANY_OVER_BUDGET
-    return out
+    return _verdict(<const Record*>cnp.PyArray_DATA(sums), <uint64_t>size)

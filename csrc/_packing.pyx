@@ -4,12 +4,13 @@ All offsets and lengths are int64 byte counts. The copy loop runs without the GI
 Python-object work per block; bounds are checked once per call, before any byte moves.
 """
 from libc.stdint cimport int64_t
-from libc.string cimport memcpy
 
 cimport numpy as cnp
 import numpy as np
 
 cnp.import_array()
+
+include "_copy.pxi"
 
 
 cpdef enum SideCheck:
@@ -37,30 +38,21 @@ def copy_blocks(cnp.ndarray src not None, cnp.ndarray src_off not None, cnp.ndar
     cdef const int64_t* so = <const int64_t*>cnp.PyArray_DATA(src_off)
     cdef const int64_t* do = <const int64_t*>cnp.PyArray_DATA(dst_off)
     cdef const int64_t* ln = <const int64_t*>cnp.PyArray_DATA(length)
-    cdef int64_t src_len = src.shape[0], dst_len = dst.shape[0], total = 0
-    cdef Py_ssize_t i
-    cdef int64_t bad = -1
+    cdef int64_t total = 0
+    cdef Py_ssize_t bad
     with nogil:
         # One pass of checks first: a bookkeeping bug must raise, never overrun memory.
-        for i in range(n):
-            if ln[i] < 0 or (ln[i] > 0 and (
-                    so[i] < 0 or do[i] < 0
-                    or so[i] > src_len - ln[i] or do[i] > dst_len - ln[i])):
-                bad = i
-                break
-            total += ln[i]
+        bad = _first_outside(so, do, ln, n, src.shape[0], dst.shape[0], &total)
     if bad >= 0:
         raise ValueError(
             f"copy_blocks: block {bad} (src_off={so[bad]}, dst_off={do[bad]}, "
-            f"length={ln[bad]}) exceeds src ({src_len} B) or dst ({dst_len} B)")
+            f"length={ln[bad]}) exceeds src ({src.shape[0]} B) or dst ({dst.shape[0]} B)")
     if total == 0:
         return 0
     cdef const unsigned char* s = <const unsigned char*>cnp.PyArray_DATA(src)
     cdef unsigned char* d = <unsigned char*>cnp.PyArray_DATA(dst)
     with nogil:
-        for i in range(n):
-            if ln[i] > 0:
-                memcpy(d + do[i], s + so[i], <size_t>ln[i])
+        _copy_list(d, s, so, do, ln, n)
     return total
 
 

@@ -93,21 +93,34 @@ class Agreement:
 
     def __init__(self, comm: MPI.Intracomm, key: tuple[int, int]):
         self.comm, self.key = comm, key
+        #: this rank's record and the summed one, reused (the persistent Allreduce is bound to them)
         self.record = np.zeros(WORDS, dtype=np.uint64)
-        self.last_big = False  # this rank's large-count flag in the last record
-        self._sums = np.zeros(WORDS, dtype=np.uint64)
+        self.sums = np.zeros(WORDS, dtype=np.uint64)
         # An MPI-4 persistent Allreduce where the library has one (bound once to the record): Open MPI
         # starts a bound collective faster than it runs a blocking one. Collective, as construction is.
         try:
-            self._request = comm.Allreduce_init(self.record, self._sums, op=MPI.SUM)
+            self._request = comm.Allreduce_init(self.record, self.sums, op=MPI.SUM)
         except (NotImplementedError, AttributeError):
             self._request = None
+
+    @property
+    def handle(self) -> int:
+        """Address of the persistent Allreduce's MPI handle (what compiled code Starts), or 0 without one."""
+        return MPI._addressof(self._request) if self._request is not None else 0
 
     def free(self) -> None:
         """Release the persistent Allreduce."""
         if self._request is not None:
             self._request.Free()
             self._request = None
+
+    def exchange(self) -> None:
+        """Sum every rank's ``record`` into ``sums`` (one Allreduce; collective)."""
+        if self._request is not None:
+            self._request.Start()
+            self._request.Wait()
+        else:
+            self.comm.Allreduce(self.record, self.sums, op=MPI.SUM)
 
     def agree(self, problem: Optional[str], call_code: int, validate: bool, kind: int, slot: int,
               same_buffers: bool, over_budget: bool, big: bool, sent: Optional[np.ndarray] = None,
@@ -123,24 +136,23 @@ class Agreement:
         checked, which names a row size that differs between ranks);
         ``kind_text`` describes the row kind for the error message.
         """
-        rec, comm, size = self.record, self.comm, self.comm.size
-        self.last_big = big
-        fill_record(rec, bool(problem), big, call_code, validate, kind, slot, same_buffers, over_budget,
-                    KIB_CAP, sent, expected, fingerprint, comm.rank, self.key[0], self.key[1])
-        sums, request = self._sums, self._request
-        if request is not None:
-            request.Start()
-            request.Wait()
-        else:
-            comm.Allreduce(rec, sums, op=MPI.SUM)
-        flags = verdict(sums, size)
+        fill_record(self.record, bool(problem), big, call_code, validate, kind, slot, same_buffers, over_budget,
+                    KIB_CAP, sent, expected, fingerprint, self.comm.rank, self.key[0], self.key[1])
+        self.exchange()
+        return self.conclude(verdict(self.sums, self.comm.size), problem, call_code, validate, kind_text, sent,
+                             expected, slot)
+
+    def conclude(self, flags: int, problem: Optional[str], call_code: int, validate: bool, kind_text: str,
+                 sent: Optional[np.ndarray], expected: Optional[np.ndarray], slot: int) -> Agreed:
+        """The ``Agreed`` of verdict bits ``flags`` (of ``sums``), or, after a failed verdict, the
+        diagnostic pass's ``ExchangeError`` on every rank (arguments as ``agree``'s)."""
         if flags & _FAILED:
             self._fail(flags, problem, call_code, validate, kind_text, sent, expected)
-        return Agreed(flags, slot if flags & _HIT else 0, sums)
+        return Agreed(flags, slot if flags & _HIT else 0, self.sums)
 
     def _fail(self, flags: int, problem, call_code: int, validate: bool, kind_text: str, sent, expected) -> None:
         """The diagnostic pass of a failed verdict: the same ``ExchangeError`` on every rank."""
-        t, size = self._sums.tolist(), self.comm.size
+        t, size = self.sums.tolist(), self.comm.size
         if flags & _PROBLEM:
             raise_gathered(self.comm, problem, ExchangeError)
         if flags & _SETTINGS:

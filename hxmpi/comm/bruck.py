@@ -38,8 +38,9 @@ import numpy as np
 from mpi4py import MPI
 
 from ._bruck import finish, pack_round, round_bytes, take_round
+from ._call import Program
 from .msgspec import Side
-from .plan import bruck_rounds, check_radix
+from .plan import bruck_rounds, check_radix, exclusive_cumsum
 from .transfer import Transfer
 
 __all__ = ["Bruck", "Pairwise"]
@@ -92,6 +93,10 @@ class _Rounds:
         """No MPI persistent request: the caller runs ``start()`` at every Start."""
         return None
 
+    def program(self):
+        """The exchange compiled (``_call.Program``), or None where it is not (yet)."""
+        return None
+
     def free(self) -> None:
         """Drop the scratch buffers (and the fallback's datatypes)."""
         if self.fallback is not None:
@@ -109,6 +114,8 @@ class Bruck(_Rounds):
         p, q = comm.size, comm.rank
         self.radix = check_radix(radix, p)
         self.fallback = None
+        self._program = None
+        self._requests: list = []  # the compiled rounds' persistent requests, freed with the scratch
         if big:
             self._fallback_init(comm, send, recv)
             return
@@ -130,41 +137,51 @@ class Bruck(_Rounds):
         self.sendbuf = np.empty(0, dtype=np.uint8)
         self.arena = np.empty(0, dtype=np.uint8)
 
+    def program(self):
+        """The learned exchange as a compiled ``Program`` (built at the first call after the first
+        run), or None before it: each round's packing as copy lists, its messages as persistent
+        ``Send_init``/``Recv_init`` requests, then the final copy."""
+        if self.fallback is None and self.learned and self._program is None:
+            self._program = self._compile()
+        return self._program
+
     def _exchange(self) -> None:
-        comm, header = self.comm, not self.learned
+        if self.learned:
+            self.program().run()
+            return
+        self._first_exchange()
+
+    def _first_exchange(self) -> None:
+        """The first run: every message carries its slots' lengths and is received with Mprobe,
+        which teaches this object the lengths (``learned``)."""
+        comm = self.comm
         self.where[:] = 0
         self.off[:] = self.init_off
         self.length[:] = self.init_len
         fill = 0
         for group in self.rounds:
-            sizes = [round_bytes(self.length, m.slots, header) for m in group]
+            sizes = [round_bytes(self.length, m.slots, True) for m in group]
             self.sendbuf = _grown(self.sendbuf, sum(sizes))
             reqs, pos = [], 0
             for m, n in zip(group, sizes):
-                if n == 0 and not header:
-                    continue  # learned empty: the receiver knows and posts nothing
                 pack_round(self.sview, self.arena, self.where, self.off, self.length, m.slots,
-                           self.sendbuf, pos, header)
+                           self.sendbuf, pos, True)
                 reqs.append(comm.Isend([self.sendbuf[pos:pos + n], MPI.BYTE], m.dest, TAG))
                 pos += n
-            if header:
-                # Probe every peer first: the arena grows once, before any receive lands in it.
-                probed = []
-                for m in group:
-                    status = MPI.Status()
-                    probed.append((comm.Mprobe(m.src, TAG, status), status.Get_count(MPI.BYTE)))
-                self.arena = _grown(self.arena, fill + sum(n for _, n in probed))
-                for m, (msg, n) in zip(group, probed):
-                    m.base, m.nbytes = fill, n - 8 * m.slots.shape[0]
-                    reqs.append(msg.Irecv([self.arena[fill:fill + n], MPI.BYTE]))
-                    fill += n
-            else:
-                reqs += [comm.Irecv([self.arena[m.base:m.base + m.nbytes], MPI.BYTE], m.src, TAG)
-                         for m in group if m.nbytes]
+            # Probe every peer first: the arena grows once, before any receive lands in it.
+            probed = []
+            for m in group:
+                status = MPI.Status()
+                probed.append((comm.Mprobe(m.src, TAG, status), status.Get_count(MPI.BYTE)))
+            self.arena = _grown(self.arena, fill + sum(n for _, n in probed))
+            for m, (msg, n) in zip(group, probed):
+                m.base, m.nbytes = fill, n - 8 * m.slots.shape[0]
+                reqs.append(msg.Irecv([self.arena[fill:fill + n], MPI.BYTE]))
+                fill += n
             MPI.Request.Waitall(reqs)
             for m in group:
-                take_round(self.arena, m.base, m.nbytes + (8 * m.slots.shape[0] if header else 0),
-                           m.slots, self.where, self.off, self.length, m.learned, header)
+                take_round(self.arena, m.base, m.nbytes + 8 * m.slots.shape[0],
+                           m.slots, self.where, self.off, self.length, m.learned, True)
         bad = finish(self.sview, self.arena, self.where, self.off, self.length, self.rview,
                      self.rc, self.rd, self.source)
         self.learned = True
@@ -173,7 +190,65 @@ class Bruck(_Rounds):
             raise ValueError(f"bruck: rank {comm.rank} expects {int(self.rc[bad])} B from rank {bad}, "
                              f"which sent {got} B (or the block lies outside the receive buffer)")
 
+    def _compile(self):
+        """Replay the learned rounds on the slots' places alone (no data) into a ``Program``.
+
+        Slot places evolve as in ``take_round``: after its round a slot lies in the arena, at its
+        message's base plus the lengths before it. Each round packs from the send view and the
+        arena into one send buffer, sized once for the largest round, to which the persistent
+        sends are bound. Messages learned empty are neither sent nor received, on both sides."""
+        where, off, length = np.zeros_like(self.where), self.init_off.copy(), self.init_len.copy()
+        plans, most = [], 0
+        for group in self.rounds:
+            lists, messages, pos = {0: [], 1: []}, [], 0
+            for m in group:
+                lens = length[m.slots]
+                n = int(lens.sum())
+                if n:
+                    starts = pos + exclusive_cumsum(lens)
+                    for kind in (0, 1):
+                        pick = where[m.slots] == kind
+                        lists[kind].append((off[m.slots][pick], starts[pick], lens[pick]))
+                    messages.append(("send", pos, n, m.dest))
+                    pos += n
+                if m.nbytes:
+                    messages.append(("recv", m.base, m.nbytes, m.src))
+                where[m.slots] = 1
+                off[m.slots] = m.base + exclusive_cumsum(m.learned)
+                length[m.slots] = m.learned
+            plans.append((lists, messages))
+            most = max(most, pos)
+        self.sendbuf = np.empty(max(most, 1), dtype=np.uint8)
+        comm, steps = self.comm, []
+        for lists, messages in plans:
+            steps += self._copies(lists, self.sendbuf)
+            reqs = [comm.Send_init([self.sendbuf[at:at + n], MPI.BYTE], peer, TAG) if kind == "send" else
+                    comm.Recv_init([self.arena[at:at + n], MPI.BYTE], peer, TAG) for kind, at, n, peer in messages]
+            self._requests += reqs
+            steps.append(("mpi", reqs))
+        final = {0: [], 1: []}
+        for kind in (0, 1):
+            pick = where == kind
+            final[kind].append((off[pick], self.rd[self.source[pick]], length[pick]))
+        return Program(steps + self._copies(final, self.rview))
+
+    def _copies(self, lists: dict, dst: np.ndarray) -> list:
+        """Copy steps into ``dst`` from the send view (lists[0]) and the arena (lists[1])."""
+        steps = []
+        for kind, src in ((0, self.sview), (1, self.arena)):
+            if lists[kind]:
+                so, do, ln = (np.ascontiguousarray(np.concatenate(part), dtype=np.int64) for part in zip(*lists[kind]))
+                if ln.shape[0]:
+                    steps.append(("copy", src, so, dst, do, ln))
+        return steps
+
     def _free_scratch(self) -> None:
+        if self._program is not None:
+            self._program.free()
+            self._program = None
+        for req in self._requests:
+            req.Free()
+        self._requests = []
         self.sendbuf = np.empty(0, dtype=np.uint8)
         self.arena = np.empty(0, dtype=np.uint8)
         self.learned = False

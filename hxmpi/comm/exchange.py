@@ -30,7 +30,8 @@ from mpi4py import MPI
 
 from ..errors import CpuFileError, ExchangeError, HxmpiError, agree
 from . import transfer
-from ._agree import buffer_id, spec_unchanged
+from ._agree import buffer_id
+from ._call import DONE, CallTable
 from .agreement import Agreed, Agreement
 from .bruck import Bruck, Pairwise
 from .costmodel import ENV_TUNING, CostModel, CpuTimes, auto_pick, pattern_class
@@ -110,20 +111,17 @@ class HierComm:
         self._agreement = Agreement(self.comm, key)
         #: the agreed plan cache of one-shot calls (``hxmpi/comm/plancache.py``).
         self.plan_cache = PlanCache(cache_entries, cache_bytes)
-        self._tick = 0  # one-shot calls so far: the same on every rank
-        self._misses = 0  # agreed misses since the last hit
+        # The compiled hit path (``csrc/_call.pyx``); it also counts agreed calls (``tick``, the same
+        # on every rank) and misses since the last hit, and holds the last call's stats and state.
+        self._calls = CallTable(self._agreement, self.plan_cache, self._scratch, self._window, self.comm.size)
+        self.plan_cache.on_drop = self._calls.forget
         self._choices: dict[tuple, tuple[str, int]] = {}  # auto's picks by pattern class (_pick)
-        self._stats: Optional[ExchangeStats] = None
-        self._cache_state = "off"
         self._node_of = np.asarray(t.node_of, dtype=np.int64)
         self._members = self.layout.members[t.node]
         size = self.comm.size
         self._count_send = np.empty(size, dtype=np.int64)  # alltoallv's count exchange, reused
         self._count_recv = np.empty(size, dtype=np.int64)
         self._count_request: Optional[ExchangeRequest] = None
-        self._memo: Optional[tuple] = None  # the last call's specs and their parse (see _parse)
-        # (send side, receive side, cache entry, this rank's large-count flag) of the last call
-        self._last_entry: Optional[tuple] = None
 
     def _agree_settings(self, requested: Optional[str], problem: Optional[str]) -> tuple[str, tuple]:
         """Agree on the constructor's settings; return the node phase every rank uses ("shm" only
@@ -156,29 +154,29 @@ class HierComm:
     # ------------------------------------------------------------------ public API
     def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather Vector, with mpi4py buffer specs (counts and displs in elements)."""
-        s, r, problem = self._parse(parse_alltoallv, sendbuf, recvbuf, False)
-        self._one_shot(s, r, problem, algorithm, validate, False, sendbuf is not MPI.IN_PLACE,
-                       specs=(sendbuf, recvbuf))
+        if self._calls.call(sendbuf, recvbuf, algorithm, validate, False) != DONE:
+            self._general(parse_alltoallv, sendbuf, recvbuf, algorithm, validate, False)
 
     def Alltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather: equal blocks of ``len(buf) / size`` elements (or a given count).
 
         Flat runs as ``MPI_Alltoall``, so the MPI library's own algorithms for it apply."""
-        s, r, problem = self._parse(parse_alltoall, sendbuf, recvbuf, True)
-        self._one_shot(s, r, problem, algorithm, validate, True, sendbuf is not MPI.IN_PLACE,
-                       specs=(sendbuf, recvbuf))
+        if self._calls.call(sendbuf, recvbuf, algorithm, validate, True) != DONE:
+            self._general(parse_alltoall, sendbuf, recvbuf, algorithm, validate, True)
 
-    def _parse(self, parse, sendbuf, recvbuf, uniform: bool):
-        """Both sides of a call; the previous call's result when the specs are unchanged (same
-        objects, same counts: checked in one compiled pass, see ``_spec_memo``)."""
-        memo = self._memo
-        if memo is not None and memo[0] is uniform and spec_unchanged((sendbuf, recvbuf), *memo[1:5]):
-            return memo[5], memo[6], None
+    def _general(self, parse, sendbuf, recvbuf, algorithm, validate, uniform: bool) -> None:
+        """A call that the compiled path (``csrc/_call.pyx``) did not finish. One it recognised and
+        agreed, but that is not a clean hit, is concluded here; any other is parsed and agreed."""
+        slot, flags = self._calls.take_pending()
+        if slot is not None:
+            s, r, entry = slot.s, slot.r, slot.entry
+            agreed = self._agreement.conclude(flags, None, 2 * self._code(algorithm) + uniform, bool(validate), "",
+                                              s.counts, r.counts, slot.no)
+            self._conclude(agreed, s, r, entry, entry.key, entry.settings, True, (sendbuf, recvbuf), algorithm)
+            return
         s, r, problem = parse(sendbuf, recvbuf, self.comm.size)
-        # The memo is built only once the pattern is seen again (``_one_shot``): a new pattern every
-        # call should not pay for it.
-        self._memo = None
-        return s, r, problem
+        self._one_shot(s, r, problem, algorithm, validate, uniform, sendbuf is not MPI.IN_PLACE,
+                       specs=(sendbuf, recvbuf))
 
     def Alltoallv_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
         """Persistent All to All Scatter/Gather Vector (MPI-4 style): validate, agree and plan once.
@@ -249,14 +247,11 @@ class HierComm:
         return _ALGO_CODE.get(algorithm if algorithm is not None else self.algorithm, -1)
 
     def _agree_call(self, s: Side, r: Side, problem, code: int, algorithm, validate, slot: int, same: bool,
-                    kind: int, kind_text: str, uniform: bool, big: Optional[bool] = None) -> Agreed:
-        """The call's agreement; ``big``: this rank's large-count need, if already known for these sides."""
+                    kind: int, kind_text: str, uniform: bool) -> Agreed:
+        """The call's agreement (``same``: this rank's cached run is bound to these buffers)."""
         if problem is None and code < 0:
             problem = f"algorithm must be one of {ALGORITHM_CHOICES}, got {algorithm!r}"
-        if problem:
-            big = False
-        elif big is None:
-            big = transfer.needs_big(max(s.view.shape[0], r.view.shape[0]), s.total, self.comm.size)
+        big = not problem and transfer.needs_big(max(s.view.shape[0], r.view.shape[0]), s.total, self.comm.size)
         # The call's kind goes with the algorithm: an Alltoall never matches an Alltoallv.
         return self._agreement.agree(problem, 2 * code + uniform, validate, kind, slot, same,
                                      self.plan_cache.over_budget, big,
@@ -265,58 +260,67 @@ class HierComm:
 
     def _one_shot(self, s: Side, r: Side, problem, algorithm, validate, uniform: bool, cacheable: bool,
                   kind: int = 0, kind_text: str = "", specs=None) -> None:
-        """Agree, then run the cached plan of this pattern or plan a new one (cached for next time).
+        """Look the pattern up, agree, then run the cached plan or plan a new one (``_conclude``).
 
-        ``specs``: the (send, receive) specs the sides were parsed from, remembered for the next call
-        once the pattern is seen again (None: nothing to remember)."""
+        ``specs``: the (send, receive) specs the sides were parsed from, which the compiled path
+        learns to recognise once the pattern is seen again (None: nothing to recognise)."""
         cache = self.plan_cache
-        entry = key = parts = big = None
+        entry = key = None
         settings = (self._code(algorithm), bool(validate), kind, uniform)
         if problem is None and cacheable and cache.max_entries:
-            parts = (s.counts, s.displs, r.counts, r.displs)
-            last = self._last_entry  # the same parsed sides as the last call: its entry, if still live
-            if last is not None and last[0] is s and last[1] is r and last[2].settings == settings \
-                    and cache.entries.get(last[2].slot) is last[2] and last[2].parts is not None:
-                entry, key = last[2], last[2].key
-                big = last[3]  # the same sides: the same local large-count need
-            else:
-                entry, key = cache.lookup(parts, settings)
-                if entry is not None and specs is not None:  # seen again: remember the specs
-                    self._memo = _spec_memo(uniform, *specs, s, r)
-        ident = self._identity(s, r) if entry is not None else None
+            entry, key = cache.lookup((s.counts, s.displs, r.counts, r.displs), settings)
+        same = entry is not None and entry.bound == self._identity(s, r)
         agreed = self._agree_call(s, r, problem, settings[0], algorithm, validate, entry.slot if entry else 0,
-                                  entry is not None and entry.bound == ident, kind, kind_text, uniform, big)
-        self._tick += 1
+                                  same, kind, kind_text, uniform)
+        self._conclude(agreed, s, r, entry, key, settings, cacheable, specs, algorithm)
+
+    def _conclude(self, agreed: Agreed, s: Side, r: Side, entry: Optional[CacheEntry], key, settings: tuple,
+                  cacheable: bool, specs, algorithm) -> None:
+        """The rest of an agreed one-shot call: evict where some rank is over budget, then run the
+        entry every rank hit, or plan and run a new one (cached for next time)."""
+        cache, calls = self.plan_cache, self._calls
+        calls.tick += 1
         # Over budget somewhere: every rank drops its least recently used entry, or, when the entry
         # of this call is the only one, that entry after the call.
         drop_after = agreed.over_budget and not cache.evict_one(keep=agreed.slot)
         if agreed.slot:
-            cache.touch(entry, self._tick)
-            self._misses = 0
-            self._last_entry = (s, r, entry, self._agreement.last_big)
+            cache.touch(entry, calls.tick)
+            calls.misses = 0
             try:
                 self._run_entry(entry, s, r, agreed.same_buffers)
             finally:
                 if drop_after:
                     cache.drop(entry.slot)
+            if specs is not None and not drop_after:
+                self._remember(entry, s, r, specs, algorithm)
             return
-        algo, radix = self._resolve(settings[0], agreed, uniform)
-        fresh = CacheEntry(0, parts if cacheable else None, settings, algo, agreed.big, key=key or 0,
-                           radix=radix)
+        algo, radix = self._resolve(settings[0], agreed, settings[3])
+        fresh = CacheEntry(0, (s.counts, s.displs, r.counts, r.displs) if cacheable else None, settings, algo,
+                           agreed.big, key=key or 0, radix=radix)
         if algo in _HIER:
             fresh.plan = self._hier_plan(s, r)
-        self._cache_state = "miss" if cache.max_entries else "off"
+        calls.state = "miss" if cache.max_entries else "off"
         self._run_once(fresh, s, r)
         # A long run of misses (a new pattern every call) keeps only every 8th pattern: the cache's
         # bookkeeping is then nearly free. Misses are agreed, so every rank skips the same ones.
-        self._misses += 1
-        keep = self._misses <= 2 * cache.max_entries or self._misses % 8 == 0
+        calls.misses += 1
+        keep = calls.misses <= 2 * cache.max_entries or calls.misses % 8 == 0
         if cache.max_entries and keep:  # on every rank at this agreed miss, findable or not
             if fresh.plan is not None:
                 fresh.plan.detach()  # it outlives the planner's next plan
             fresh.bound = self._identity(s, r)
-            cache.insert(fresh, self._tick)
-            self._last_entry = (s, r, fresh, self._agreement.last_big) if cacheable else None
+            cache.insert(fresh, calls.tick)
+
+    def _remember(self, entry: CacheEntry, s: Side, r: Side, specs: tuple, algorithm) -> None:
+        """Let the compiled path recognise these specs as ``entry``'s from the next call on, with the
+        persistent run bound to their buffers if there is one (after a hit, once the pattern is
+        seen again: a new pattern every call does not pay for it)."""
+        memo = _spec_memo(*specs)
+        if memo is None:
+            return
+        run = entry.run if entry.run is not None and entry.bound == self._identity(s, r) else None
+        self._calls.remember(entry.slot, memo, entry, s, r, algorithm, entry.settings[1], entry.settings[3], run,
+                             run.program() if run is not None else None)
 
     def _run_entry(self, entry: CacheEntry, s: Side, r: Side, same_buffers: bool) -> None:
         """Run a cached entry that every rank hit: its persistent run when every rank's buffers are
@@ -327,14 +331,15 @@ class HierComm:
                 entry.run = self._bind(entry, s, r, persistent=True)
                 cache.pin(entry, s.view.nbytes + r.view.nbytes)
                 entry.bound = self._identity(s, r)
-            self._cache_state = "hit"
+            self._calls.state = "hit"
             self._execute(entry.run)
             return
         if entry.run is not None:
+            self._calls.forget(entry.slot)  # its bound run is freed
             entry.run.free()
             entry.run = None
             cache.pin(entry, 0)
-        self._cache_state = "hit-rebound"
+        self._calls.state = "hit-rebound"
         self._run_once(entry, s, r)
         entry.bound = self._identity(s, r)
 
@@ -400,7 +405,7 @@ class HierComm:
 
     def _execute(self, run) -> None:
         run.run()
-        self._stats = run.stats
+        self._calls.stats = run.stats
 
     def _init(self, parse, uniform: bool, sendbuf, recvbuf, algorithm) -> "ExchangeRequest":
         s, r, problem = parse(sendbuf, recvbuf, self.comm.size)
@@ -420,14 +425,14 @@ class HierComm:
 
     def _request_done(self, stats: ExchangeStats) -> None:
         """A persistent request of this communicator completed: its stats are ``last_stats``'s."""
-        self._stats, self._cache_state = stats, "request"
+        self._calls.stats, self._calls.state = stats, "request"
 
     @property
     def last_stats(self) -> dict:
         """Messages and bytes of the last call: per phase, across node boundaries, and copied (bytes);
         ``algorithm`` (with ``radix`` for the Bruck ones) is what ran, "auto"'s pick included; ``plan_cache``: "hit" (a cached persistent run), "hit-rebound" (a cached plan on new
         buffers), "miss" (planned anew), "off" (cache off), "request" (a persistent request)."""
-        st = self._stats
+        st = self._calls.stats
         if st is None:
             return {}
         t, me = self.topology, self.comm.rank
@@ -437,7 +442,7 @@ class HierComm:
             live = counts > 0
             live[me] = False
             remote = live & (self._node_of != self._node_of[me])
-            return {"algorithm": st.algorithm, **picked, "plan_cache": self._cache_state,
+            return {"algorithm": st.algorithm, **picked, "plan_cache": self._calls.state,
                     "flat": {"messages": int(live.sum()), "bytes": int(counts[live].sum())},
                     "inter_node": {"messages": int(remote.sum()), "bytes": int(counts[remote].sum())},
                     "copy_bytes": 0}
@@ -450,7 +455,7 @@ class HierComm:
             p2_out = st.node_sends.copy()
             p2_out[t.local_rank] = 0
             intra = {"messages": int(np.count_nonzero(p2_out)), "bytes": int(p2_out.sum())}
-        return {"algorithm": st.algorithm, **picked, "plan_cache": self._cache_state, "node_phase": self.node_phase,
+        return {"algorithm": st.algorithm, **picked, "plan_cache": self._calls.state, "node_phase": self.node_phase,
                 "inter": inter, "intra": intra, "inter_node": dict(inter), "copy_bytes": int(st.copied)}
 
     def free(self) -> None:
@@ -458,6 +463,7 @@ class HierComm:
         if self._count_request is not None:
             self._count_request.Free()
             self._count_request = None
+        self._calls.clear()
         self.plan_cache.clear()
         self._agreement.free()
         if self._window is not None:
@@ -487,10 +493,11 @@ def _pricing(tuning: Optional[str], overhead: Optional[str]) -> tuple[CostModel,
 _SIMPLE_LEAVES = (int, str, type(None), MPI.Datatype)
 
 
-def _spec_memo(uniform: bool, sendbuf, recvbuf, s: Side, r: Side) -> Optional[tuple]:
-    """What ``spec_unchanged`` needs to recognise these specs in a later call, or None where a leaf
-    could change unseen: only ndarray data buffers, and counts, displacements and datatypes that are
-    ints, strings, datatypes or ndarrays (whose bytes are saved)."""
+def _spec_memo(sendbuf, recvbuf) -> Optional[tuple]:
+    """(then, checks, dtypes, writable): what ``_call.CallTable`` needs to recognise these specs in a
+    later call, or None where a leaf could change unseen. Only ndarray data buffers, and counts,
+    displacements and datatypes that are ints, strings, datatypes or ndarrays (whose bytes are
+    saved)."""
     if sendbuf is MPI.IN_PLACE:
         return None
     checks, dtypes, writable = [], [], []
@@ -519,7 +526,7 @@ def _spec_memo(uniform: bool, sendbuf, recvbuf, s: Side, r: Side) -> Optional[tu
     except (TypeError, IndexError):
         return None
     writable.append(recvbuf[0] if type(recvbuf) in (list, tuple) else recvbuf)
-    return uniform, then, tuple(checks), tuple(dtypes), tuple(writable), s, r
+    return then, tuple(checks), tuple(dtypes), tuple(writable)
 
 
 class ExchangeRequest:

@@ -15,7 +15,7 @@ every rank then evicts its least recently used entry.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ._agree import pattern_key, same_arrays
 
@@ -58,6 +58,8 @@ class PlanCache:
     misses: int = 0
     #: bytes the entries hold on this rank (plan arrays and pinned buffers)
     held: int = 0
+    #: called with the slot of every dropped entry (the compiled hit path forgets it)
+    on_drop: Optional[Callable[[int], Any]] = None
 
     def lookup(self, parts: tuple, settings: tuple) -> tuple[Optional[CacheEntry], int]:
         """This rank's entry for ``parts`` (int64 arrays) and ``settings``, or None; and the key."""
@@ -127,6 +129,8 @@ class PlanCache:
         return next((e for e in self.entries.values() if e.slot != keep), None)
 
     def _drop(self, slot: int) -> None:
+        if self.on_drop is not None:
+            self.on_drop(slot)
         entry = self.entries.pop(slot)
         if self.index.get(entry.key) is entry:
             del self.index[entry.key]

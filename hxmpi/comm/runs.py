@@ -27,6 +27,7 @@ from typing import Callable, Optional
 import numpy as np
 from mpi4py import MPI
 
+from ._call import Program
 from ._packing import copy_blocks
 from .msgspec import Side
 from .plan import NODE_PHASES
@@ -148,6 +149,7 @@ class FlatRun:
                             persistent)
         self.stats = ExchangeStats(name, flat_counts=s.counts)
         self._request: Optional[MPI.Request] = None
+        self._program: Optional[Program] = None
 
     def start(self) -> None:
         self._request = self.phase.start()
@@ -163,7 +165,20 @@ class FlatRun:
             self.phase.request.Start()
             self.phase.request.Wait()
 
+    def program(self) -> Optional[Program]:
+        """This run compiled (``_call.Program``, built once): Start + Wait of its persistent request,
+        or the learned rounds of a log-round exchange; None where there is neither (yet)."""
+        if self._program is None:
+            if self.phase.request is not None:
+                self._program = Program([("mpi", [self.phase.request])])
+            else:
+                self._program = self.phase.transfer.program()
+        return self._program
+
     def free(self) -> None:
+        if self._program is not None:
+            self._program.free()
+            self._program = None
         self.phase.free()
 
 
@@ -293,6 +308,10 @@ class HierRun:
         """Start and wait: one blocking call."""
         self.start()
         self.wait()
+
+    def program(self) -> None:
+        """None: ``run()`` runs (its node barriers are not compiled)."""
+        return None
 
     def free(self) -> None:
         for phase in self.lanes + ([self.node] if self.node else []):

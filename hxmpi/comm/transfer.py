@@ -96,6 +96,10 @@ class Transfer:
         except (NotImplementedError, AttributeError):
             return None
 
+    def program(self) -> None:
+        """None: a transfer compiles only through its persistent request (``runs.FlatRun.program``)."""
+        return None
+
     def free(self) -> None:
         for t in self.types:
             if t != MPI.BYTE:

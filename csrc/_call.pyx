@@ -1,0 +1,397 @@
+"""The compiled hit path of a one-shot call: recognise the specs, agree, run the bound run.
+
+A ``CallTable`` belongs to one ``HierComm``. It keeps, for each plan-cache slot whose specs were
+seen again, a ``Slot``: what recognises those specs (their structure, leaf objects, the saved
+bytes of their count and displacement arrays, dtypes, writability and data addresses), the
+rank's agreement record for them, and the persistent run bound to their buffers. A call whose
+specs a slot recognises then runs from ``HierComm.Alltoallv``'s entry to its return here: fill
+the record from the slot's, Start and Wait the agreement's persistent Allreduce, read the
+verdict, and Start and Wait the run's persistent requests, with no Python frame between the MPI
+calls and without the GIL while MPI works. Every other call, and a recognised call whose verdict
+is not a clean hit, goes on in Python (``HierComm._general``), which also fills and empties the
+table.
+
+MPI is reached through ``MPI_Start`` and ``MPI_Wait`` pointers that ``dlsym`` finds through the
+mpi4py extension that is loaded (``docs/performance/exchange.md``, "Reaching MPI from compiled
+code"): both take request handles by pointer, alike in every MPI family, so this module needs no
+MPI header. Every request is built by mpi4py; a handle is passed by its address
+(``MPI._addressof``). Statuses go to a scratch buffer: ``MPI_STATUS_IGNORE`` differs by family.
+"""
+from libc.stdint cimport int64_t, uint64_t, uintptr_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcmp, memcpy
+from posix.dlfcn cimport RTLD_LAZY, dlopen, dlsym
+
+cimport numpy as cnp
+import numpy as np
+from mpi4py import MPI
+
+cnp.import_array()
+
+include "_record.pxi"
+include "_copy.pxi"
+
+ctypedef int (*start_t)(void*) noexcept nogil
+ctypedef int (*wait_t)(void*, void*) noexcept nogil
+cdef start_t _mpi_start = NULL
+cdef wait_t _mpi_wait = NULL
+
+cdef enum:
+    STATUS_BYTES = 256   # more than any family's MPI_Status (checked at import)
+
+
+cdef _resolve():
+    global _mpi_start, _mpi_wait
+    path = MPI.__file__.encode()
+    handle = dlopen(path, RTLD_LAZY)  # already loaded: the same handle, its libmpi among its dependencies
+    if handle != NULL:
+        _mpi_start = <start_t>dlsym(handle, "MPI_Start")
+        _mpi_wait = <wait_t>dlsym(handle, "MPI_Wait")
+    if _mpi_start == NULL or _mpi_wait == NULL:
+        raise ImportError(f"hxmpi: MPI_Start and MPI_Wait not found through {path.decode()} (mpi4py's extension)")
+    if MPI._sizeof(MPI.Status) > STATUS_BYTES:
+        raise ImportError(f"hxmpi: this MPI's MPI_Status ({MPI._sizeof(MPI.Status)} B) is larger than "
+                          f"{STATUS_BYTES} B")
+
+
+_resolve()
+
+#: ``CallTable.call``'s results: not recognised (nothing communicated), agreed but not a clean hit
+#: (``take_pending``), done.
+NOT_FOUND, AGREED, DONE = 0, 1, 2
+
+cdef int _NOT_CLEAN = PROBLEM | SETTINGS | PAIRS | ANY_OVER_BUDGET
+cdef int _CLEAN = HIT | ALL_SAME_BUFFERS
+
+
+cdef inline object _leaf(object spec):
+    """The data buffer of a spec: its first item, or the spec itself."""
+    t = type(spec)
+    if t is list or t is tuple:
+        return spec[0] if len(<object>spec) else None
+    return spec
+
+
+cdef bint _same_shape(object now, object then):
+    """Same spec structure: lists/tuples of equal length, the same leaf objects (ints by value)."""
+    cdef Py_ssize_t i, n
+    if now is then:
+        return True
+    t = type(now)
+    if t is not type(then):
+        return False
+    if t is list or t is tuple:
+        n = len(<object>now)
+        if n != len(<object>then):
+            return False
+        for i in range(n):
+            if not _same_shape(now[i], then[i]):
+                return False
+        return True
+    if t is int:
+        return now == then
+    return False
+
+
+cdef bint _unchanged(object send, object recv, tuple then, tuple checks, tuple dtypes, tuple writable):
+    cdef cnp.ndarray a
+    cdef bytes b
+    cdef Py_ssize_t n
+    if not _same_shape(send, then[0]) or not _same_shape(recv, then[1]):
+        return False
+    for arr, dt in dtypes:
+        if (<cnp.ndarray>arr).descr is not dt:
+            return False
+    for arr in writable:
+        if not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>arr):
+            return False
+    for arr, saved in checks:
+        a, b = <cnp.ndarray>arr, <bytes>saved
+        n = cnp.PyArray_NBYTES(a)
+        if not cnp.PyArray_IS_C_CONTIGUOUS(a) or n != len(b) or (n and memcmp(cnp.PyArray_DATA(a), <const char*>b, n) != 0):
+            return False
+    return True
+
+
+def spec_unchanged(now, tuple then, tuple checks, tuple dtypes, tuple writable):
+    """Whether the specs ``now`` (send, receive) are the specs ``then`` of an earlier call (``then``:
+    a copy of their lists and tuples holding the same leaves): the same structure and leaf objects
+    (ints by value); every array of ``checks`` ((array, saved bytes): counts and displacements)
+    holds the saved contents; every array of ``dtypes`` ((array, dtype)) still has that dtype;
+    every array in ``writable`` is still writable."""
+    return _unchanged(now[0], now[1], then, checks, dtypes, writable)
+
+
+cdef struct Step:
+    # One step of a Program: a copy list (``n`` blocks, ``handles`` NULL) or Start + Wait of ``n``
+    # persistent requests (``handles``).
+    const unsigned char* src
+    unsigned char* dst
+    const int64_t* src_off
+    const int64_t* dst_off
+    const int64_t* length
+    Py_ssize_t n
+    void** handles
+
+
+cdef int _start_wait(void** handles, Py_ssize_t n, char* status) noexcept nogil:
+    """Start every request, then wait for every one; the first MPI error code, or 0."""
+    cdef Py_ssize_t i
+    cdef int err
+    for i in range(n):
+        err = _mpi_start(handles[i])
+        if err:
+            return err
+    for i in range(n):
+        err = _mpi_wait(handles[i], status)
+        if err:
+            return err
+    return 0
+
+
+cdef class Program:
+    """A run as compiled steps over fixed buffers, executed without the GIL and without Python
+    between them: block copies, and Start + Wait of MPI persistent requests (built by mpi4py).
+
+    ``steps``: a list of ``("copy", src, src_off, dst, dst_off, length)`` (contiguous 1-D uint8
+    buffers, ``dst`` writable; int64 byte lists of one length, checked against the buffers here,
+    once) and ``("mpi", requests)`` (mpi4py persistent requests: every one started, then every
+    one waited). The program keeps what it points into alive; the requests stay their owner's.
+    """
+    cdef Step* _steps
+    cdef Py_ssize_t _n
+    cdef void** _handles
+    cdef list _keep
+    cdef list _requests
+    cdef char _status[STATUS_BYTES]
+
+    def __cinit__(self, list steps):
+        cdef Py_ssize_t i, j = 0, nh = 0, bad
+        cdef int64_t total
+        cdef cnp.ndarray src, dst, so, do, ln
+        cdef Step* st
+        self._keep, self._requests = [], []
+        for step in steps:
+            if step[0] == "mpi":
+                nh += len(step[1])
+        self._steps = <Step*>malloc(max(len(steps), 1) * sizeof(Step))
+        self._handles = <void**>malloc(max(nh, 1) * sizeof(void*))
+        if self._steps == NULL or self._handles == NULL:
+            raise MemoryError()
+        self._n = 0
+        for i, step in enumerate(steps):
+            st = &self._steps[i]
+            if step[0] == "mpi":
+                st.handles, st.n = &self._handles[j], len(step[1])
+                for req in step[1]:
+                    self._handles[j] = <void*><uintptr_t>MPI._addressof(req)
+                    self._requests.append(req)
+                    j += 1
+            elif step[0] == "copy":
+                _, src, so, dst, do, ln = step
+                for buf, writable in ((src, False), (dst, True)):
+                    if buf.dtype != np.uint8 or buf.ndim != 1 or not cnp.PyArray_IS_C_CONTIGUOUS(buf) \
+                            or (writable and not cnp.PyArray_ISWRITEABLE(buf)):
+                        raise ValueError("Program: copy buffers must be contiguous 1-D uint8 (the target writable)")
+                for lst in (so, do, ln):
+                    if lst.dtype != np.int64 or lst.ndim != 1 or not cnp.PyArray_IS_C_CONTIGUOUS(lst) \
+                            or lst.shape[0] != ln.shape[0]:
+                        raise ValueError("Program: copy lists must be contiguous 1-D int64 of one length")
+                st.src, st.dst = <const unsigned char*>cnp.PyArray_DATA(src), <unsigned char*>cnp.PyArray_DATA(dst)
+                st.src_off, st.dst_off = <const int64_t*>cnp.PyArray_DATA(so), <const int64_t*>cnp.PyArray_DATA(do)
+                st.length, st.n, st.handles = <const int64_t*>cnp.PyArray_DATA(ln), ln.shape[0], NULL
+                bad = _first_outside(st.src_off, st.dst_off, st.length, st.n, src.shape[0], dst.shape[0], &total)
+                if bad >= 0:
+                    raise ValueError(f"Program: step {i}, block {bad} ({st.length[bad]} B from {st.src_off[bad]} "
+                                     f"to {st.dst_off[bad]}) lies outside its buffers ({src.shape[0]} B, "
+                                     f"{dst.shape[0]} B)")
+                self._keep.append(step)
+            else:
+                raise ValueError(f"Program: unknown step {step[0]!r}")
+            self._n = i + 1
+
+    def __dealloc__(self):
+        free(self._steps)
+        free(self._handles)
+
+    cdef int execute(self) except -1:
+        cdef Py_ssize_t i
+        cdef int err = 0
+        cdef Step* st
+        if self._requests is None:
+            raise RuntimeError("this compiled run was freed")
+        with nogil:
+            for i in range(self._n):
+                st = &self._steps[i]
+                if st.handles != NULL:
+                    err = _start_wait(st.handles, st.n, self._status)
+                    if err:
+                        break
+                else:
+                    _copy_list(st.dst, st.src, st.src_off, st.dst_off, st.length, st.n)
+        if err:
+            raise MPI.Exception(err)
+        return 0
+
+    def run(self):
+        """Run every step once (blocking)."""
+        self.execute()
+
+    def free(self):
+        """Stop the program: it cannot run again. Its requests stay their owner's to free."""
+        self._requests, self._keep, self._n = None, None, 0
+
+
+cdef class Slot:
+    """What recognises one cached pattern's specs and runs its bound run (see the module docstring)."""
+    cdef readonly Py_ssize_t no
+    #: the cache entry, and the sides parsed from the specs
+    cdef readonly object entry, s, r
+    cdef tuple then, checks, dtypes, writable
+    cdef object algorithm, send_leaf, recv_leaf, run, stats, generations
+    cdef Program program
+    cdef bint validate, uniform
+    cdef void* send_data
+    cdef void* recv_data
+    cdef Py_ssize_t send_nbytes, recv_nbytes
+    cdef Record record
+
+
+cdef class CallTable:
+    """The compiled hit path of one ``HierComm`` (see the module docstring).
+
+    ``agreement``: its ``Agreement`` (the record and sums arrays, and the persistent Allreduce,
+    Started here through ``agreement.handle``, or ``agreement.exchange()`` where the library has
+    none); ``cache``: its ``PlanCache``; ``scratch`` and ``window``: what a bound run's buffers
+    come from (their ``generation`` counts regrowths). ``tick`` and ``misses`` count agreed calls
+    and agreed misses since the last hit; ``stats`` and ``state`` describe the last call.
+    """
+    cdef list _slots
+    cdef object agreement, cache, scratch, window
+    cdef cnp.ndarray _record, _sums
+    cdef void* _agree_handle
+    cdef uint64_t _size
+    cdef char _status[STATUS_BYTES]
+    cdef Slot _pending
+    cdef int _pending_flags
+    cdef public long long tick, misses
+    #: calls this table finished itself (clean hits, from entry to return in compiled code)
+    cdef readonly long long compiled
+    cdef public object stats, state
+
+    def __init__(self, agreement, cache, scratch, window, Py_ssize_t size):
+        self._slots = []
+        self.agreement, self.cache, self.scratch, self.window = agreement, cache, scratch, window
+        self._record, self._sums = agreement.record, agreement.sums
+        if self._record.dtype != np.uint64 or self._record.shape[0] * 8 != sizeof(Record) \
+                or self._sums.dtype != np.uint64 or self._sums.shape[0] * 8 != sizeof(Record):
+            raise ValueError("CallTable: the agreement's record and sums must be one Record of uint64 each")
+        self._agree_handle = <void*><uintptr_t>agreement.handle
+        self._size = <uint64_t>size
+        self.tick = self.misses = self.compiled = 0
+        self.stats, self.state = None, "off"
+
+    cdef Slot _find(self, sendbuf, recvbuf, algorithm, validate, bint uniform):
+        """The slot that recognises these specs, or None. The leaves must still hold the memory
+        they held (an array resized in place has moved, and its parsed sides are stale)."""
+        cdef Slot slot
+        send, recv = _leaf(sendbuf), _leaf(recvbuf)
+        for slot in self._slots:
+            if slot.send_leaf is send and slot.recv_leaf is recv:
+                if slot.uniform == uniform and slot.validate == bool(validate) \
+                        and (slot.algorithm is algorithm or slot.algorithm == algorithm) \
+                        and cnp.PyArray_DATA(<cnp.ndarray>send) == slot.send_data \
+                        and cnp.PyArray_NBYTES(<cnp.ndarray>send) == slot.send_nbytes \
+                        and cnp.PyArray_DATA(<cnp.ndarray>recv) == slot.recv_data \
+                        and cnp.PyArray_NBYTES(<cnp.ndarray>recv) == slot.recv_nbytes \
+                        and _unchanged(sendbuf, recvbuf, slot.then, slot.checks, slot.dtypes, slot.writable):
+                    return slot
+                return None
+        return None
+
+    cdef bint _same_buffers(self, Slot slot):
+        """Whether the slot's run is bound to its (recognised) buffers and the scratch of now."""
+        return slot.run is not None and slot.generations == self._generations()
+
+    cdef tuple _generations(self):
+        return (self.scratch.generation, self.window.generation if self.window is not None else 0)
+
+    def call(self, sendbuf, recvbuf, algorithm, validate, bint uniform):
+        """One call's compiled path: ``NOT_FOUND`` (no slot recognises the specs; nothing was
+        communicated), ``AGREED`` (agreed, but not a clean hit: ``take_pending``) or ``DONE``."""
+        cdef Slot slot = self._find(sendbuf, recvbuf, algorithm, validate, uniform)
+        cdef Record* rec
+        cdef int flags, err
+        if slot is None:
+            return NOT_FOUND
+        rec = <Record*>cnp.PyArray_DATA(self._record)
+        memcpy(rec, &slot.record, sizeof(Record))
+        rec.same_buffers = self._same_buffers(slot)
+        rec.over_budget = self.cache.held > self.cache.max_bytes
+        if self._agree_handle != NULL:
+            with nogil:
+                err = _start_wait(&self._agree_handle, 1, self._status)
+            if err:
+                raise MPI.Exception(err)
+        else:
+            self.agreement.exchange()
+        flags = _verdict(<const Record*>cnp.PyArray_DATA(self._sums), self._size)
+        if flags & _NOT_CLEAN or flags & _CLEAN != _CLEAN:
+            self._pending, self._pending_flags = slot, flags
+            return AGREED
+        self.tick += 1
+        self.misses = 0
+        self.cache.touch(slot.entry, self.tick)
+        if slot.program is not None:
+            slot.program.execute()
+        else:
+            slot.run.run()
+        self.stats, self.state = slot.stats, "hit"
+        self.compiled += 1
+        return DONE
+
+    def take_pending(self):
+        """(slot, verdict bits) of the last ``AGREED`` call, once."""
+        slot, flags = self._pending, self._pending_flags
+        self._pending = None
+        return slot, flags
+
+    def remember(self, Py_ssize_t no, tuple memo, entry, s, r, algorithm, bint validate, bint uniform,
+                 run, Program program):
+        """Recognise these specs as slot ``no`` from now on (replacing what that slot or these
+        leaves had). ``memo``: (then, checks, dtypes, writable) of ``exchange._spec_memo``; the
+        agreement's record must still be this call's. ``run``: the persistent run bound to these
+        buffers, or None; ``program``: that run compiled (``run.program()``), or None (then
+        ``run.run()`` runs)."""
+        cdef Slot slot = Slot.__new__(Slot)
+        cdef Py_ssize_t i
+        slot.no, slot.entry, slot.s, slot.r = no, entry, s, r
+        slot.then, slot.checks, slot.dtypes, slot.writable = memo
+        slot.algorithm, slot.validate, slot.uniform = algorithm, validate, uniform
+        slot.send_leaf, slot.recv_leaf = _leaf(slot.then[0]), _leaf(slot.then[1])
+        for leaf in (slot.send_leaf, slot.recv_leaf):
+            if type(leaf) is not np.ndarray:
+                raise TypeError("remember: a spec's data buffer must be a numpy array")
+        slot.send_data = cnp.PyArray_DATA(<cnp.ndarray>slot.send_leaf)
+        slot.send_nbytes = cnp.PyArray_NBYTES(<cnp.ndarray>slot.send_leaf)
+        slot.recv_data = cnp.PyArray_DATA(<cnp.ndarray>slot.recv_leaf)
+        slot.recv_nbytes = cnp.PyArray_NBYTES(<cnp.ndarray>slot.recv_leaf)
+        memcpy(&slot.record, cnp.PyArray_DATA(self._record), sizeof(Record))
+        slot.run, slot.stats = run, (run.stats if run is not None else None)
+        slot.generations = self._generations()
+        slot.program = program if run is not None else None
+        self._slots = [x for x in self._slots if (<Slot>x).no != no
+                       and not ((<Slot>x).send_leaf is slot.send_leaf and (<Slot>x).recv_leaf is slot.recv_leaf)]
+        self._slots.append(slot)
+
+    def forget(self, Py_ssize_t no):
+        """Stop recognising slot ``no`` (its entry was dropped or its run freed)."""
+        self._slots = [x for x in self._slots if (<Slot>x).no != no]
+
+    def clear(self):
+        """Forget every slot."""
+        self._slots = []
+        self._pending = None
+
+    def __len__(self):
+        return len(self._slots)
