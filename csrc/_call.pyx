@@ -122,9 +122,22 @@ def spec_unchanged(now, tuple then, tuple checks, tuple dtypes, tuple writable):
     return _unchanged(now[0], now[1], then, checks, dtypes, writable)
 
 
+cdef extern from *:
+    """
+    static inline void hx_fence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+    """
+    void hx_fence() noexcept nogil
+
+
+cdef enum StepKind:
+    COPY = 0       # a copy list of ``n`` blocks
+    REQUESTS = 1   # Start, then Wait, ``n`` persistent requests (``handles``)
+    BARRIER = 2    # the same for a barrier request, between full memory fences
+    SUB = 3        # another program's ``n`` steps (``sub``)
+
+
 cdef struct Step:
-    # One step of a Program: a copy list (``n`` blocks, ``handles`` NULL) or Start + Wait of ``n``
-    # persistent requests (``handles``).
+    StepKind kind
     const unsigned char* src
     unsigned char* dst
     const int64_t* src_off
@@ -132,6 +145,7 @@ cdef struct Step:
     const int64_t* length
     Py_ssize_t n
     void** handles
+    Step* sub
 
 
 cdef int _start_wait(void** handles, Py_ssize_t n, char* status) noexcept nogil:
@@ -149,14 +163,41 @@ cdef int _start_wait(void** handles, Py_ssize_t n, char* status) noexcept nogil:
     return 0
 
 
+cdef int _run_steps(Step* steps, Py_ssize_t n, char* status) noexcept nogil:
+    """Run ``n`` steps; the first MPI error code, or 0."""
+    cdef Py_ssize_t i
+    cdef int err = 0
+    cdef Step* st
+    for i in range(n):
+        st = &steps[i]
+        if st.kind == COPY:
+            _copy_list(st.dst, st.src, st.src_off, st.dst_off, st.length, st.n)
+        elif st.kind == SUB:
+            err = _run_steps(st.sub, st.n, status)
+        elif st.kind == BARRIER:
+            # The node window's barrier: MPI_Win_sync on a shared-memory window is a full memory
+            # fence in both families; the fences order this rank's window writes before the
+            # barrier and the others' reads after it.
+            hx_fence()
+            err = _start_wait(st.handles, st.n, status)
+            hx_fence()
+        else:
+            err = _start_wait(st.handles, st.n, status)
+        if err:
+            return err
+    return 0
+
+
 cdef class Program:
     """A run as compiled steps over fixed buffers, executed without the GIL and without Python
     between them: block copies, and Start + Wait of MPI persistent requests (built by mpi4py).
 
     ``steps``: a list of ``("copy", src, src_off, dst, dst_off, length)`` (contiguous 1-D uint8
     buffers, ``dst`` writable; int64 byte lists of one length, checked against the buffers here,
-    once) and ``("mpi", requests)`` (mpi4py persistent requests: every one started, then every
-    one waited). The program keeps what it points into alive; the requests stay their owner's.
+    once); ``("mpi", requests)`` (mpi4py persistent requests: every one started, then every one
+    waited); ``("barrier", request)`` (a persistent barrier between memory fences: a node window's
+    barrier); ``("program", program)`` (another program's steps). The program keeps what it points
+    into alive; the requests stay their owner's.
     """
     cdef Step* _steps
     cdef Py_ssize_t _n
@@ -174,6 +215,8 @@ cdef class Program:
         for step in steps:
             if step[0] == "mpi":
                 nh += len(step[1])
+            elif step[0] == "barrier":
+                nh += 1
         self._steps = <Step*>malloc(max(len(steps), 1) * sizeof(Step))
         self._handles = <void**>malloc(max(nh, 1) * sizeof(void*))
         if self._steps == NULL or self._handles == NULL:
@@ -181,12 +224,21 @@ cdef class Program:
         self._n = 0
         for i, step in enumerate(steps):
             st = &self._steps[i]
-            if step[0] == "mpi":
-                st.handles, st.n = &self._handles[j], len(step[1])
-                for req in step[1]:
+            st.sub, st.handles = NULL, NULL
+            if step[0] in ("mpi", "barrier"):
+                requests = step[1] if step[0] == "mpi" else [step[1]]
+                st.kind = REQUESTS if step[0] == "mpi" else BARRIER
+                st.handles, st.n = &self._handles[j], len(requests)
+                for req in requests:
                     self._handles[j] = <void*><uintptr_t>MPI._addressof(req)
                     self._requests.append(req)
                     j += 1
+            elif step[0] == "program":
+                sub = <Program?>step[1]
+                if sub._requests is None:
+                    raise ValueError("Program: a freed program cannot be a step")
+                st.kind, st.sub, st.n = SUB, sub._steps, sub._n
+                self._keep.append(sub)
             elif step[0] == "copy":
                 _, src, so, dst, do, ln = step
                 for buf, writable in ((src, False), (dst, True)):
@@ -199,7 +251,7 @@ cdef class Program:
                         raise ValueError("Program: copy lists must be contiguous 1-D int64 of one length")
                 st.src, st.dst = <const unsigned char*>cnp.PyArray_DATA(src), <unsigned char*>cnp.PyArray_DATA(dst)
                 st.src_off, st.dst_off = <const int64_t*>cnp.PyArray_DATA(so), <const int64_t*>cnp.PyArray_DATA(do)
-                st.length, st.n, st.handles = <const int64_t*>cnp.PyArray_DATA(ln), ln.shape[0], NULL
+                st.kind, st.length, st.n = COPY, <const int64_t*>cnp.PyArray_DATA(ln), ln.shape[0]
                 bad = _first_outside(st.src_off, st.dst_off, st.length, st.n, src.shape[0], dst.shape[0], &total)
                 if bad >= 0:
                     raise ValueError(f"Program: step {i}, block {bad} ({st.length[bad]} B from {st.src_off[bad]} "
@@ -215,20 +267,11 @@ cdef class Program:
         free(self._handles)
 
     cdef int execute(self) except -1:
-        cdef Py_ssize_t i
-        cdef int err = 0
-        cdef Step* st
+        cdef int err
         if self._requests is None:
             raise RuntimeError("this compiled run was freed")
         with nogil:
-            for i in range(self._n):
-                st = &self._steps[i]
-                if st.handles != NULL:
-                    err = _start_wait(st.handles, st.n, self._status)
-                    if err:
-                        break
-                else:
-                    _copy_list(st.dst, st.src, st.src_off, st.dst_off, st.length, st.n)
+            err = _run_steps(self._steps, self._n, self._status)
         if err:
             raise MPI.Exception(err)
         return 0
@@ -238,8 +281,10 @@ cdef class Program:
         self.execute()
 
     def free(self):
-        """Stop the program: it cannot run again. Its requests stay their owner's to free."""
-        self._requests, self._keep, self._n = None, None, 0
+        """Stop the program: it cannot run again. Its requests stay their owner's to free; what it
+        points into stays alive until it is collected (a program that holds it as a step may
+        still point there)."""
+        self._requests, self._n = None, 0
 
 
 cdef class Slot:

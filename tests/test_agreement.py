@@ -146,6 +146,8 @@ def test_repeated_calls_run_the_compiled_path(comm, cached, layout, phase, algor
             assert out.tobytes() == ref.tobytes(), f"call {call}"
     assert hc._calls.compiled - before == 2 * 3
     assert hc.last_stats["plan_cache"] == "hit"
+    bound = [e.run for e in hc.plan_cache.entries.values() if e.run is not None]
+    assert len(bound) >= 2 and all(run.program() is not None for run in bound)  # no Python between MPI calls
     send = np.arange(2 * comm.size, dtype=np.int64) + 100 * comm.rank
     recv, ref = np.zeros_like(send), np.zeros_like(send)
     comm.Alltoall(send, ref)

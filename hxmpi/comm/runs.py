@@ -50,11 +50,17 @@ class NodeWindow:
         self.win: Optional[MPI.Win] = None
         self.view = np.empty(0, dtype=np.uint8)
         self.generation = 0
+        #: a persistent node barrier (MPI-4 ``Barrier_init``; None where the library has none): a
+        #: compiled run's window barrier, between memory fences (collective, as construction is)
+        try:
+            self.barrier_request: Optional[MPI.Prequest] = intra.Barrier_init()
+        except (NotImplementedError, AttributeError):
+            self.barrier_request = None
 
     def ensure(self, nbytes: int) -> np.ndarray:
         """The window as a uint8 array of at least ``nbytes`` (collective only when it grows)."""
         if self.win is None or self.view.shape[0] < nbytes:
-            self.free()
+            self._release()
             self.win = MPI.Win.Allocate_shared(max(nbytes, 1) if self.intra.rank == 0 else 0, 1,
                                                comm=self.intra)
             buf, _ = self.win.Shared_query(0)
@@ -71,7 +77,13 @@ class NodeWindow:
         self.win.Sync()
 
     def free(self) -> None:
-        """Release the window (collective on the node)."""
+        """Release the window and the barrier (collective on the node)."""
+        self._release()
+        if self.barrier_request is not None:
+            self.barrier_request.Free()
+            self.barrier_request = None
+
+    def _release(self) -> None:
         if self.win is not None:
             self.view = np.empty(0, dtype=np.uint8)
             self.win.Unlock_all()
@@ -274,46 +286,93 @@ class HierRun:
             sc, sd, rc, rd = plan.p2
             self.node = _Phase(Transfer(intra, Side(a, sc, sd), Side(buf, rc, rd), big), persistent)
         self.stats = plan.stats(name)
+        self._steps = self._describe()
         self._requests: list = []
+        self._rest: list = []  # the steps ``wait`` walks
+        self._program: Optional[Program] = None
+
+    def _describe(self) -> list:
+        """The run as steps, in order: what ``start``/``wait`` walk and ``program`` compiles (built
+        once, at bind).
+
+        ``("copy", src, src_off, dst, dst_off, length)``; ``("mpi", phases)``: start every phase,
+        then wait for all; ``("barrier",)``: the node window's barrier (shm)."""
+        p, s, r, a, buf = self.plan, self.s.view, self.r.view, self.a, self.buf
+        steps = [("copy", s, *p.pack[:1], a, *p.pack[1:])] if p.pack is not None else []
+        steps.append(("copy", s, p.self_copy[0], r, p.self_copy[1], p.self_copy[2]))
+        if p.mode == MODE_SHM:
+            return steps + [("copy", s, p.own[0], buf, p.own[1], p.own[2]),
+                            # Always the nonblocking form: a rank serving two lanes must start both, and
+                            # MPI never matches a blocking collective with a nonblocking one.
+                            ("mpi", self.lanes),
+                            ("barrier",),  # every rank's own blocks and phase-1 segments are in place
+                            ("copy", buf, p.out[0], r, p.out[1], p.out[2]),
+                            ("barrier",)]  # nobody reads the window any more: the next call may write it
+        return steps + [("mpi", self.lanes),
+                        ("copy", buf, p.rep[0], a, p.rep[1], p.rep[2]),
+                        ("copy", s, p.own[0], a, p.own[1], p.own[2]),
+                        ("copy", buf, p.out[0], r, p.out[1], p.out[2]),
+                        ("mpi", [self.node]),
+                        ("copy", buf, p.unp[0], r, p.unp[1], p.unp[2])]
+
+    def _walk(self, steps: list) -> None:
+        for step in steps:
+            if step[0] == "copy":
+                copy_blocks(step[1], step[2], step[3], step[4], step[5])
+            elif step[0] == "mpi":
+                MPI.Request.Waitall([phase.start() for phase in step[1]])
+            else:
+                self.window.barrier()
 
     def start(self) -> None:
         """Local copies that need no peer, then phase 1 on every served lane (nonblocking)."""
-        p, s, r = self.plan, self.s, self.r
-        if p.pack is not None:
-            copy_blocks(s.view, p.pack[0], self.a, p.pack[1], p.pack[2])
-        copy_blocks(s.view, p.self_copy[0], r.view, p.self_copy[1], p.self_copy[2])
-        if p.mode == MODE_SHM:
-            copy_blocks(s.view, p.own[0], self.buf, p.own[1], p.own[2])
-        # Always the nonblocking form: a rank serving two lanes must start both, and MPI never
-        # matches a blocking collective with a nonblocking one on the same communicator.
-        self._requests = [lane.start() for lane in self.lanes]
+        steps = self._steps
+        first = next(i for i, step in enumerate(steps) if step[0] == "mpi")
+        self._walk(steps[:first])
+        self._requests = [phase.start() for phase in steps[first][1]]
+        self._rest = steps[first + 1:]
 
     def wait(self) -> None:
         """Finish phase 1, then the node phase."""
         MPI.Request.Waitall(self._requests)
         self._requests = []
-        p, r, buf = self.plan, self.r, self.buf
-        if p.mode == MODE_SHM:
-            self.window.barrier()   # every rank's own blocks and phase-1 segments are in place
-            copy_blocks(buf, p.out[0], r.view, p.out[1], p.out[2])
-            self.window.barrier()   # nobody reads the window any more: the next call may write it
-            return
-        copy_blocks(buf, p.rep[0], self.a, p.rep[1], p.rep[2])
-        copy_blocks(self.s.view, p.own[0], self.a, p.own[1], p.own[2])
-        copy_blocks(buf, p.out[0], r.view, p.out[1], p.out[2])
-        self.node.start().Wait()
-        copy_blocks(buf, p.unp[0], r.view, p.unp[1], p.unp[2])
+        self._walk(self._rest)
 
     def run(self) -> None:
         """Start and wait: one blocking call."""
         self.start()
         self.wait()
 
-    def program(self) -> None:
-        """None: ``run()`` runs (its node barriers are not compiled)."""
-        return None
+    def program(self) -> Optional[Program]:
+        """This run compiled (``_call.Program``, built once) from ``_describe``: persistent
+        requests, learned Bruck lanes as their own programs, and the window barrier (a persistent
+        barrier between memory fences); None where a phase has none of these (one-shot runs,
+        pairwise lanes, a Bruck lane before its first run, the large-count path)."""
+        if self._program is None:
+            steps = []
+            for step in self._steps:
+                if step[0] == "mpi":
+                    phases = step[1]
+                    if all(ph.request is not None for ph in phases):
+                        steps.append(("mpi", [ph.request for ph in phases]))
+                        continue
+                    subs = [ph.transfer.program() for ph in phases]
+                    if any(sub is None for sub in subs):
+                        return None
+                    steps += [("program", sub) for sub in subs]  # lane after lane, as ``start`` runs them
+                elif step[0] == "barrier":
+                    if self.window.barrier_request is None:
+                        return None
+                    steps.append(("barrier", self.window.barrier_request))
+                else:
+                    steps.append(step)
+            self._program = Program(steps)
+        return self._program
 
     def free(self) -> None:
+        if self._program is not None:
+            self._program.free()
+            self._program = None
         for phase in self.lanes + ([self.node] if self.node else []):
             phase.free()
         self.lanes, self.node = [], None
