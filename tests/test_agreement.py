@@ -128,7 +128,7 @@ def test_one_shot_cached_and_persistent_are_byte_exact(comm, cached, layout, pha
             assert out.tobytes() == ref.tobytes()
 
 
-@pytest.mark.parametrize("algorithm", ["flat", "hier", "bruck", "hier_bruck"])
+@pytest.mark.parametrize("algorithm", ["flat", "hier", "bruck", "hier_pairwise", "hier_bruck"])
 @pytest.mark.parametrize("phase", ["shm", "mpi"])
 @pytest.mark.parametrize("layout", ["irregular", "round_robin_3", "one_node"])
 def test_repeated_calls_run_the_compiled_path(comm, cached, layout, phase, algorithm):

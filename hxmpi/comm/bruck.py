@@ -69,7 +69,15 @@ def _grown(buf: np.ndarray, nbytes: int) -> np.ndarray:
 
 
 class _Rounds:
-    """Shared run/start/free of the round-based exchanges; with ``big`` (agreed) they delegate to ``Transfer``."""
+    """Shared run/start/free of the round-based exchanges; with ``big`` (agreed) they delegate to ``Transfer``.
+
+    ``_program``: the exchange compiled (``_call.Program``), once there is one; ``_requests``: the
+    persistent requests it starts, freed with it."""
+
+    def __init__(self):
+        self.fallback = None
+        self._program = None
+        self._requests: list = []
 
     def _fallback_init(self, comm, send: Side, recv: Side) -> None:
         self.comm = comm
@@ -95,12 +103,18 @@ class _Rounds:
 
     def program(self):
         """The exchange compiled (``_call.Program``), or None where it is not (yet)."""
-        return None
+        return self._program
 
     def free(self) -> None:
-        """Drop the scratch buffers (and the fallback's datatypes)."""
+        """Drop the compiled exchange, its requests and the scratch buffers (and the fallback's datatypes)."""
         if self.fallback is not None:
             self.fallback.free()
+        if self._program is not None:
+            self._program.free()
+            self._program = None
+        for req in self._requests:
+            req.Free()
+        self._requests = []
         self._free_scratch()
 
     def _free_scratch(self) -> None:
@@ -112,10 +126,8 @@ class Bruck(_Rounds):
 
     def __init__(self, comm, send: Side, recv: Side, big: bool = False, radix: int = 2):
         p, q = comm.size, comm.rank
+        super().__init__()
         self.radix = check_radix(radix, p)
-        self.fallback = None
-        self._program = None
-        self._requests: list = []  # the compiled rounds' persistent requests, freed with the scratch
         if big:
             self._fallback_init(comm, send, recv)
             return
@@ -243,12 +255,6 @@ class Bruck(_Rounds):
         return steps
 
     def _free_scratch(self) -> None:
-        if self._program is not None:
-            self._program.free()
-            self._program = None
-        for req in self._requests:
-            req.Free()
-        self._requests = []
         self.sendbuf = np.empty(0, dtype=np.uint8)
         self.arena = np.empty(0, dtype=np.uint8)
         self.learned = False
@@ -259,28 +265,33 @@ class Pairwise(_Rounds):
 
     One message per non-empty block, at most one in flight each way: no incast of a linear
     phase, one latency per round. ``radix`` is accepted (and ignored) so both classes build alike.
+    Every run is one compiled ``Program``, built here: the block to itself, then each round's
+    persistent ``Recv_init``/``Send_init`` (empty blocks are neither sent nor received).
     """
 
     def __init__(self, comm, send: Side, recv: Side, big: bool = False, radix: int = 2):
-        self.fallback = None
+        super().__init__()
         if big:
             self._fallback_init(comm, send, recv)
             return
-        self.comm, self.sview, self.rview = comm, send.view, recv.view
-        self.sc, self.sd = np.array(send.counts, dtype=np.int64), np.array(send.displs, dtype=np.int64)
-        self.rc, self.rd = np.array(recv.counts, dtype=np.int64), np.array(recv.displs, dtype=np.int64)
-
-    def _exchange(self) -> None:
-        comm, p, q = self.comm, self.comm.size, self.comm.rank
-        sc, sd, rc, rd = self.sc, self.sd, self.rc, self.rd
+        self.comm = comm
+        p, q = comm.size, comm.rank
+        sview, rview = send.view, recv.view
+        sc, sd = np.array(send.counts, dtype=np.int64), np.array(send.displs, dtype=np.int64)
+        rc, rd = np.array(recv.counts, dtype=np.int64), np.array(recv.displs, dtype=np.int64)
         if sc[q] != rc[q]:
             raise ValueError(f"pairwise: rank {q} sends itself {int(sc[q])} B but expects {int(rc[q])} B")
-        self.rview[rd[q]:rd[q] + rc[q]] = self.sview[sd[q]:sd[q] + sc[q]]
+        steps = [("copy", sview, sd[q:q + 1], rview, rd[q:q + 1], sc[q:q + 1])]
         for k in range(1, p):
             dst, src = (q + k) % p, (q - k) % p
             reqs = []
             if rc[src]:
-                reqs.append(comm.Irecv([self.rview[rd[src]:rd[src] + rc[src]], MPI.BYTE], src, TAG))
+                reqs.append(comm.Recv_init([rview[rd[src]:rd[src] + rc[src]], MPI.BYTE], src, TAG))
             if sc[dst]:
-                reqs.append(comm.Isend([self.sview[sd[dst]:sd[dst] + sc[dst]], MPI.BYTE], dst, TAG))
-            MPI.Request.Waitall(reqs)
+                reqs.append(comm.Send_init([sview[sd[dst]:sd[dst] + sc[dst]], MPI.BYTE], dst, TAG))
+            self._requests += reqs
+            steps.append(("mpi", reqs))
+        self._program = Program(steps)
+
+    def _exchange(self) -> None:
+        self._program.run()
