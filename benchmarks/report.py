@@ -171,7 +171,24 @@ def render_overhead_combined(d):
         rows = [(k, *[us(i.get("cpu_s_per_call", {}).get(k)) for i in inputs]) for k in keys]
         out.append("Each input run's own CPU per path, us:")
         out.append(table(["key"] + [f"{i['file']} {layout(i.get('node_sizes'))}" for i in inputs], rows))
+        out.append(_ratios_to_bare(inputs))
     return "\n\n".join(out)
+
+
+def _ratios_to_bare(inputs) -> str:
+    """Each column of the input runs over that run's bare call: median (min-max) per layout."""
+    layouts = sorted({tuple(i.get("node_sizes") or ()) for i in inputs}, key=len)
+    groups = [[i for i in inputs if tuple(i.get("node_sizes") or ()) == lay] for lay in layouts]
+    columns = [c for c in inputs[0]["median_us"] if all(c in i["median_us"] for i in inputs)]
+    rows = []
+    for c in columns:
+        cells = []
+        for group in groups:
+            ratios = [i["median_us"][c] / i["median_us"]["bare"] for i in group]
+            cells.append(f"{median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
+        rows.append((c, *cells))
+    return ("Each column over the same run's bare call, median (min-max) over the input runs of a layout:\n\n"
+            + table(["column"] + [f"x bare, {layout(list(lay))}" for lay in layouts], rows))
 
 
 def render_pack(d):
