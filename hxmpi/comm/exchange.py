@@ -12,7 +12,9 @@ A one-shot call goes through typed stages: parse the specs (``msgspec``), look t
 in the agreed plan cache (``plancache``), agree (``agreement``: one Allreduce of 16 uint64 that also
 fingerprints every pair of counts and carries the sums "auto" prices), then run the cached plan,
 or plan (the hierarchical path learns its node's receive counts from the node) and bind a run
-(``execute``). A persistent request
+(``runs``). A call whose specs a cached pattern's slot recognises runs whole in compiled code
+(``csrc/_call.pyx``: recognise, agree, run the bound run as a compiled ``Program``); Python takes
+over only where the verdict is not a clean hit. A persistent request
 (``Alltoallv_init``) agrees and plans once; each ``Start`` then only copies and communicates.
 
 All counts and displacements are int64 bytes. Bad input raises ``ExchangeError`` on every rank.
