@@ -281,7 +281,7 @@ def stage_times(hc, send_spec, recv_spec, iterations: int) -> dict:
     rc_node = np.empty((len(hc.layout.members[hc.topology.node]), size), np.int64)
     hc.topology.intra.Allgather(r.counts, rc_node)
     stages = {"parse two new specs": lambda: parse_alltoallv(send_spec, recv_spec, size),
-              "recognise unchanged specs": lambda: spec_unchanged((send_spec, recv_spec), *memo),
+              "recognise unchanged specs": lambda: spec_unchanged((send_spec, recv_spec), memo),
               "plan-cache lookup": lambda: hc.plan_cache.lookup(parts, (0, True, 0, False)),
               "agreement record": lambda: fill_record(rec, False, False, 0, True, 0, 1, True, False, 1 << 20,
                                                       s.counts, r.counts, True, comm.rank, 1, 2),

@@ -1,8 +1,9 @@
 """The compiled hit path of a one-shot call: recognise the specs, agree, run the bound run.
 
 A ``CallTable`` belongs to one ``HierComm``. It keeps, for each plan-cache slot whose specs were
-seen again, a ``Slot``: what recognises those specs (their structure, leaf objects, the saved
-bytes of their count and displacement arrays, dtypes, writability and data addresses), the
+seen again, a ``Slot``: what recognises those specs (their structure, data buffers and datatypes
+by identity, count and displacement arrays by content, the buffers' dtypes, writability and
+data addresses), the
 rank's agreement record for them, and the persistent run bound to their buffers. A call whose
 specs a slot recognises then runs from ``HierComm.Alltoallv``'s entry to its return here: fill
 the record from the slot's, Start and Wait the agreement's persistent Allreduce, read the
@@ -72,11 +73,42 @@ cdef inline object _leaf(object spec):
     return spec
 
 
+cdef class Saved:
+    """A count or displacement array of a remembered spec, held by content: its dtype and bytes.
+    A later spec matches it with any contiguous array of that dtype and those bytes, so specs
+    rebuilt every call (``np.array(counts)``) are recognised too."""
+    cdef object descr
+    cdef bytes data
+
+    def __cinit__(self, cnp.ndarray arr not None):
+        if not cnp.PyArray_IS_C_CONTIGUOUS(arr):
+            raise TypeError("Saved: the array must be C-contiguous")
+        self.descr = arr.dtype
+        self.data = arr.tobytes()
+
+
+cdef bint _same_content(object now, Saved then):
+    cdef cnp.ndarray a
+    cdef Py_ssize_t n
+    if type(now) is not np.ndarray:
+        return False
+    a = <cnp.ndarray>now
+    n = cnp.PyArray_NBYTES(a)
+    if not cnp.PyArray_IS_C_CONTIGUOUS(a) or n != len(then.data):
+        return False
+    if a.dtype is not then.descr and a.dtype != then.descr:
+        return False
+    return n == 0 or memcmp(cnp.PyArray_DATA(a), <const char*>then.data, n) == 0
+
+
 cdef bint _same_shape(object now, object then):
-    """Same spec structure: lists/tuples of equal length, the same leaf objects (ints by value)."""
+    """Same spec structure: lists/tuples of equal length, the same leaf objects (ints by value,
+    ``Saved`` arrays by content)."""
     cdef Py_ssize_t i, n
     if now is then:
         return True
+    if type(then) is Saved:
+        return _same_content(now, <Saved>then)
     t = type(now)
     if t is not type(then):
         return False
@@ -93,33 +125,11 @@ cdef bint _same_shape(object now, object then):
     return False
 
 
-cdef bint _unchanged(object send, object recv, tuple then, tuple checks, tuple dtypes, tuple writable):
-    cdef cnp.ndarray a
-    cdef bytes b
-    cdef Py_ssize_t n
-    if not _same_shape(send, then[0]) or not _same_shape(recv, then[1]):
-        return False
-    for arr, dt in dtypes:
-        if (<cnp.ndarray>arr).descr is not dt:
-            return False
-    for arr in writable:
-        if not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>arr):
-            return False
-    for arr, saved in checks:
-        a, b = <cnp.ndarray>arr, <bytes>saved
-        n = cnp.PyArray_NBYTES(a)
-        if not cnp.PyArray_IS_C_CONTIGUOUS(a) or n != len(b) or (n and memcmp(cnp.PyArray_DATA(a), <const char*>b, n) != 0):
-            return False
-    return True
-
-
-def spec_unchanged(now, tuple then, tuple checks, tuple dtypes, tuple writable):
-    """Whether the specs ``now`` (send, receive) are the specs ``then`` of an earlier call (``then``:
-    a copy of their lists and tuples holding the same leaves): the same structure and leaf objects
-    (ints by value); every array of ``checks`` ((array, saved bytes): counts and displacements)
-    holds the saved contents; every array of ``dtypes`` ((array, dtype)) still has that dtype;
-    every array in ``writable`` is still writable."""
-    return _unchanged(now[0], now[1], then, checks, dtypes, writable)
+def spec_unchanged(now, tuple then):
+    """Whether the specs ``now`` (send, receive) are the specs ``then`` of an earlier call (a copy
+    of their lists and tuples, count and displacement arrays as ``Saved``): the same structure,
+    the same data buffers and datatypes, ints by value, arrays by content."""
+    return _same_shape(now[0], then[0]) and _same_shape(now[1], then[1])
 
 
 cdef extern from *:
@@ -292,8 +302,8 @@ cdef class Slot:
     cdef readonly Py_ssize_t no
     #: the cache entry, and the sides parsed from the specs
     cdef readonly object entry, s, r
-    cdef tuple then, checks, dtypes, writable
-    cdef object algorithm, send_leaf, recv_leaf, run, stats, generations
+    cdef tuple then
+    cdef object algorithm, send_leaf, recv_leaf, send_dtype, recv_dtype, run, stats, generations
     cdef Program program
     cdef bint validate, uniform
     cdef void* send_data
@@ -349,7 +359,10 @@ cdef class CallTable:
                         and cnp.PyArray_NBYTES(<cnp.ndarray>send) == slot.send_nbytes \
                         and cnp.PyArray_DATA(<cnp.ndarray>recv) == slot.recv_data \
                         and cnp.PyArray_NBYTES(<cnp.ndarray>recv) == slot.recv_nbytes \
-                        and _unchanged(sendbuf, recvbuf, slot.then, slot.checks, slot.dtypes, slot.writable):
+                        and (<cnp.ndarray>send).dtype is slot.send_dtype \
+                        and (<cnp.ndarray>recv).dtype is slot.recv_dtype \
+                        and cnp.PyArray_ISWRITEABLE(<cnp.ndarray>recv) \
+                        and _same_shape(sendbuf, slot.then[0]) and _same_shape(recvbuf, slot.then[1]):
                     return slot
                 return None
         return None
@@ -401,17 +414,17 @@ cdef class CallTable:
         self._pending = None
         return slot, flags
 
-    def remember(self, Py_ssize_t no, tuple memo, entry, s, r, algorithm, bint validate, bint uniform,
+    def remember(self, Py_ssize_t no, tuple then, entry, s, r, algorithm, bint validate, bint uniform,
                  run, Program program):
         """Recognise these specs as slot ``no`` from now on (replacing what that slot or these
-        leaves had). ``memo``: (then, checks, dtypes, writable) of ``exchange._spec_memo``; the
-        agreement's record must still be this call's. ``run``: the persistent run bound to these
+        leaves had). ``then``: (send, receive) copies of the specs, count and displacement arrays
+        as ``Saved`` (``exchange._spec_memo``); the agreement's record must still be this call's. ``run``: the persistent run bound to these
         buffers, or None; ``program``: that run compiled (``run.program()``), or None (then
         ``run.run()`` runs)."""
         cdef Slot slot = Slot.__new__(Slot)
         cdef Py_ssize_t i
         slot.no, slot.entry, slot.s, slot.r = no, entry, s, r
-        slot.then, slot.checks, slot.dtypes, slot.writable = memo
+        slot.then = then
         slot.algorithm, slot.validate, slot.uniform = algorithm, validate, uniform
         slot.send_leaf, slot.recv_leaf = _leaf(slot.then[0]), _leaf(slot.then[1])
         for leaf in (slot.send_leaf, slot.recv_leaf):
@@ -421,6 +434,7 @@ cdef class CallTable:
         slot.send_nbytes = cnp.PyArray_NBYTES(<cnp.ndarray>slot.send_leaf)
         slot.recv_data = cnp.PyArray_DATA(<cnp.ndarray>slot.recv_leaf)
         slot.recv_nbytes = cnp.PyArray_NBYTES(<cnp.ndarray>slot.recv_leaf)
+        slot.send_dtype, slot.recv_dtype = slot.send_leaf.dtype, slot.recv_leaf.dtype
         memcpy(&slot.record, cnp.PyArray_DATA(self._record), sizeof(Record))
         slot.run, slot.stats = run, (run.stats if run is not None else None)
         slot.generations = self._generations()

@@ -159,6 +159,24 @@ def test_repeated_calls_run_the_compiled_path(comm, cached, layout, phase, algor
     assert hc._calls.compiled - before == 2
 
 
+def test_specs_rebuilt_every_call_are_recognised_by_content(comm, cached):
+    """Counts made anew every call (a new array, a list): recognised by their contents, so the
+    compiled path runs; the same values in another dtype are parsed anew, and stay exact."""
+    hc = _hc(cached, "irregular", "mpi")
+    rng = np.random.default_rng(13 + comm.rank)
+    sc, rc, sbuf, ref = _case(comm, rng)
+    out = np.zeros_like(ref)
+    before = hc._calls.compiled
+    for _ in range(4):
+        out.fill(0)
+        hc.Alltoallv([sbuf, (np.array(sc), None)], [out, np.array(rc)])
+        assert out.tobytes() == ref.tobytes()
+    assert hc._calls.compiled - before == 2
+    out.fill(0)
+    hc.Alltoallv([sbuf, (sc.astype(np.int32), None)], [out, rc.astype(np.int32)])
+    assert out.tobytes() == ref.tobytes() and hc._calls.compiled - before == 2
+
+
 def test_compiled_path_sees_counts_changed_in_place(comm, cached):
     """Counts edited in the same array between calls: recognised no more, planned anew, exact."""
     hc = _hc(cached, "irregular", "mpi")

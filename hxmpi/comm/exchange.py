@@ -33,7 +33,7 @@ from mpi4py import MPI
 from ..errors import CpuFileError, ExchangeError, HxmpiError, agree
 from . import transfer
 from ._agree import buffer_id
-from ._call import DONE, CallTable
+from ._call import DONE, CallTable, Saved
 from .agreement import Agreed, Agreement
 from .bruck import Bruck, Pairwise
 from .costmodel import ENV_TUNING, CostModel, CpuTimes, auto_pick, pattern_class
@@ -496,39 +496,34 @@ _SIMPLE_LEAVES = (int, str, type(None), MPI.Datatype)
 
 
 def _spec_memo(sendbuf, recvbuf) -> Optional[tuple]:
-    """(then, checks, dtypes, writable): what ``_call.CallTable`` needs to recognise these specs in a
-    later call, or None where a leaf could change unseen. Only ndarray data buffers, and counts,
-    displacements and datatypes that are ints, strings, datatypes or ndarrays (whose bytes are
-    saved)."""
+    """(send, receive): what ``_call.CallTable`` needs to recognise these specs in a later call, a
+    copy of their lists and tuples with count and displacement arrays held by content
+    (``_call.Saved``); None where a leaf could change unseen. Only ndarray data buffers, and counts,
+    displacements and datatypes that are ints, strings, datatypes or contiguous ndarrays."""
     if sendbuf is MPI.IN_PLACE:
         return None
-    checks, dtypes, writable = [], [], []
 
     def copy(spec):
         items = spec if type(spec) in (list, tuple) else [spec]
         if type(items[0]) is not np.ndarray:
             raise TypeError
-        dtypes.append((items[0], items[0].dtype))
         out = [items[0]]
         for item in items[1:]:
             inner = item if type(item) in (list, tuple) else None
+            leaves = []
             for leaf in (inner if inner is not None else (item,)):
                 if type(leaf) is np.ndarray:
-                    if not leaf.flags.c_contiguous:
-                        raise TypeError
-                    checks.append((leaf, leaf.tobytes()))
-                    dtypes.append((leaf, leaf.dtype))
+                    leaf = Saved(leaf)  # TypeError if not contiguous
                 elif type(leaf) not in _SIMPLE_LEAVES:
                     raise TypeError
-            out.append(type(inner)(inner) if inner is not None else item)
+                leaves.append(leaf)
+            out.append(type(inner)(leaves) if inner is not None else leaves[0])
         return type(spec)(out) if type(spec) in (list, tuple) else spec
 
     try:
-        then = (copy(sendbuf), copy(recvbuf))
+        return copy(sendbuf), copy(recvbuf)
     except (TypeError, IndexError):
         return None
-    writable.append(recvbuf[0] if type(recvbuf) in (list, tuple) else recvbuf)
-    return then, tuple(checks), tuple(dtypes), tuple(writable)
 
 
 class ExchangeRequest:
