@@ -208,6 +208,10 @@ cdef class Program:
     waited); ``("barrier", request)`` (a persistent barrier between memory fences: a node window's
     barrier); ``("program", program)`` (another program's steps). The program keeps what it points
     into alive; the requests stay their owner's.
+
+    ``run()`` runs it blocking; ``start()`` and ``wait()`` split it, for a persistent request's
+    Start and Wait, after the Start of the first top-level ``"mpi"`` step (without one, ``start``
+    runs it whole).
     """
     cdef Step* _steps
     cdef Py_ssize_t _n
@@ -215,6 +219,8 @@ cdef class Program:
     cdef list _keep
     cdef list _requests
     cdef char _status[STATUS_BYTES]
+    cdef Py_ssize_t _split   # the first top-level REQUESTS step (``start`` ends with its Start), or -1
+    cdef bint _started
 
     def __cinit__(self, list steps):
         cdef Py_ssize_t i, j = 0, nh = 0, bad
@@ -271,6 +277,13 @@ cdef class Program:
             else:
                 raise ValueError(f"Program: unknown step {step[0]!r}")
             self._n = i + 1
+        self._split, self._started = -1, False
+        for i in range(self._n):
+            if self._steps[i].kind == REQUESTS:
+                self._split = i
+                break
+            if self._steps[i].kind != COPY:
+                break
 
     def __dealloc__(self):
         free(self._steps)
@@ -289,6 +302,52 @@ cdef class Program:
     def run(self):
         """Run every step once (blocking)."""
         self.execute()
+
+    def start(self):
+        """Run the steps before the first ``"mpi"`` step and Start its requests (then ``wait``)."""
+        cdef int err = 0
+        cdef Py_ssize_t i
+        cdef Step* st
+        if self._requests is None:
+            raise RuntimeError("this compiled run was freed")
+        if self._started:
+            raise RuntimeError("Program.start called twice without wait")
+        if self._split < 0:
+            self.execute()
+            self._started = True
+            return
+        with nogil:
+            err = _run_steps(self._steps, self._split, self._status)
+            if not err:
+                st = &self._steps[self._split]
+                for i in range(st.n):
+                    err = _mpi_start(st.handles[i])
+                    if err:
+                        break
+        if err:
+            raise MPI.Exception(err)
+        self._started = True
+
+    def wait(self):
+        """Wait for the requests ``start`` started, then run the remaining steps."""
+        cdef int err = 0
+        cdef Py_ssize_t i
+        cdef Step* st
+        if not self._started:
+            raise RuntimeError("Program.wait without start")
+        self._started = False
+        if self._split < 0:
+            return
+        with nogil:
+            st = &self._steps[self._split]
+            for i in range(st.n):
+                err = _mpi_wait(st.handles[i], self._status)
+                if err:
+                    break
+            if not err:
+                err = _run_steps(&self._steps[self._split + 1], self._n - self._split - 1, self._status)
+        if err:
+            raise MPI.Exception(err)
 
     def free(self):
         """Stop the program: it cannot run again. Its requests stay their owner's to free; what it

@@ -164,10 +164,20 @@ class FlatRun:
         self._program: Optional[Program] = None
 
     def start(self) -> None:
-        self._request = self.phase.start()
+        """Start the exchange (compiled where ``program`` has a program)."""
+        program = self.program() if self.phase.request is not None else None
+        if program is not None:
+            program.start()
+            self._request = program
+        else:
+            self._request = self.phase.start()
 
     def wait(self) -> None:
-        self._request.Wait()
+        """Complete what ``start`` started."""
+        if type(self._request) is Program:
+            self._request.wait()
+        else:
+            self._request.Wait()
 
     def run(self) -> None:
         """Start and wait: one blocking call (a persistent run starts its request)."""
@@ -286,6 +296,7 @@ class HierRun:
             sc, sd, rc, rd = plan.p2
             self.node = _Phase(Transfer(intra, Side(a, sc, sd), Side(buf, rc, rd), big), persistent)
         self.stats = plan.stats(name)
+        self._persistent = persistent
         self._steps = self._describe()
         self._requests: list = []
         self._rest: list = []  # the steps ``wait`` walks
@@ -325,7 +336,13 @@ class HierRun:
                 self.window.barrier()
 
     def start(self) -> None:
-        """Local copies that need no peer, then phase 1 on every served lane (nonblocking)."""
+        """Local copies that need no peer, then phase 1 on every served lane (nonblocking); the
+        compiled program's first part where the run has one (``program``)."""
+        program = self.program()
+        if program is not None:
+            program.start()
+            self._rest = None  # ``wait`` finishes the program
+            return
         steps = self._steps
         first = next(i for i, step in enumerate(steps) if step[0] == "mpi")
         self._walk(steps[:first])
@@ -334,6 +351,10 @@ class HierRun:
 
     def wait(self) -> None:
         """Finish phase 1, then the node phase."""
+        if self._rest is None:
+            self._program.wait()
+            self._rest = []
+            return
         MPI.Request.Waitall(self._requests)
         self._requests = []
         self._walk(self._rest)
@@ -346,9 +367,9 @@ class HierRun:
     def program(self) -> Optional[Program]:
         """This run compiled (``_call.Program``, built once) from ``_describe``: persistent
         requests, learned Bruck lanes as their own programs, and the window barrier (a persistent
-        barrier between memory fences); None where a phase has none of these (one-shot runs,
-        pairwise lanes, a Bruck lane before its first run, the large-count path)."""
-        if self._program is None:
+        barrier between memory fences); None where a phase has none of these (one-shot runs, a
+        Bruck lane before its first run, a log-round lane on the large-count path)."""
+        if self._program is None and self._persistent:
             steps = []
             for step in self._steps:
                 if step[0] == "mpi":
