@@ -1,9 +1,10 @@
-"""Per-round kernels of the radix-k Bruck all-to-all (``hxmpi.bruck``): pack a round's message,
-take a received one apart, copy the final blocks out.
+"""Kernels of a radix-k Bruck all-to-all's first run (``hxmpi.comm.bruck``): pack a round's
+message, take a received one apart, copy the final blocks out. Later runs are a compiled
+``Program`` (``csrc/_call.pyx``) built from what the first run learned.
 
 A rank holds P slots; slot i lives in the send view (``where[i] == 0``) or in the receive arena
 (``where[i] == 1``) at byte offset ``off[i]``, ``length[i]`` bytes long. A round message carries
-the slots of one list, optionally after a header of their lengths (int64 each). All offsets and
+the slots of one list after a header of their lengths (int64 each). All offsets and
 lengths are int64 bytes. Loops run without the GIL; bounds are checked before any byte moves.
 """
 from libc.stdint cimport int64_t
@@ -14,10 +15,10 @@ cdef inline bint _outside(int64_t off, int64_t n, int64_t size) nogil:
     return n < 0 or (n > 0 and (off < 0 or off > size - n))
 
 
-def round_bytes(const int64_t[::1] length not None, const int64_t[::1] slots not None, bint header):
-    """Bytes of the message carrying ``slots`` (their data, plus 8 per slot with a header)."""
+def round_bytes(const int64_t[::1] length not None, const int64_t[::1] slots not None):
+    """Bytes of the message carrying ``slots`` (their data, plus 8 per slot for the header)."""
     cdef Py_ssize_t j
-    cdef int64_t total = 8 * slots.shape[0] if header else 0
+    cdef int64_t total = 8 * slots.shape[0]
     with nogil:
         for j in range(slots.shape[0]):
             total += length[slots[j]]
@@ -27,10 +28,10 @@ def round_bytes(const int64_t[::1] length not None, const int64_t[::1] slots not
 def pack_round(const unsigned char[::1] sview not None, const unsigned char[::1] arena not None,
                const signed char[::1] where not None, const int64_t[::1] off not None,
                const int64_t[::1] length not None, const int64_t[::1] slots not None,
-               unsigned char[::1] out not None, int64_t out_off, bint header):
-    """Write the message of ``slots`` into ``out[out_off:]`` (header first if asked). Returns its bytes."""
+               unsigned char[::1] out not None, int64_t out_off):
+    """Write the message of ``slots`` into ``out[out_off:]``, header first. Returns its bytes."""
     cdef Py_ssize_t n = slots.shape[0], j
-    cdef int64_t i, pos = out_off, bad = -1, need = 8 * n if header else 0
+    cdef int64_t i, pos = out_off, bad = -1, need = 8 * n
     cdef int64_t slen = sview.shape[0], alen = arena.shape[0]
     with nogil:
         for j in range(n):
@@ -47,10 +48,9 @@ def pack_round(const unsigned char[::1] sview not None, const unsigned char[::1]
     cdef const unsigned char* s = &sview[0] if slen else NULL
     cdef const unsigned char* a = &arena[0] if alen else NULL
     with nogil:
-        if header:
-            for j in range(n):
-                memcpy(d + pos, &length[slots[j]], 8)
-                pos += 8
+        for j in range(n):
+            memcpy(d + pos, &length[slots[j]], 8)
+            pos += 8
         for j in range(n):
             i = slots[j]
             if length[i] > 0:
@@ -62,33 +62,32 @@ def pack_round(const unsigned char[::1] sview not None, const unsigned char[::1]
 def take_round(const unsigned char[::1] arena not None, int64_t base, int64_t nbytes,
                const int64_t[::1] slots not None, signed char[::1] where not None,
                int64_t[::1] off not None, int64_t[::1] length not None,
-               int64_t[::1] learned not None, bint header):
+               int64_t[::1] learned not None):
     """Point ``slots`` at the message received at ``arena[base:base+nbytes]``.
 
-    With ``header`` the lengths are read from the message and stored in ``learned`` (one per slot);
-    without, ``learned`` holds them from an earlier call. Raises if the lengths do not add up.
+    The lengths are read from the message's header and stored in ``learned`` (one per slot).
+    Raises if they do not add up.
     """
     cdef Py_ssize_t n = slots.shape[0], j
     cdef int64_t pos, v, total = 0
     if learned.shape[0] != n:
         raise ValueError("bruck take: learned must hold one length per slot")
-    if _outside(base, nbytes, arena.shape[0]) or (header and nbytes < 8 * n):
+    if _outside(base, nbytes, arena.shape[0]) or nbytes < 8 * n:
         raise ValueError(f"bruck take: message of {nbytes} B at {base} is outside the arena or too short")
     cdef const unsigned char* a = &arena[0] if arena.shape[0] else NULL
     with nogil:
-        if header:
-            for j in range(n):
-                memcpy(&v, a + base + 8 * j, 8)
-                learned[j] = v
+        for j in range(n):
+            memcpy(&v, a + base + 8 * j, 8)
+            learned[j] = v
         for j in range(n):
             if learned[j] < 0:
                 total = -1
                 break
             total += learned[j]
-    expect = nbytes - (8 * n if header else 0)
+    expect = nbytes - 8 * n
     if total != expect:
         raise ValueError(f"bruck take: slot lengths add up to {total} B, the message carries {expect} B")
-    pos = base + (8 * n if header else 0)
+    pos = base + 8 * n
     with nogil:
         for j in range(n):
             where[slots[j]] = 1

@@ -510,6 +510,3 @@ cdef class CallTable:
         """Forget every slot."""
         self._slots = []
         self._pending = None
-
-    def __len__(self):
-        return len(self._slots)

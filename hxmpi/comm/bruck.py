@@ -11,10 +11,11 @@ knows, so the first run of an object sends each message with a header of its slo
 receives it with ``Mprobe`` (one message per peer and round, no separate size round). The lengths
 do not change while the counts do not (the object copies them), so later runs of the same object
 (persistent plans, cached one-shot plans) send bare data into known places, and skip the
-messages they know are empty. The rounds come from ``hxmpi.comm.plan.bruck_rounds``, which the
-simulator replays too.
+messages they know are empty: they run as one compiled ``Program`` (``csrc/_call.pyx``) of copy
+lists and persistent ``Send_init``/``Recv_init`` requests, with no Python per round. The rounds
+come from ``hxmpi.comm.plan.bruck_rounds``, which the simulator replays too.
 
-The per-round packing, header parsing and final copy are the compiled kernels of
+The first run's per-round packing, header parsing and final copy are the compiled kernels of
 ``csrc/_bruck.pyx`` (no Python per block). Scratch: a send buffer of one round and a receive
 arena of every round's messages (at most the bytes received over all rounds, about
 (k-1)/k * log_k P times the call's receive bytes); both are reused by later runs.
@@ -172,12 +173,12 @@ class Bruck(_Rounds):
         self.length[:] = self.init_len
         fill = 0
         for group in self.rounds:
-            sizes = [round_bytes(self.length, m.slots, True) for m in group]
+            sizes = [round_bytes(self.length, m.slots) for m in group]
             self.sendbuf = _grown(self.sendbuf, sum(sizes))
             reqs, pos = [], 0
             for m, n in zip(group, sizes):
                 pack_round(self.sview, self.arena, self.where, self.off, self.length, m.slots,
-                           self.sendbuf, pos, True)
+                           self.sendbuf, pos)
                 reqs.append(comm.Isend([self.sendbuf[pos:pos + n], MPI.BYTE], m.dest, TAG))
                 pos += n
             # Probe every peer first: the arena grows once, before any receive lands in it.
@@ -193,7 +194,7 @@ class Bruck(_Rounds):
             MPI.Request.Waitall(reqs)
             for m in group:
                 take_round(self.arena, m.base, m.nbytes + 8 * m.slots.shape[0],
-                           m.slots, self.where, self.off, self.length, m.learned, True)
+                           m.slots, self.where, self.off, self.length, m.learned)
         bad = finish(self.sview, self.arena, self.where, self.off, self.length, self.rview,
                      self.rc, self.rd, self.source)
         self.learned = True

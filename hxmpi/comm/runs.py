@@ -160,24 +160,21 @@ class FlatRun:
         self.phase = _Phase(exchange(comm, s, r, big) if exchange is not None else Transfer(comm, s, r, big, uniform),
                             persistent)
         self.stats = ExchangeStats(name, flat_counts=s.counts)
-        self._request: Optional[MPI.Request] = None
+        self._finish: Optional[Callable] = None  # what ``wait`` calls: the started part's end
         self._program: Optional[Program] = None
 
     def start(self) -> None:
-        """Start the exchange (compiled where ``program`` has a program)."""
-        program = self.program() if self.phase.request is not None else None
+        """Start the exchange (its compiled program's first part where it has one)."""
+        program = self.program()
         if program is not None:
             program.start()
-            self._request = program
+            self._finish = program.wait
         else:
-            self._request = self.phase.start()
+            self._finish = self.phase.start().Wait
 
     def wait(self) -> None:
         """Complete what ``start`` started."""
-        if type(self._request) is Program:
-            self._request.wait()
-        else:
-            self._request.Wait()
+        self._finish()
 
     def run(self) -> None:
         """Start and wait: one blocking call (a persistent run starts its request)."""
@@ -298,8 +295,10 @@ class HierRun:
         self.stats = plan.stats(name)
         self._persistent = persistent
         self._steps = self._describe()
+        # ``start`` walks the steps before the first "mpi" step and starts that one's phases
+        self._first = next(i for i, step in enumerate(self._steps) if step[0] == "mpi")
         self._requests: list = []
-        self._rest: list = []  # the steps ``wait`` walks
+        self._finish: Optional[Callable] = None  # what ``wait`` calls: the started part's end
         self._program: Optional[Program] = None
 
     def _describe(self) -> list:
@@ -341,23 +340,20 @@ class HierRun:
         program = self.program()
         if program is not None:
             program.start()
-            self._rest = None  # ``wait`` finishes the program
+            self._finish = program.wait
             return
-        steps = self._steps
-        first = next(i for i, step in enumerate(steps) if step[0] == "mpi")
-        self._walk(steps[:first])
-        self._requests = [phase.start() for phase in steps[first][1]]
-        self._rest = steps[first + 1:]
+        self._walk(self._steps[:self._first])
+        self._requests = [phase.start() for phase in self._steps[self._first][1]]
+        self._finish = self._walk_rest
 
     def wait(self) -> None:
         """Finish phase 1, then the node phase."""
-        if self._rest is None:
-            self._program.wait()
-            self._rest = []
-            return
+        self._finish()
+
+    def _walk_rest(self) -> None:
         MPI.Request.Waitall(self._requests)
         self._requests = []
-        self._walk(self._rest)
+        self._walk(self._steps[self._first + 1:])
 
     def run(self) -> None:
         """Start and wait: one blocking call."""
