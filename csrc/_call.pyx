@@ -362,7 +362,8 @@ cdef class Slot:
     #: the cache entry, and the sides parsed from the specs
     cdef readonly object entry, s, r
     cdef tuple then
-    cdef object algorithm, send_leaf, recv_leaf, send_dtype, recv_dtype, run, stats, generations
+    cdef object algorithm, send_leaf, recv_leaf, send_dtype, recv_dtype, run, stats
+    cdef long long scratch_generation, window_generation   # what the run was bound to
     cdef Program program
     cdef bint validate, uniform
     cdef void* send_data
@@ -428,10 +429,11 @@ cdef class CallTable:
 
     cdef bint _same_buffers(self, Slot slot):
         """Whether the slot's run is bound to its (recognised) buffers and the scratch of now."""
-        return slot.run is not None and slot.generations == self._generations()
+        return slot.run is not None and slot.scratch_generation == self.scratch.generation \
+            and slot.window_generation == self._window_generation()
 
-    cdef tuple _generations(self):
-        return (self.scratch.generation, self.window.generation if self.window is not None else 0)
+    cdef long long _window_generation(self):
+        return self.window.generation if self.window is not None else 0
 
     def call(self, sendbuf, recvbuf, algorithm, validate, bint uniform):
         """One call's compiled path: ``NOT_FOUND`` (no slot recognises the specs; nothing was
@@ -496,7 +498,7 @@ cdef class CallTable:
         slot.send_dtype, slot.recv_dtype = slot.send_leaf.dtype, slot.recv_leaf.dtype
         memcpy(&slot.record, cnp.PyArray_DATA(self._record), sizeof(Record))
         slot.run, slot.stats = run, (run.stats if run is not None else None)
-        slot.generations = self._generations()
+        slot.scratch_generation, slot.window_generation = self.scratch.generation, self._window_generation()
         slot.program = program if run is not None else None
         self._slots = [x for x in self._slots if (<Slot>x).no != no
                        and not ((<Slot>x).send_leaf is slot.send_leaf and (<Slot>x).recv_leaf is slot.recv_leaf)]
