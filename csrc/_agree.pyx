@@ -31,29 +31,22 @@ if len(Word) != WORDS:
     raise ImportError("the agreement record must be uint64 words only")
 
 
-cdef inline uint64_t _mix(uint64_t z) noexcept nogil:
-    # splitmix64's finaliser: every input bit reaches every output bit.
-    z = (z ^ (z >> 30)) * <uint64_t>0xbf58476d1ce4e5b9
-    z = (z ^ (z >> 27)) * <uint64_t>0x94d049bb133111eb
-    return z ^ (z >> 31)
-
-
-cdef inline uint64_t _pair_hash(uint64_t key, uint64_t src, uint64_t dst, uint64_t nbytes) noexcept nogil:
-    return _mix(_mix(key ^ (src * <uint64_t>0x9e3779b97f4a7c15 + dst)) ^ (nbytes * <uint64_t>0xd6e8feb86659fd93))
-
-
 def pattern_key(tuple parts):
     """A 64-bit hash of several int64 arrays' contents and lengths (the local key of a count pattern)."""
-    cdef uint64_t h = 0x2545f4914f6cdd1d
+    cdef uint64_t h = PATTERN_SEED
     cdef const int64_t* v
-    cdef Py_ssize_t i, n
+    cdef Py_ssize_t n
     for arr in parts:
         n = _int64_data(arr, &v)
-        h = _mix(h ^ <uint64_t>n)
         with nogil:
-            for i in range(n):
-                h = _mix(h ^ <uint64_t>v[i])
+            h = _hash_array(h, v, n)
     return <int64_t>(h >> 1)
+
+
+def quarter_log2(double x):
+    """round(4 * log2(1 + x)) (ties to even), an int: one coordinate of a pattern class
+    (``costmodel.pattern_class``; the compiled miss path computes the same one)."""
+    return _quarter_log2(x)
 
 
 def same_arrays(tuple a, tuple b):
@@ -91,14 +84,12 @@ def fill_record(cnp.ndarray rec not None, bint problem, bint big, int64_t algo, 
     cdef Record* r
     cdef const int64_t* s
     cdef const int64_t* e
-    cdef Py_ssize_t n, p, d
-    cdef uint64_t a = 0, b = 0, m = <uint64_t>me
-    cdef int64_t total = 0, received = 0, messages = 0, pairwise = 0, kib
+    cdef Py_ssize_t n
     if rec.dtype != np.uint64 or rec.shape[0] < _WORDS or not cnp.PyArray_IS_C_CONTIGUOUS(rec):
         raise ValueError(f"fill_record: the record must be {WORDS} contiguous uint64")
     r = <Record*>cnp.PyArray_DATA(rec)
-    memset(r, 0, sizeof(Record))
     if problem:
+        memset(r, 0, sizeof(Record))
         r.flags = 1
         return
     n = _int64_data(sent, &s)
@@ -107,36 +98,8 @@ def fill_record(cnp.ndarray rec not None, bint problem, bint big, int64_t algo, 
     if not 0 <= me < n:
         raise ValueError(f"fill_record: rank {me} outside the {n} counts")
     with nogil:
-        for p in range(n):
-            total += s[p]
-            received += e[p]
-            if p != me and s[p] > 0:
-                messages += 1
-        for p in range(1, n):  # pairwise round p: send to me + p, receive from me - p
-            d = (me - p + n) % n
-            pairwise += s[(me + p) % n] if s[(me + p) % n] > e[d] else e[d]
-        if fingerprint:
-            for p in range(n):
-                a += _pair_hash(key_a, m, <uint64_t>p, <uint64_t>s[p])
-                a -= _pair_hash(key_a, <uint64_t>p, m, <uint64_t>e[p])
-                b += _pair_hash(key_b, m, <uint64_t>p, <uint64_t>s[p])
-                b -= _pair_hash(key_b, <uint64_t>p, m, <uint64_t>e[p])
-    kib = received >> 10
-    if kib > kib_cap:
-        kib = kib_cap
-    r.flags = (<uint64_t>big) << 32  # the problem count is the low half
-    r.validate = validate  # 0 or 1: the same everywhere exactly when the sum is 0 or P
-    r.algo, r.algo_sq = <uint64_t>algo, <uint64_t>(algo * algo)  # (x, x^2): all ranks alike?
-    r.kind, r.kind_sq = <uint64_t>kind, <uint64_t>(kind * kind)
-    r.slot, r.slot_sq = <uint64_t>slot, <uint64_t>(slot * slot)
-    r.same_buffers = same_buffers
-    r.over_budget = over_budget
-    r.bytes = <uint64_t>total
-    r.recv_kib_sq = <uint64_t>(kib * kib)
-    r.messages = <uint64_t>messages
-    r.pairwise = <uint64_t>pairwise
-    r.fp_a = a
-    r.fp_b = b
+        _fill_record(r, big, algo, validate, kind, slot, same_buffers, over_budget, kib_cap, s, e, n, fingerprint,
+                     me, key_a, key_b)
 
 
 cdef Py_ssize_t _int64_data(object arr, const int64_t** out) except -1:

@@ -18,7 +18,7 @@ code"): both take request handles by pointer, alike in every MPI family, so this
 MPI header. Every request is built by mpi4py; a handle is passed by its address
 (``MPI._addressof``). Statuses go to a scratch buffer: ``MPI_STATUS_IGNORE`` differs by family.
 """
-from libc.stdint cimport int64_t, uint64_t, uintptr_t
+from libc.stdint cimport int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcmp, memcpy
 from posix.dlfcn cimport RTLD_LAZY, dlopen, dlsym
@@ -31,23 +31,32 @@ cnp.import_array()
 
 include "_record.pxi"
 include "_copy.pxi"
+include "_spec.pxi"
 
 ctypedef int (*start_t)(void*) noexcept nogil
 ctypedef int (*wait_t)(void*, void*) noexcept nogil
+# MPI_Alltoallv with the family's handle type: a pointer (Open MPI) or an int (MPICH).
+ctypedef int (*alltoallv_ptr_t)(const void*, const int*, const int*, void*, void*, const int*, const int*,
+                                void*, void*) noexcept nogil
+ctypedef int (*alltoallv_int_t)(const void*, const int*, const int*, int, void*, const int*, const int*,
+                                int, int) noexcept nogil
 cdef start_t _mpi_start = NULL
 cdef wait_t _mpi_wait = NULL
+cdef void* _mpi_alltoallv = NULL
+cdef int _handle_bytes = 0   # 8 or 4 (the miss path's MPI_Alltoallv is used only then)
 
 cdef enum:
     STATUS_BYTES = 256   # more than any family's MPI_Status (checked at import)
 
 
 cdef _resolve():
-    global _mpi_start, _mpi_wait
+    global _mpi_start, _mpi_wait, _mpi_alltoallv, _handle_bytes
     path = MPI.__file__.encode()
     handle = dlopen(path, RTLD_LAZY)  # already loaded: the same handle, its libmpi among its dependencies
     if handle != NULL:
         _mpi_start = <start_t>dlsym(handle, "MPI_Start")
         _mpi_wait = <wait_t>dlsym(handle, "MPI_Wait")
+        _mpi_alltoallv = dlsym(handle, "MPI_Alltoallv")
     if _mpi_start == NULL or _mpi_wait == NULL:
         raise ImportError(f"hxmpi: MPI_Start and MPI_Wait not found through {path.decode()} (mpi4py's extension)")
     if MPI._sizeof(MPI.Status) > STATUS_BYTES:
@@ -55,11 +64,27 @@ cdef _resolve():
                           f"{STATUS_BYTES} B")
 
 
+    if MPI._sizeof(MPI.Comm) == MPI._sizeof(MPI.Datatype) and MPI._sizeof(MPI.Comm) in (4, 8):
+        _handle_bytes = MPI._sizeof(MPI.Comm)
+
+
 _resolve()
 
+
+cdef int _alltoallv(const void* sbuf, const int* sc, const int* sd, void* rbuf, const int* rc, const int* rd,
+                    uint64_t datatype, uint64_t comm) noexcept nogil:
+    """MPI_Alltoallv of ``datatype`` elements on ``comm`` (handles as ``.handle`` gives them)."""
+    if _handle_bytes == 8:
+        return (<alltoallv_ptr_t>_mpi_alltoallv)(sbuf, sc, sd, <void*><uintptr_t>datatype, rbuf, rc, rd,
+                                                 <void*><uintptr_t>datatype, <void*><uintptr_t>comm)
+    # An int handle: its low 32 bits (mpi4py gives MPICH's negative ones sign-extended).
+    return (<alltoallv_int_t>_mpi_alltoallv)(sbuf, sc, sd, <int><uint32_t>datatype, rbuf, rc, rd,
+                                             <int><uint32_t>datatype, <int><uint32_t>comm)
+
 #: ``CallTable.call``'s results: not recognised (nothing communicated), agreed but not a clean hit
-#: (``take_pending``), done.
-NOT_FOUND, AGREED, DONE = 0, 1, 2
+#: or a miss the compiled path does not run (``take_pending``), done, done as a miss whose pattern
+#: the plan cache keeps (``last_flags``: its verdict).
+NOT_FOUND, AGREED, DONE, KEEP = 0, 1, 2, 3
 
 cdef int _NOT_CLEAN = PROBLEM | SETTINGS | PAIRS | ANY_OVER_BUDGET
 cdef int _CLEAN = HIT | ALL_SAME_BUFFERS
@@ -380,6 +405,10 @@ cdef class CallTable:
     none); ``cache``: its ``PlanCache``; ``scratch`` and ``window``: what a bound run's buffers
     come from (their ``generation`` counts regrowths). ``tick`` and ``misses`` count agreed calls
     and agreed misses since the last hit; ``stats`` and ``state`` describe the last call.
+
+    Once ``miss_path`` has configured it, a call that no slot recognises but whose specs have the
+    common form (``_common_form``) and whose pattern the cache does not hold is parsed, agreed and,
+    where it runs flat, run here too (``MPI_Alltoallv`` on reused count arrays).
     """
     cdef list _slots
     cdef object agreement, cache, scratch, window
@@ -392,7 +421,18 @@ cdef class CallTable:
     cdef public long long tick, misses
     #: calls this table finished itself (clean hits, from entry to return in compiled code)
     cdef readonly long long compiled
+    #: misses this table parsed, agreed and ran itself (flat, from entry to return in compiled code)
+    cdef readonly long long compiled_misses
+    #: the verdict bits of the last ``KEEP`` call
+    cdef readonly int last_flags
     cdef public object stats, state
+    # The miss path (``miss_path``): None until configured.
+    cdef object _choices, _codes, _flat_codes, _predefined, _datatype_type, _limits, _miss_stats
+    cdef long _auto_code
+    cdef Py_ssize_t _me
+    cdef uint64_t _key_a, _key_b, _byte, _comm
+    cdef int64_t _kib_cap
+    cdef cnp.ndarray _parsed, _ints, _stats_counts
 
     def __init__(self, agreement, cache, scratch, window, Py_ssize_t size):
         self._slots = []
@@ -403,8 +443,33 @@ cdef class CallTable:
             raise ValueError("CallTable: the agreement's record and sums must be one Record of uint64 each")
         self._agree_handle = <void*><uintptr_t>agreement.handle
         self._size = <uint64_t>size
-        self.tick = self.misses = self.compiled = 0
+        self.tick = self.misses = self.compiled = self.compiled_misses = 0
         self.stats, self.state = None, "off"
+        self._pending_flags = -1
+        self._choices = None
+
+    def miss_path(self, dict choices, dict codes, long auto_code, frozenset flat_codes, dict predefined,
+                  datatype_type, limits, Py_ssize_t me, tuple key, int64_t kib_cap, comm, byte, stats):
+        """Let the table run misses (see the class docstring). ``choices``: auto's picks by
+        ("oneshot",) + pattern class, as ``HierComm._pick`` fills them; ``codes``: algorithm
+        codes by name; ``auto_code``: auto's; ``flat_codes``: the codes that run flat whatever the
+        pattern; ``predefined``: element bytes by datatype handle, ``datatype_type``: ``MPI.Datatype``;
+        ``limits``: the module whose ``INT_LIMIT`` bounds a plain MPI call (``transfer``); ``me``,
+        ``key``: this rank and the agreement's keys; ``kib_cap``: the record's KiB cap; ``comm``
+        and ``byte``: the communicator and ``MPI.BYTE``; ``stats``: the ``ExchangeStats`` a miss
+        run here leaves (its ``flat_counts``, int64 per rank, are overwritten by each one)."""
+        cdef Py_ssize_t n = self._size
+        if _handle_bytes == 0 or _mpi_alltoallv == NULL:
+            return  # an MPI whose handles this module cannot pass: misses stay in Python
+        self._choices, self._codes, self._auto_code, self._flat_codes = choices, codes, auto_code, flat_codes
+        self._predefined, self._datatype_type, self._limits = predefined, datatype_type, limits
+        self._me, self._key_a, self._key_b, self._kib_cap = me, key[0], key[1], kib_cap
+        self._comm, self._byte = <uint64_t>comm.handle, <uint64_t>byte.handle
+        self._parsed = np.zeros(4 * n, np.int64)   # send counts, displs; receive counts, displs (bytes)
+        self._ints = np.zeros(4 * n, np.intc)      # the same, as MPI reads them
+        self._miss_stats, self._stats_counts = stats, stats.flat_counts
+        if self._stats_counts.dtype != np.int64 or self._stats_counts.shape[0] != n:
+            raise ValueError("miss_path: stats.flat_counts must be int64, one per rank")
 
     cdef Slot _find(self, sendbuf, recvbuf, algorithm, validate, bint uniform):
         """The slot that recognises these specs, or None. The leaves must still hold the memory
@@ -435,26 +500,24 @@ cdef class CallTable:
     cdef long long _window_generation(self):
         return self.window.generation if self.window is not None else 0
 
-    def call(self, sendbuf, recvbuf, algorithm, validate, bint uniform):
-        """One call's compiled path: ``NOT_FOUND`` (no slot recognises the specs; nothing was
-        communicated), ``AGREED`` (agreed, but not a clean hit: ``take_pending``) or ``DONE``."""
+    def call(self, sendbuf, recvbuf, algorithm, validate, bint uniform, default_algorithm):
+        """One call's compiled path: ``NOT_FOUND`` (not recognised nor of the form the miss path
+        reads; nothing was communicated), ``AGREED`` (agreed, but not a clean hit nor a miss run
+        here: ``take_pending``), ``DONE`` or ``KEEP``. ``default_algorithm``: the ``HierComm``'s,
+        for ``algorithm`` None."""
         cdef Slot slot = self._find(sendbuf, recvbuf, algorithm, validate, uniform)
         cdef Record* rec
         cdef int flags, err
         if slot is None:
-            return NOT_FOUND
+            if uniform or self._choices is None:
+                return NOT_FOUND
+            return self._miss(sendbuf, recvbuf, algorithm if algorithm is not None else default_algorithm,
+                              bool(validate))
         rec = <Record*>cnp.PyArray_DATA(self._record)
         memcpy(rec, &slot.record, sizeof(Record))
         rec.same_buffers = self._same_buffers(slot)
         rec.over_budget = self.cache.held > self.cache.max_bytes
-        if self._agree_handle != NULL:
-            with nogil:
-                err = _start_wait(&self._agree_handle, 1, self._status)
-            if err:
-                raise MPI.Exception(err)
-        else:
-            self.agreement.exchange()
-        flags = _verdict(<const Record*>cnp.PyArray_DATA(self._sums), self._size)
+        flags = self._agree()
         if flags & _NOT_CLEAN or flags & _CLEAN != _CLEAN:
             self._pending, self._pending_flags = slot, flags
             return AGREED
@@ -469,10 +532,110 @@ cdef class CallTable:
         self.compiled += 1
         return DONE
 
+    cdef int _agree(self) except -1:
+        """Sum the records (the agreement's persistent Allreduce); the verdict bits."""
+        cdef int err
+        if self._agree_handle != NULL:
+            with nogil:
+                err = _start_wait(&self._agree_handle, 1, self._status)
+            if err:
+                raise MPI.Exception(err)
+        else:
+            self.agreement.exchange()
+        return _verdict(<const Record*>cnp.PyArray_DATA(self._sums), self._size)
+
+    cdef int _miss(self, sendbuf, recvbuf, algorithm, bint validate) except -1:
+        """A call no slot recognises: parse, agree and run it flat here where its specs have the
+        common form, its pattern is not cached and it runs flat (``call``'s results)."""
+        cdef Py_ssize_t n = self._size, where, i
+        cdef int64_t* sc = <int64_t*>cnp.PyArray_DATA(self._parsed)
+        cdef int64_t* sd = sc + n
+        cdef int64_t* rc = sd + n
+        cdef int64_t* rd = rc + n
+        cdef int* ints = <int*>cnp.PyArray_DATA(self._ints)
+        cdef IntVec c, d
+        cdef int64_t elem, sent, received, sn, rn, limit
+        cdef uint64_t h
+        cdef long code
+        cdef int flags, err
+        cdef bint big
+        cdef SideCheck check
+        cdef Record* rec = <Record*>cnp.PyArray_DATA(self._record)
+        cdef cnp.ndarray sa, ra
+        got = self._codes.get(algorithm)
+        if got is None:
+            return NOT_FOUND
+        code = got
+        if code != self._auto_code and got not in self._flat_codes:
+            return NOT_FOUND
+        sa = _common_form(sendbuf, n, False, self._predefined, self._datatype_type, &c, &d, &elem)
+        if sa is None:
+            return NOT_FOUND
+        sn = cnp.PyArray_NBYTES(sa)
+        with nogil:
+            check = _scale_side(c, d, n, elem, sn, False, sc, sd, &where, &sent)
+        if check != SIDE_OK:
+            return NOT_FOUND
+        ra = _common_form(recvbuf, n, True, self._predefined, self._datatype_type, &c, &d, &elem)
+        if ra is None:
+            return NOT_FOUND
+        rn = cnp.PyArray_NBYTES(ra)
+        with nogil:
+            check = _scale_side(c, d, n, elem, rn, True, rc, rd, &where, &received)
+        if check != SIDE_OK:
+            return NOT_FOUND  # also blocks out of order: the general reader checks for overlap
+        if self.cache.max_entries:
+            with nogil:
+                h = _hash_array(_hash_array(_hash_array(_hash_array(PATTERN_SEED, sc, n), sd, n), rc, n), rd, n)
+            if <int64_t>(h >> 1) in self.cache.index:
+                return NOT_FOUND  # cached here: the general path looks it up
+        limit = self._limits.INT_LIMIT  # ``transfer.needs_big``, on this rank's numbers
+        big = (sn if sn > rn else rn) > limit or sent > limit // n
+        with nogil:
+            _fill_record(rec, big, 2 * code, validate, 0, 0, False, False, self._kib_cap, sc, rc, n, validate,
+                         self._me, self._key_a, self._key_b)
+        rec.over_budget = self.cache.held > self.cache.max_bytes
+        flags = self._agree()
+        if flags & (_NOT_CLEAN | BIG) or (code == self._auto_code and not self._picked_flat()):
+            self._pending, self._pending_flags = None, flags
+            return AGREED
+        with nogil:
+            for i in range(4 * n):
+                ints[i] = <int>sc[i]  # below INT_LIMIT everywhere: the verdict has no BIG
+            err = _alltoallv(cnp.PyArray_DATA(sa), ints, ints + n, cnp.PyArray_DATA(ra), ints + 2 * n,
+                             ints + 3 * n, self._byte, self._comm)
+        if err:
+            raise MPI.Exception(err)
+        self.tick += 1
+        memcpy(cnp.PyArray_DATA(self._stats_counts), sc, n * sizeof(int64_t))
+        self.stats, self.state = self._miss_stats, ("miss" if self.cache.max_entries else "off")
+        self.compiled_misses += 1
+        if self.count_miss() and self.cache.max_entries:
+            self.last_flags = flags
+            return KEEP
+        return DONE
+
+    cdef bint _picked_flat(self) except -1:
+        """Whether auto's memoised pick for the agreed pattern's class is flat (no pick yet: False)."""
+        cdef const Record* t = <const Record*>cnp.PyArray_DATA(self._sums)
+        key = ("oneshot", <Py_ssize_t>self._size, False, _quarter_log2(<double>t.bytes),
+               _quarter_log2(<double>t.messages), _quarter_log2(<double>t.recv_kib_sq),
+               _quarter_log2(<double>t.pairwise))
+        pick = self._choices.get(key)
+        return pick is not None and pick[0] == "flat"
+
+    def count_miss(self):
+        """Count an agreed miss; whether the cache keeps its pattern. A long run of misses (a new
+        pattern every call) keeps only every 8th: the cache's bookkeeping is then nearly free.
+        Misses are agreed, so every rank keeps the same ones."""
+        self.misses += 1
+        return self.misses <= 2 * self.cache.max_entries or self.misses % 8 == 0
+
     def take_pending(self):
-        """(slot, verdict bits) of the last ``AGREED`` call, once."""
+        """(slot, verdict bits) of the last ``AGREED`` call, once: the slot None for a miss; (None,
+        -1) when nothing is pending."""
         slot, flags = self._pending, self._pending_flags
-        self._pending = None
+        self._pending, self._pending_flags = None, -1
         return slot, flags
 
     def remember(self, Py_ssize_t no, tuple then, entry, s, r, algorithm, bint validate, bint uniform,
@@ -511,4 +674,4 @@ cdef class CallTable:
     def clear(self):
         """Forget every slot."""
         self._slots = []
-        self._pending = None
+        self._pending, self._pending_flags = None, -1

@@ -11,16 +11,7 @@ import numpy as np
 cnp.import_array()
 
 include "_copy.pxi"
-
-
-cpdef enum SideCheck:
-    # ``side_bytes``'s verdict on one side's counts and displacements (``msgspec`` words each one).
-    SIDE_OK = 0
-    NEGATIVE_COUNT = 1
-    NEGATIVE_DISPL = 2
-    PAST_BUFFER = 3      # a block ends past the buffer
-    OVERFLOW = 4         # a count or displacement past 2**62 bytes
-    NOT_ASCENDING = 5    # non-empty blocks out of order (only with ``no_overlap``): the caller sorts
+include "_spec.pxi"
 
 
 def copy_blocks(cnp.ndarray src not None, cnp.ndarray src_off not None, cnp.ndarray dst not None,
@@ -65,49 +56,21 @@ def side_bytes(cnp.ndarray counts not None, displs, int64_t elem, int64_t nbytes
     """
     # Raw pointers rather than typed memoryviews: this runs twice on every new call's path, and
     # acquiring four memoryviews cost more than the loop.
-    cdef Py_ssize_t n = _int64_1d(counts, "counts"), i
-    cdef const int64_t* cnt = <const int64_t*>cnp.PyArray_DATA(counts)
-    cdef const int64_t* d = NULL
-    cdef bint packed = displs is None
-    if not packed:
+    cdef Py_ssize_t n = _int64_1d(counts, "counts"), where = 0
+    cdef IntVec c, d
+    c.data, c.wide, d.data, d.wide = cnp.PyArray_DATA(counts), True, NULL, True
+    if displs is not None:
         if _int64_1d(displs, "displs") != n:
             raise ValueError("side_bytes: counts and displs differ in length")
-        d = <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>displs)
+        d.data = cnp.PyArray_DATA(<cnp.ndarray>displs)
     cdef cnp.npy_intp dims = n
     cdef cnp.ndarray out_c = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
     cdef cnp.ndarray out_d = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
-    cdef int64_t* oc = <int64_t*>cnp.PyArray_DATA(out_c)
-    cdef int64_t* od = <int64_t*>cnp.PyArray_DATA(out_d)
-    cdef int64_t limit = (<int64_t>1 << 62) // (elem if elem > 0 else 1)
-    cdef int64_t pos = 0, prev_end = 0, c, off, total = 0
-    cdef SideCheck kind = SIDE_OK
-    cdef Py_ssize_t where = 0
+    cdef int64_t total = 0
+    cdef SideCheck kind
     with nogil:
-        for i in range(n):
-            c = cnt[i]
-            off = pos if packed else d[i]
-            if c < 0:
-                kind, where = NEGATIVE_COUNT, i
-                break
-            if off < 0:
-                kind, where = NEGATIVE_DISPL, i
-                break
-            if c > limit or off > limit:
-                kind, where = OVERFLOW, i
-                break
-            oc[i] = c * elem
-            od[i] = off * elem
-            total += oc[i]  # at most 2**62 per block: a bad side stops at its first bad block
-            pos += c
-            if c > 0:
-                if od[i] + oc[i] > nbytes:
-                    kind, where = PAST_BUFFER, i
-                    break
-                if no_overlap and kind == SIDE_OK:
-                    if od[i] < prev_end:
-                        kind, where = NOT_ASCENDING, i  # bounds still checked; the caller sorts
-                    else:
-                        prev_end = od[i] + oc[i]
+        kind = _scale_side(c, d, n, elem, nbytes, no_overlap, <int64_t*>cnp.PyArray_DATA(out_c),
+                           <int64_t*>cnp.PyArray_DATA(out_d), &where, &total)
     return out_c, out_d, kind, where, total
 
 
@@ -140,41 +103,28 @@ cdef cnp.ndarray _bytes_view(cnp.ndarray a):
     return view
 
 
-cdef inline bint _int64_vector(object values, Py_ssize_t size):
-    if type(values) is not np.ndarray:
-        return False
-    cdef cnp.ndarray a = <cnp.ndarray>values
-    return (cnp.PyArray_TYPE(a) == cnp.NPY_INT64 and cnp.PyArray_NDIM(a) == 1 and a.shape[0] == size
-            and cnp.PyArray_IS_C_CONTIGUOUS(a))
-
-
 def common_vector(spec, Py_ssize_t size, bint writable, dict predefined, object datatype_type):
-    """The form hot loops pass, ``[ndarray, int64 counts or (counts, displs), predefined datatype]``,
-    read in one compiled pass: (uint8 view, count bytes, displacement bytes, element bytes, None,
-    total bytes: ``msgspec.Side``'s fields), or None when the spec is not that form or not valid (the general reader then says why).
+    """The form hot loops pass (``_common_form``: an ndarray, int64 or C int counts and
+    displacements, a predefined datatype), read in one compiled pass: (uint8 view, count bytes,
+    displacement bytes, element bytes, None, total bytes: ``msgspec.Side``'s fields), or None when
+    the spec is not that form or not valid (the general reader then says why).
 
     ``predefined``: element bytes by datatype handle; ``datatype_type``: ``MPI.Datatype``.
     """
-    if type(spec) is not list or len(<list>spec) != 3:
+    cdef IntVec c, d
+    cdef int64_t elem, total, nbytes
+    cdef Py_ssize_t where
+    cdef SideCheck kind
+    a = _common_form(spec, size, writable, predefined, datatype_type, &c, &d, &elem)
+    if a is None:
         return None
-    buf, counts, datatype = <list>spec
-    if type(buf) is not np.ndarray or type(datatype) is not datatype_type:
-        return None
-    cdef cnp.ndarray a = <cnp.ndarray>buf
-    cdef Py_ssize_t nbytes = cnp.PyArray_NBYTES(a)
-    if not cnp.PyArray_IS_C_CONTIGUOUS(a) or nbytes == 0 or (writable and not cnp.PyArray_ISWRITEABLE(a)):
-        return None
-    elem = predefined.get(datatype.handle)
-    if elem is None:
-        return None
-    displs = None
-    if type(counts) is tuple and len(<tuple>counts) == 2:
-        counts, displs = <tuple>counts
-        if displs is not None and not _int64_vector(displs, size):
-            return None
-    if not _int64_vector(counts, size):
-        return None
-    cb, db, kind, _, total = side_bytes(counts, displs, elem, nbytes, writable)
+    nbytes = cnp.PyArray_NBYTES(<cnp.ndarray>a)
+    cdef cnp.npy_intp dims = size
+    cdef cnp.ndarray cb = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
+    cdef cnp.ndarray db = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
+    with nogil:
+        kind = _scale_side(c, d, size, elem, nbytes, writable,
+                           <int64_t*>cnp.PyArray_DATA(cb), <int64_t*>cnp.PyArray_DATA(db), &where, &total)
     if kind != SIDE_OK:
         return None
     return _bytes_view(a), cb, db, elem, None, total

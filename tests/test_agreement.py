@@ -160,6 +160,55 @@ def test_repeated_calls_run_the_compiled_path(comm, cached, layout, phase, algor
     assert hc._calls.compiled - before == 2
 
 
+@pytest.mark.parametrize("algorithm", ["flat", "hier", "auto"])
+@pytest.mark.parametrize("layout", ["irregular", "one_node"])
+def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm):
+    """A new count pattern every call, in every spec form the miss path reads (int64 and C int
+    arrays, with and without a datatype): parsed, agreed and run in compiled code wherever the
+    call runs flat, byte-exact; a pattern that comes back still hits the plan cache."""
+    hc = HierComm(comm, **layouts(comm.size)[layout], node_phase="mpi", cache_entries=4)
+    size, me = comm.size, comm.rank
+    runs_flat = algorithm == "flat" or (algorithm == "hier" and not hc.layout.hier_possible)
+    sbuf = np.arange(4 * size, dtype=np.float64) + 100 * me
+    forms = [lambda b, c, d: [b, c], lambda b, c, d: [b, (c, d)], lambda b, c, d: [b, (c, d), MPI.DOUBLE],
+             lambda b, c, d: (b, c.astype(np.intc), d.astype(np.intc), MPI.DOUBLE)]
+    for call in range(8):
+        counts = np.full(size, 2 + call % 3, np.int64)
+        shift = 7 * call + 1  # receive blocks start further in: a pattern of its own
+        out, ref = np.zeros(shift + counts.sum()), np.zeros(shift + counts.sum())
+        displs = np.arange(size, dtype=np.int64) * counts[0]
+        form = forms[call % 4]
+        comm.Alltoallv(form(sbuf, counts, displs), form(ref, counts, displs + shift))
+        hc.Alltoallv(form(sbuf, counts, displs), form(out, counts, displs + shift), algorithm=algorithm)
+        assert out.tobytes() == ref.tobytes(), f"call {call}"
+        assert hc.last_stats["plan_cache"] == "miss"
+    if runs_flat:
+        assert hc._calls.compiled_misses == 8
+        assert hc.last_stats["algorithm"] == "flat" and hc.last_stats["flat"]["bytes"] == 8 * (2 + 7 % 3) * (size - 1)
+    out.fill(0)
+    hc.Alltoallv([sbuf, counts], [out, (counts, displs + shift)], algorithm=algorithm)  # the last pattern again
+    assert out.tobytes() == ref.tobytes() and hc.plan_cache.hits == 1
+    hc.free()
+
+
+def test_count_mismatch_on_the_compiled_miss_path_fails_everywhere(comm, cached):
+    """A pair whose counts disagree, in a spec form the compiled miss path reads: the same error
+    on every rank, and the next good call runs."""
+    if comm.size < 2:
+        pytest.skip("a pair needs two ranks")
+    hc = _hc(cached, "one_node", "mpi")
+    sc, rc, _ = _mismatch(comm, "one_byte")
+    before = hc._calls.compiled_misses
+    with pytest.raises(ExchangeError, match=r"rank 0 sends 3 B to rank 1, which expects 4 B"):
+        hc.Alltoallv([np.zeros(int(sc.sum()), np.uint8), sc], [np.zeros(int(rc.sum()), np.uint8), rc],
+                     algorithm="flat")
+    good = np.full(comm.size, 5, np.int64)
+    send, out, ref = np.full(5 * comm.size, comm.rank, np.uint8), np.zeros(5 * comm.size, np.uint8), np.zeros(5 * comm.size, np.uint8)
+    hc.Alltoallv([send, good], [out, good], algorithm="flat")
+    comm.Alltoallv([send, good], [ref, good])
+    assert out.tobytes() == ref.tobytes() and hc._calls.compiled_misses == before + 1
+
+
 def test_specs_rebuilt_every_call_are_recognised_by_content(comm, cached):
     """Counts made anew every call (a new array, a list): recognised by their contents, so the
     compiled path runs; the same values in another dtype are parsed anew, and stay exact."""

@@ -45,6 +45,7 @@ from typing import Mapping, Optional
 import numpy as np
 
 from ..errors import CpuFileError
+from ._agree import quarter_log2
 from .plan import ALGORITHMS, HEADER_BYTES, NODE_PHASES
 
 __all__ = ["alltoallv_algorithm", "CostModel", "fit", "CpuTimes", "fixed_cpu", "Pattern", "predict_agreement",
@@ -486,7 +487,7 @@ def pattern_class(pattern: Pattern) -> tuple:
     """The pattern's class: its size, uniformity and agreed sums rounded to quarter powers of two
     (a factor of 2**0.25 = 1.19). ``auto_pick`` decides per class."""
     sums = (pattern.total_bytes, pattern.messages, pattern.sumsq_recv_kib, pattern.pairwise_bytes)
-    return (pattern.size, pattern.uniform) + tuple(None if x is None else round(4 * math.log2(1.0 + x)) for x in sums)
+    return (pattern.size, pattern.uniform) + tuple(None if x is None else quarter_log2(x) for x in sums)
 
 
 def auto_pick(model: "CostModel", mode: str, nodes: int, per_node: int, pattern: Pattern,

@@ -33,11 +33,11 @@ from mpi4py import MPI
 from ..errors import CpuFileError, ExchangeError, HxmpiError, agree
 from . import transfer
 from ._agree import buffer_id
-from ._call import DONE, CallTable, Saved
+from ._call import AGREED, DONE, KEEP, CallTable, Saved
 from .agreement import Agreed, Agreement
 from .bruck import Bruck, Pairwise
-from .costmodel import ENV_TUNING, CostModel, CpuTimes, auto_pick, pattern_class
-from .msgspec import Side, int_vector, parse_alltoall, parse_alltoallv
+from .costmodel import ENV_TUNING, KIB_CAP, CostModel, CpuTimes, auto_pick, pattern_class
+from .msgspec import PREDEFINED, Side, int_vector, parse_alltoall, parse_alltoallv
 from .plan import ALGORITHM_CHOICES, NODE_PHASES, Layout, exclusive_cumsum
 from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES, CacheEntry, PlanCache
 from .runs import (
@@ -118,6 +118,11 @@ class HierComm:
         self._calls = CallTable(self._agreement, self.plan_cache, self._scratch, self._window, self.comm.size)
         self.plan_cache.on_drop = self._calls.forget
         self._choices: dict[tuple, tuple[str, int]] = {}  # auto's picks by pattern class (_pick)
+        # Misses of the common spec form that run flat are parsed, agreed and run compiled too.
+        flat = frozenset(_ALGO_CODE[a] for a in ("flat",) + (() if self._hier_possible else _HIER))
+        self._calls.miss_path(self._choices, _ALGO_CODE, _ALGO_CODE["auto"], flat, PREDEFINED, MPI.Datatype,
+                              transfer, self.comm.rank, key, KIB_CAP, self.comm, MPI.BYTE,
+                              ExchangeStats("flat", flat_counts=np.zeros(self.comm.size, dtype=np.int64)))
         self._node_of = np.asarray(t.node_of, dtype=np.int64)
         self._members = self.layout.members[t.node]
         size = self.comm.size
@@ -156,29 +161,41 @@ class HierComm:
     # ------------------------------------------------------------------ public API
     def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather Vector, with mpi4py buffer specs (counts and displs in elements)."""
-        if self._calls.call(sendbuf, recvbuf, algorithm, validate, False) != DONE:
-            self._general(parse_alltoallv, sendbuf, recvbuf, algorithm, validate, False)
+        done = self._calls.call(sendbuf, recvbuf, algorithm, validate, False, self.algorithm)
+        if done != DONE:
+            self._general(parse_alltoallv, sendbuf, recvbuf, algorithm, validate, False, done)
 
     def Alltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather: equal blocks of ``len(buf) / size`` elements (or a given count).
 
         Flat runs as ``MPI_Alltoall``, so the MPI library's own algorithms for it apply."""
-        if self._calls.call(sendbuf, recvbuf, algorithm, validate, True) != DONE:
-            self._general(parse_alltoall, sendbuf, recvbuf, algorithm, validate, True)
+        done = self._calls.call(sendbuf, recvbuf, algorithm, validate, True, self.algorithm)
+        if done != DONE:
+            self._general(parse_alltoall, sendbuf, recvbuf, algorithm, validate, True, done)
 
-    def _general(self, parse, sendbuf, recvbuf, algorithm, validate, uniform: bool) -> None:
-        """A call that the compiled path (``csrc/_call.pyx``) did not finish. One it recognised and
-        agreed, but that is not a clean hit, is concluded here; any other is parsed and agreed."""
-        slot, flags = self._calls.take_pending()
+    def _general(self, parse, sendbuf, recvbuf, algorithm, validate, uniform: bool, done: int) -> None:
+        """A call that the compiled path (``csrc/_call.pyx``) did not finish (``done``: what it
+        returned). A miss it ran whose pattern the cache keeps is kept here; one it agreed, a
+        recognised call that is not a clean hit or a miss it does not run, is concluded here; any
+        other is parsed and agreed."""
+        slot, flags = self._calls.take_pending() if done == AGREED else (None, None)
         if slot is not None:
             s, r, entry = slot.s, slot.r, slot.entry
             agreed = self._agreement.conclude(flags, None, 2 * self._code(algorithm) + uniform, bool(validate), "",
                                               s.counts, r.counts, slot.no)
             self._conclude(agreed, s, r, entry, entry.key, entry.settings, True, (sendbuf, recvbuf), algorithm)
             return
-        s, r, problem = parse(sendbuf, recvbuf, self.comm.size)
+        s, r, problem = parse(sendbuf, recvbuf, self.comm.size)  # the same sides the compiled path read
+        if done == KEEP:
+            settings = (self._code(algorithm), bool(validate), 0, uniform)
+            agreed = Agreed(self._calls.last_flags, 0, self._agreement.sums)
+            algo, radix = self._resolve(settings[0], agreed, uniform)
+            _, key = self.plan_cache.lookup((s.counts, s.displs, r.counts, r.displs), settings)
+            self._keep(CacheEntry(0, (s.counts, s.displs, r.counts, r.displs), settings, algo, agreed.big,
+                                  key=key, radix=radix), s, r)
+            return
         self._one_shot(s, r, problem, algorithm, validate, uniform, sendbuf is not MPI.IN_PLACE,
-                       specs=(sendbuf, recvbuf))
+                       specs=(sendbuf, recvbuf), flags=flags)
 
     def Alltoallv_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
         """Persistent All to All Scatter/Gather Vector (MPI-4 style): validate, agree and plan once.
@@ -261,16 +278,23 @@ class HierComm:
                                      bool(validate), kind_text)
 
     def _one_shot(self, s: Side, r: Side, problem, algorithm, validate, uniform: bool, cacheable: bool,
-                  kind: int = 0, kind_text: str = "", specs=None) -> None:
+                  kind: int = 0, kind_text: str = "", specs=None, flags: Optional[int] = None) -> None:
         """Look the pattern up, agree, then run the cached plan or plan a new one (``_conclude``).
 
         ``specs``: the (send, receive) specs the sides were parsed from, which the compiled path
-        learns to recognise once the pattern is seen again (None: nothing to recognise)."""
+        learns to recognise once the pattern is seen again (None: nothing to recognise); ``flags``:
+        the verdict of the agreement the compiled path already made for this call as a miss."""
         cache = self.plan_cache
         entry = key = None
         settings = (self._code(algorithm), bool(validate), kind, uniform)
         if problem is None and cacheable and cache.max_entries:
             entry, key = cache.lookup((s.counts, s.displs, r.counts, r.displs), settings)
+        if flags is not None:
+            entry = None  # this rank agreed as a miss (the cache did not hold the pattern)
+            agreed = self._agreement.conclude(flags, problem, 2 * settings[0] + uniform, bool(validate), kind_text,
+                                              s.counts, r.counts, 0)
+            self._conclude(agreed, s, r, entry, key, settings, cacheable, specs, algorithm)
+            return
         same = entry is not None and entry.bound == self._identity(s, r)
         agreed = self._agree_call(s, r, problem, settings[0], algorithm, validate, entry.slot if entry else 0,
                                   same, kind, kind_text, uniform)
@@ -303,15 +327,15 @@ class HierComm:
             fresh.plan = self._hier_plan(s, r)
         calls.state = "miss" if cache.max_entries else "off"
         self._run_once(fresh, s, r)
-        # A long run of misses (a new pattern every call) keeps only every 8th pattern: the cache's
-        # bookkeeping is then nearly free. Misses are agreed, so every rank skips the same ones.
-        calls.misses += 1
-        keep = calls.misses <= 2 * cache.max_entries or calls.misses % 8 == 0
-        if cache.max_entries and keep:  # on every rank at this agreed miss, findable or not
-            if fresh.plan is not None:
-                fresh.plan.detach()  # it outlives the planner's next plan
-            fresh.bound = self._identity(s, r)
-            cache.insert(fresh, calls.tick)
+        if calls.count_miss() and cache.max_entries:  # on every rank at this agreed miss, findable or not
+            self._keep(fresh, s, r)
+
+    def _keep(self, fresh: CacheEntry, s: Side, r: Side) -> None:
+        """Cache the entry of an agreed miss that ran on these sides (collective by construction)."""
+        if fresh.plan is not None:
+            fresh.plan.detach()  # it outlives the planner's next plan
+        fresh.bound = self._identity(s, r)
+        self.plan_cache.insert(fresh, self._calls.tick)
 
     def _remember(self, entry: CacheEntry, s: Side, r: Side, specs: tuple, algorithm) -> None:
         """Let the compiled path recognise these specs as ``entry``'s from the next call on, with the

@@ -29,7 +29,7 @@ from mpi4py import MPI
 from ..errors import ExchangeError, ExchangeKeyError, ExchangeTypeError
 from ._packing import SideCheck, common_vector, side_bytes
 
-__all__ = ["Problem", "Side", "int_vector", "parse_vector", "parse_uniform", "parse_alltoallv",
+__all__ = ["PREDEFINED", "Problem", "Side", "int_vector", "parse_vector", "parse_uniform", "parse_alltoallv",
            "parse_alltoall"]
 
 
@@ -196,8 +196,9 @@ def _predefined() -> dict:
     return {t.handle: t.size for t in types if t != MPI.DATATYPE_NULL and t.size > 0}
 
 
-# Predefined types by handle: asking MPI for size and extent costs microseconds on every call.
-_PREDEFINED = _predefined()
+#: Element bytes of the predefined datatypes by handle: asking MPI for size and extent costs
+#: microseconds on every call (the compiled miss path reads it too).
+PREDEFINED = _predefined()
 
 
 def _datatype_elem(datatype) -> tuple[int, Optional[Problem]]:
@@ -210,7 +211,7 @@ def _datatype_elem(datatype) -> tuple[int, Optional[Problem]]:
     if not isinstance(datatype, MPI.Datatype):
         return 1, Problem(f"datatype {datatype!r} is neither an MPI.Datatype nor a typecode string",
                           ExchangeTypeError)
-    elem = _PREDEFINED.get(datatype.handle)
+    elem = PREDEFINED.get(datatype.handle)
     if elem is not None:
         return elem, None
     if datatype == MPI.DATATYPE_NULL:
@@ -368,7 +369,7 @@ def _common_vector(spec, size: int, writable: bool) -> Optional[Side]:
     read without the general reader, in one compiled pass (``_packing.common_vector``; it is on
     every call's path). None: not that form, or not valid (the general reader then says why); same
     result as the general reader otherwise."""
-    got = common_vector(spec, size, writable, _PREDEFINED, MPI.Datatype)
+    got = common_vector(spec, size, writable, PREDEFINED, MPI.Datatype)
     return None if got is None else Side(*got)
 
 

@@ -1,0 +1,132 @@
+# Reading one side of a vector spec in compiled code: the common spec form and the scaling of its
+# counts and displacements to checked bytes. Included by ``_packing.pyx`` (``side_bytes`` and
+# ``common_vector``, what ``msgspec`` calls) and ``_call.pyx`` (the compiled miss path), so that
+# both compile the one definition.
+from libc.stdint cimport int64_t
+
+cimport numpy as cnp
+
+
+cpdef enum SideCheck:
+    # ``side_bytes``'s verdict on one side's counts and displacements (``msgspec`` words each one).
+    SIDE_OK = 0
+    NEGATIVE_COUNT = 1
+    NEGATIVE_DISPL = 2
+    PAST_BUFFER = 3      # a block ends past the buffer
+    OVERFLOW = 4         # a count or displacement past 2**62 bytes
+    NOT_ASCENDING = 5    # non-empty blocks out of order (only with ``no_overlap``): the caller sorts
+
+
+cdef struct IntVec:
+    # A contiguous integer array of one spec part, read in place: int64 or C int.
+    const void* data     # NULL: absent (packed displacements)
+    bint wide            # int64 (else C int)
+
+
+cdef inline int64_t _at(IntVec v, Py_ssize_t i) noexcept nogil:
+    return (<const int64_t*>v.data)[i] if v.wide else <int64_t>(<const int*>v.data)[i]
+
+
+cdef SideCheck _scale_side(IntVec cnt, IntVec d, Py_ssize_t n, int64_t elem, int64_t nbytes, bint no_overlap,
+                           int64_t* oc, int64_t* od, Py_ssize_t* where, int64_t* total) noexcept nogil:
+    """Counts/displs (elements) to bytes in ``oc``/``od``, each block checked against a buffer of
+    ``nbytes``; stops at the first bad block (its index in ``where``). ``total``: bytes of all
+    blocks."""
+    cdef int64_t limit = (<int64_t>1 << 62) // (elem if elem > 0 else 1)
+    cdef int64_t pos = 0, prev_end = 0, c, off
+    cdef bint packed = d.data == NULL
+    cdef SideCheck kind = SIDE_OK
+    cdef Py_ssize_t i
+    total[0] = 0
+    for i in range(n):
+        c = _at(cnt, i)
+        off = pos if packed else _at(d, i)
+        if c < 0:
+            where[0] = i
+            return NEGATIVE_COUNT
+        if off < 0:
+            where[0] = i
+            return NEGATIVE_DISPL
+        if c > limit or off > limit:
+            where[0] = i
+            return OVERFLOW
+        oc[i] = c * elem
+        od[i] = off * elem
+        total[0] += oc[i]  # at most 2**62 per block: a bad side stops at its first bad block
+        pos += c
+        if c > 0:
+            if od[i] + oc[i] > nbytes:
+                where[0] = i
+                return PAST_BUFFER
+            if no_overlap and kind == SIDE_OK:
+                if od[i] < prev_end:
+                    kind, where[0] = NOT_ASCENDING, i  # bounds still checked; the caller sorts
+                else:
+                    prev_end = od[i] + oc[i]
+    return kind
+
+
+cdef inline bint _int_vector(object values, Py_ssize_t size, IntVec* out):
+    """Whether ``values`` is a contiguous 1-D int64 or C int array of ``size`` entries (read in ``out``)."""
+    cdef cnp.ndarray a
+    cdef int t
+    if type(values) is not cnp.ndarray:
+        return False
+    a = <cnp.ndarray>values
+    t = cnp.PyArray_TYPE(a)
+    if (t != cnp.NPY_INT64 and t != cnp.NPY_INT) or cnp.PyArray_NDIM(a) != 1 or a.shape[0] != size \
+            or not cnp.PyArray_IS_C_CONTIGUOUS(a):
+        return False
+    out.data, out.wide = cnp.PyArray_DATA(a), t == cnp.NPY_INT64
+    return True
+
+
+cdef object _common_form(object spec, Py_ssize_t size, bint writable, dict predefined, object datatype_type,
+                         IntVec* counts, IntVec* displs, int64_t* elem):
+    """The data array of a spec of the form hot loops pass, ``[ndarray, counts, displs, datatype]``
+    or ``[ndarray, counts or (counts, displs)(, datatype)]`` (a list or tuple; counts and displs
+    contiguous int64 or C int arrays, one per rank; a predefined datatype, or none for the
+    buffer's items; a non-empty C-contiguous buffer, writable for a receive side), with its parts
+    read into ``counts``, ``displs`` and ``elem``; None for any other spec (the general reader then
+    parses it, and says what is wrong)."""
+    cdef Py_ssize_t n
+    cdef cnp.ndarray a
+    counts.data = displs.data = NULL
+    counts.wide = displs.wide = True
+    elem[0] = 1
+    t = type(spec)
+    if t is not list and t is not tuple:
+        return None
+    n = len(spec)
+    datatype = dis = None
+    if n == 4:
+        buf, cnt, dis, datatype = spec
+    elif n == 3 or n == 2:
+        if n == 3:
+            buf, cnt, datatype = spec
+        else:
+            buf, cnt = spec
+        if type(cnt) is tuple:  # in a vector spec only a tuple there is (counts, displs)
+            if len(<tuple>cnt) != 2:
+                return None
+            cnt, dis = <tuple>cnt
+    else:
+        return None
+    if type(buf) is not cnp.ndarray or (datatype is not None and type(datatype) is not datatype_type):
+        return None
+    a = <cnp.ndarray>buf
+    if not cnp.PyArray_IS_C_CONTIGUOUS(a) or cnp.PyArray_NBYTES(a) == 0 \
+            or (writable and not cnp.PyArray_ISWRITEABLE(a)):
+        return None
+    if datatype is None:  # counts in the buffer's own items, as the general reader takes them
+        got = cnp.PyArray_ITEMSIZE(a)
+    else:
+        got = predefined.get(datatype.handle)
+        if got is None:
+            return None
+    if not _int_vector(cnt, size, counts):
+        return None
+    if dis is not None and not _int_vector(dis, size, displs):
+        return None
+    elem[0] = <int64_t>got
+    return a
