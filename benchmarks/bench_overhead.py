@@ -18,6 +18,8 @@ Columns (us per call, mean over ranks, median of the rounds):
                  the JSON's ``paths`` gives the hits counted in the timed calls), for A in flat, hier, bruck, hier_pairwise, hier_bruck (radix ``--radix``)
   A-repeat       the same, one pattern and the same buffers every call (the plan cache hits)
   A-plan         a persistent ``HierComm.Alltoallv_init(algorithm=A)`` request, Start + Wait
+  flat-new-lists flat-new with counts and displacements as Python lists: the general reader parses
+                 them and the miss runs in Python (the compiled miss path reads arrays only)
 
 ``--json`` also writes ``cpu_s_per_call``: hxmpi's own per-call work for each path, the path's time
 minus the MPI-only columns it contains (``cpu_formula`` in the JSON spells each one), clamped at 0
@@ -36,7 +38,8 @@ the plan (``_plan``):
 A one-shot Bruck miss sends its first run's length headers through ``Mprobe``; bruck-p2p has
 neither (8 B per slot and one probe per message more), so a little MPI time stays in ``bruck``.
 Degenerate layouts (one node, or one rank per node) run the hier paths flat: their hier keys are
-flat's. JSON: ``command`` (this run's argv), ``radix``, ``cpu_formula``.
+flat's. JSON: ``command`` (this run's argv), ``radix``, ``cpu_formula``, ``python_miss_s``
+(flat-new-lists - allreduce - bare: the Python miss path's CPU, seconds).
 
 ``--combine-flat A.json ... --combine-hier B.json ... --json OUT`` runs nothing: it writes the CPU file
 the simulator and ``HierComm``'s "auto" use from earlier ``--json`` runs. The packaged default is
@@ -46,10 +49,11 @@ FILE``, ``HierComm(overhead=FILE)`` or env ``HXMPI_OVERHEAD=FILE``. A file must 
 The flat and Bruck keys are the median over the ``--combine-flat`` runs (one rank per core: 2 ranks
 on 2 cores, ``--ranks-per-node 1``); the hier keys need 2 nodes of 2 ranks, on this machine 4 ranks
 on 2 cores, where a microsecond of Python between two collectives also costs the core-mate's
-polling. So each hier key is the median over the ``--combine-hier`` runs, times the ratio of the
-same kind of flat key (miss: ``flat``; hit and plan: ``flat_hit``) between the two medians: the
-flat path, the same code in both runs, measures how much the oversubscribed run inflates hxmpi's
-CPU. The output names its inputs, each key's ``source`` and the ratios (``deflation``).
+polling. So each hier key is the median over the ``--combine-hier`` runs, times the ratio of a
+flat path's CPU between the two medians (miss: ``python_miss_s``, the Python miss path, since a
+flat miss of array specs is compiled and costs next to nothing; hit and plan: ``flat_hit``): the
+same code in both runs, it measures how much the oversubscribed run inflates hxmpi's CPU. The
+output names its inputs, each key's ``source`` and the ratios (``deflation``).
 
 ``--breakdown`` also times, on each rank alone (no communication, so no waiting inside), the local
 stages of one call (us, mean over ranks): parsing two new specs; recognising unchanged specs; the
@@ -72,7 +76,7 @@ from hxmpi.comm.plan import bruck_rounds
 ALGORITHMS = ("flat", "hier", "bruck", "hier_pairwise", "hier_bruck")
 HIER = ("hier", "hier_pairwise", "hier_bruck")
 COLUMNS = ("bare", "bare-plan", "allreduce", "node-allgather", "bruck-p2p", "floor") + tuple(
-    f"{a}-{kind}" for a in ALGORITHMS for kind in ("new", "repeat", "plan"))
+    f"{a}-{kind}" for a in ALGORITHMS for kind in ("new", "repeat", "plan")) + ("flat-new-lists",)
 PATTERNS = 1024
 #: cpu_s_per_call[key] = column - sum(subtracted columns): each path minus the MPI-only columns it contains.
 CPU_FORMULA = {
@@ -84,6 +88,9 @@ for _h in HIER:
     CPU_FORMULA.update({_h: (f"{_h}-new", ("allreduce", "node-allgather", "hier-plan")),
                         f"{_h}_hit": (f"{_h}-repeat", ("allreduce", "hier-plan")),
                         f"{_h}_plan": (f"{_h}-plan", ("hier-plan",))})
+#: The Python miss path's CPU, the same code at every layout: what ``combine`` deflates the 2x2
+#: miss keys by (not a key of the CPU file).
+YARDSTICK = ("flat-new-lists", ("allreduce", "bare"))
 
 
 def bruck_p2p(comm, block: int, radix: int, sbuf: np.ndarray, rbuf: np.ndarray) -> list:
@@ -104,9 +111,14 @@ def cpu_per_call(median: dict) -> tuple[dict, dict]:
     """(cpu_s_per_call, cpu_formula) from the median columns (us): see the module docstring."""
     cpu, text = {}, {}
     for key, (col, minus) in CPU_FORMULA.items():
-        cpu[key] = max(median[col] - sum(median[c] for c in minus), 0.0) * 1e-6
+        cpu[key] = _difference(median, col, minus)
         text[key] = " - ".join((col,) + minus)
     return cpu, text
+
+
+def _difference(median: dict, col: str, minus: tuple) -> float:
+    """A column minus the MPI-only columns it contains, clamped at 0 (seconds)."""
+    return max(median[col] - sum(median[c] for c in minus), 0.0) * 1e-6
 
 
 def main(argv=None) -> int:
@@ -139,6 +151,7 @@ def main(argv=None) -> int:
     counts = np.full(size, block, np.int64)
     displs = np.arange(size, dtype=np.int64) * block
     shifted = [displs + k for k in range(PATTERNS)]
+    listed = [d.tolist() for d in shifted]  # flat-new-lists' specs: the general reader parses lists
     cint, dint = counts.astype(np.intc), displs.astype(np.intc)
     specs = ([sbuf, (cint, dint), MPI.BYTE], [rbuf, (cint, dint), MPI.BYTE])
     raw = comm.Alltoallv_init(*specs)
@@ -175,6 +188,10 @@ def main(argv=None) -> int:
         elif kind == "plan":
             plans[algo].Start()
             plans[algo].Wait()
+        elif col == "flat-new-lists":
+            tick[0] += 1
+            hc.Alltoallv([sbuf, (counts.tolist(), listed[0]), MPI.BYTE],
+                         [rbuf, (counts.tolist(), listed[tick[0] % PATTERNS]), MPI.BYTE], algorithm="flat")
         elif kind == "new":
             tick[0] += 1
             hc.Alltoallv(send_spec, [rbuf, (counts, shifted[tick[0] % PATTERNS]), MPI.BYTE], algorithm=algo)
@@ -195,7 +212,7 @@ def main(argv=None) -> int:
             for _ in range(args.iterations):
                 call(col)
             result[col] = comm.allreduce((MPI.Wtime() - t0) / args.iterations * 1e6) / size
-            if col.endswith(("-new", "-repeat")):
+            if col.endswith(("-new", "-repeat", "-lists")):
                 states[col] = (hc.last_stats["algorithm"], f"hits {hc.plan_cache.hits - hits}/{args.iterations}")
         rounds.append(result)
     for plan in plans.values():
@@ -222,7 +239,8 @@ def main(argv=None) -> int:
                            "world_size": size, "block": block, "radix": hc.radix,
                            "node_sizes": list(hc.topology.node_sizes), "node_phase": hc.node_phase,
                            "median_us": m, "rounds_us": rounds, "paths": states,
-                           "cpu_s_per_call": cpu_s, "cpu_formula": formula, "stages_us": breakdown}, fh, indent=1)
+                           "cpu_s_per_call": cpu_s, "cpu_formula": formula,
+                           "python_miss_s": _difference(m, *YARDSTICK), "stages_us": breakdown}, fh, indent=1)
     hc.free()
     return 0
 
@@ -239,15 +257,17 @@ def combine(flat_files: list, hier_files: list, out: str, command: str) -> dict:
         return reports, med
     flat_runs, flat = load(flat_files)
     hier_runs, hier = load(hier_files)
-    deflation = {"miss": flat["flat"] / hier["flat"], "hit": flat["flat_hit"] / hier["flat_hit"]}
+    yard = [float(np.median([r["python_miss_s"] for r in runs])) for runs in (flat_runs, hier_runs)]
+    deflation = {"miss": yard[0] / yard[1], "hit": flat["flat_hit"] / hier["flat_hit"]}
     cpu, source = {}, {}
     for key in CPU_FORMULA:
         if key.startswith("hier"):
             kind = "miss" if key in HIER else "hit"
             cpu[key] = hier[key] * deflation[kind]
+            yardstick = "flat-new-lists'" if kind == "miss" else "flat_hit"
             source[key] = (f"median over {len(hier_files)} runs on {hier_runs[0]['node_sizes']} of "
                            f"({CPU_FORMULA[key][0]} - {' - '.join(CPU_FORMULA[key][1])}), times {deflation[kind]:.3f} "
-                           f"(flat{'' if kind == 'miss' else '_hit'} one rank per core / same on {hier_runs[0]['node_sizes']})")
+                           f"({yardstick} one rank per core / same on {hier_runs[0]['node_sizes']})")
         else:
             cpu[key] = flat[key]
             source[key] = (f"median over {len(flat_files)} runs on {flat_runs[0]['node_sizes']} of "

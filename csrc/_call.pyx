@@ -35,14 +35,17 @@ include "_spec.pxi"
 
 ctypedef int (*start_t)(void*) noexcept nogil
 ctypedef int (*wait_t)(void*, void*) noexcept nogil
-# MPI_Alltoallv with the family's handle type: a pointer (Open MPI) or an int (MPICH).
+# MPI_Alltoallv and MPI_Alltoall with the family's handle type: a pointer (Open MPI) or an int (MPICH).
 ctypedef int (*alltoallv_ptr_t)(const void*, const int*, const int*, void*, void*, const int*, const int*,
                                 void*, void*) noexcept nogil
 ctypedef int (*alltoallv_int_t)(const void*, const int*, const int*, int, void*, const int*, const int*,
                                 int, int) noexcept nogil
+ctypedef int (*alltoall_ptr_t)(const void*, int, void*, void*, int, void*, void*) noexcept nogil
+ctypedef int (*alltoall_int_t)(const void*, int, int, void*, int, int, int) noexcept nogil
 cdef start_t _mpi_start = NULL
 cdef wait_t _mpi_wait = NULL
 cdef void* _mpi_alltoallv = NULL
+cdef void* _mpi_alltoall = NULL
 cdef int _handle_bytes = 0   # 8 or 4 (the miss path's MPI_Alltoallv is used only then)
 
 cdef enum:
@@ -50,13 +53,14 @@ cdef enum:
 
 
 cdef _resolve():
-    global _mpi_start, _mpi_wait, _mpi_alltoallv, _handle_bytes
+    global _mpi_start, _mpi_wait, _mpi_alltoallv, _mpi_alltoall, _handle_bytes
     path = MPI.__file__.encode()
     handle = dlopen(path, RTLD_LAZY)  # already loaded: the same handle, its libmpi among its dependencies
     if handle != NULL:
         _mpi_start = <start_t>dlsym(handle, "MPI_Start")
         _mpi_wait = <wait_t>dlsym(handle, "MPI_Wait")
         _mpi_alltoallv = dlsym(handle, "MPI_Alltoallv")
+        _mpi_alltoall = dlsym(handle, "MPI_Alltoall")
     if _mpi_start == NULL or _mpi_wait == NULL:
         raise ImportError(f"hxmpi: MPI_Start and MPI_Wait not found through {path.decode()} (mpi4py's extension)")
     if MPI._sizeof(MPI.Status) > STATUS_BYTES:
@@ -80,6 +84,16 @@ cdef int _alltoallv(const void* sbuf, const int* sc, const int* sd, void* rbuf, 
     # An int handle: its low 32 bits (mpi4py gives MPICH's negative ones sign-extended).
     return (<alltoallv_int_t>_mpi_alltoallv)(sbuf, sc, sd, <int><uint32_t>datatype, rbuf, rc, rd,
                                              <int><uint32_t>datatype, <int><uint32_t>comm)
+
+
+cdef int _alltoall(const void* sbuf, int scount, void* rbuf, int rcount, uint64_t datatype,
+                   uint64_t comm) noexcept nogil:
+    """MPI_Alltoall of ``scount`` (``rcount``) ``datatype`` elements per rank on ``comm`` (as ``_alltoallv``)."""
+    if _handle_bytes == 8:
+        return (<alltoall_ptr_t>_mpi_alltoall)(sbuf, scount, <void*><uintptr_t>datatype, rbuf, rcount,
+                                               <void*><uintptr_t>datatype, <void*><uintptr_t>comm)
+    return (<alltoall_int_t>_mpi_alltoall)(sbuf, scount, <int><uint32_t>datatype, rbuf, rcount,
+                                           <int><uint32_t>datatype, <int><uint32_t>comm)
 
 #: ``CallTable.call``'s results: not recognised (nothing communicated), agreed but not a clean hit
 #: or a miss the compiled path does not run (``take_pending``), done, done as a miss whose pattern
@@ -407,8 +421,9 @@ cdef class CallTable:
     and agreed misses since the last hit; ``stats`` and ``state`` describe the last call.
 
     Once ``miss_path`` has configured it, a call that no slot recognises but whose specs have the
-    common form (``_common_form``) and whose pattern the cache does not hold is parsed, agreed and,
-    where it runs flat, run here too (``MPI_Alltoallv`` on reused count arrays).
+    common form (``_common_form``, ``_uniform_form``) is parsed, agreed and, where it runs flat,
+    run here too (``MPI_Alltoallv`` on reused count arrays, or ``MPI_Alltoall``): a pattern the
+    cache does not hold (a miss), or one a flat entry holds, on new buffers (a hit, rebound).
     """
     cdef list _slots
     cdef object agreement, cache, scratch, window
@@ -418,11 +433,14 @@ cdef class CallTable:
     cdef char _status[STATUS_BYTES]
     cdef Slot _pending
     cdef int _pending_flags
+    cdef Py_ssize_t _pending_slot
     cdef public long long tick, misses
     #: calls this table finished itself (clean hits, from entry to return in compiled code)
     cdef readonly long long compiled
     #: misses this table parsed, agreed and ran itself (flat, from entry to return in compiled code)
     cdef readonly long long compiled_misses
+    #: hits on new buffers it parsed, agreed and ran itself (flat entries), the same way
+    cdef readonly long long compiled_rebound
     #: the verdict bits of the last ``KEEP`` call
     cdef readonly int last_flags
     cdef public object stats, state
@@ -443,9 +461,9 @@ cdef class CallTable:
             raise ValueError("CallTable: the agreement's record and sums must be one Record of uint64 each")
         self._agree_handle = <void*><uintptr_t>agreement.handle
         self._size = <uint64_t>size
-        self.tick = self.misses = self.compiled = self.compiled_misses = 0
+        self.tick = self.misses = self.compiled = self.compiled_misses = self.compiled_rebound = 0
         self.stats, self.state = None, "off"
-        self._pending_flags = -1
+        self._pending_flags, self._pending_slot = -1, 0
         self._choices = None
 
     def miss_path(self, dict choices, dict codes, long auto_code, frozenset flat_codes, dict predefined,
@@ -459,7 +477,7 @@ cdef class CallTable:
         and ``byte``: the communicator and ``MPI.BYTE``; ``stats``: the ``ExchangeStats`` a miss
         run here leaves (its ``flat_counts``, int64 per rank, are overwritten by each one)."""
         cdef Py_ssize_t n = self._size
-        if _handle_bytes == 0 or _mpi_alltoallv == NULL:
+        if _handle_bytes == 0 or _mpi_alltoallv == NULL or _mpi_alltoall == NULL:
             return  # an MPI whose handles this module cannot pass: misses stay in Python
         self._choices, self._codes, self._auto_code, self._flat_codes = choices, codes, auto_code, flat_codes
         self._predefined, self._datatype_type, self._limits = predefined, datatype_type, limits
@@ -509,17 +527,17 @@ cdef class CallTable:
         cdef Record* rec
         cdef int flags, err
         if slot is None:
-            if uniform or self._choices is None:
+            if self._choices is None:
                 return NOT_FOUND
             return self._miss(sendbuf, recvbuf, algorithm if algorithm is not None else default_algorithm,
-                              bool(validate))
+                              bool(validate), uniform)
         rec = <Record*>cnp.PyArray_DATA(self._record)
         memcpy(rec, &slot.record, sizeof(Record))
         rec.same_buffers = self._same_buffers(slot)
         rec.over_budget = self.cache.held > self.cache.max_bytes
         flags = self._agree()
         if flags & _NOT_CLEAN or flags & _CLEAN != _CLEAN:
-            self._pending, self._pending_flags = slot, flags
+            self._pending, self._pending_flags, self._pending_slot = slot, flags, slot.no
             return AGREED
         self.tick += 1
         self.misses = 0
@@ -544,9 +562,10 @@ cdef class CallTable:
             self.agreement.exchange()
         return _verdict(<const Record*>cnp.PyArray_DATA(self._sums), self._size)
 
-    cdef int _miss(self, sendbuf, recvbuf, algorithm, bint validate) except -1:
-        """A call no slot recognises: parse, agree and run it flat here where its specs have the
-        common form, its pattern is not cached and it runs flat (``call``'s results)."""
+    cdef int _miss(self, sendbuf, recvbuf, algorithm, bint validate, bint uniform) except -1:
+        """A call no slot recognises: parse, agree and run it here where its specs have the common
+        form and it runs flat, as a miss or, on new buffers, as a hit of a flat cache entry
+        (``call``'s results). ``uniform``: an ``Alltoall``, run as ``MPI_Alltoall``."""
         cdef Py_ssize_t n = self._size, where, i
         cdef int64_t* sc = <int64_t*>cnp.PyArray_DATA(self._parsed)
         cdef int64_t* sd = sc + n
@@ -554,7 +573,7 @@ cdef class CallTable:
         cdef int64_t* rd = rc + n
         cdef int* ints = <int*>cnp.PyArray_DATA(self._ints)
         cdef IntVec c, d
-        cdef int64_t elem, sent, received, sn, rn, limit
+        cdef int64_t elem, sent, received, sn, rn, limit, block = 0
         cdef uint64_t h
         cdef long code
         cdef int flags, err
@@ -562,63 +581,122 @@ cdef class CallTable:
         cdef SideCheck check
         cdef Record* rec = <Record*>cnp.PyArray_DATA(self._record)
         cdef cnp.ndarray sa, ra
+        cdef Py_ssize_t slot_no = 0
+        cdef bint same = False
+        entry = None
         got = self._codes.get(algorithm)
         if got is None:
             return NOT_FOUND
         code = got
         if code != self._auto_code and got not in self._flat_codes:
             return NOT_FOUND
-        sa = _common_form(sendbuf, n, False, self._predefined, self._datatype_type, &c, &d, &elem)
-        if sa is None:
-            return NOT_FOUND
-        sn = cnp.PyArray_NBYTES(sa)
-        with nogil:
-            check = _scale_side(c, d, n, elem, sn, False, sc, sd, &where, &sent)
-        if check != SIDE_OK:
-            return NOT_FOUND
-        ra = _common_form(recvbuf, n, True, self._predefined, self._datatype_type, &c, &d, &elem)
-        if ra is None:
-            return NOT_FOUND
-        rn = cnp.PyArray_NBYTES(ra)
-        with nogil:
-            check = _scale_side(c, d, n, elem, rn, True, rc, rd, &where, &received)
-        if check != SIDE_OK:
-            return NOT_FOUND  # also blocks out of order: the general reader checks for overlap
+        if uniform:
+            sa = _uniform_form(sendbuf, n, False, self._predefined, self._datatype_type, &block)
+            ra = _uniform_form(recvbuf, n, True, self._predefined, self._datatype_type, &elem)  # its block
+            if sa is None or ra is None:
+                return NOT_FOUND
+            sn, rn = cnp.PyArray_NBYTES(sa), cnp.PyArray_NBYTES(ra)
+            for i in range(n):  # the sides' bytes as the general reader gives them
+                sc[i], sd[i], rc[i], rd[i] = block, i * block, elem, i * elem
+            sent = n * block
+        else:
+            sa = _common_form(sendbuf, n, False, self._predefined, self._datatype_type, &c, &d, &elem)
+            if sa is None:
+                return NOT_FOUND
+            sn = cnp.PyArray_NBYTES(sa)
+            with nogil:
+                check = _scale_side(c, d, n, elem, sn, False, sc, sd, &where, &sent)
+            if check != SIDE_OK:
+                return NOT_FOUND
+            ra = _common_form(recvbuf, n, True, self._predefined, self._datatype_type, &c, &d, &elem)
+            if ra is None:
+                return NOT_FOUND
+            rn = cnp.PyArray_NBYTES(ra)
+            with nogil:
+                check = _scale_side(c, d, n, elem, rn, True, rc, rd, &where, &received)
+            if check != SIDE_OK:
+                return NOT_FOUND  # also blocks out of order: the general reader checks for overlap
         if self.cache.max_entries:
             with nogil:
                 h = _hash_array(_hash_array(_hash_array(_hash_array(PATTERN_SEED, sc, n), sd, n), rc, n), rd, n)
-            if <int64_t>(h >> 1) in self.cache.index:
-                return NOT_FOUND  # cached here: the general path looks it up
+            entry = self.cache.index.get(<int64_t>(h >> 1))
+            if entry is not None:  # cached here: on new buffers, a flat entry is run here too
+                if not self._rebinds(entry, code, validate, uniform):
+                    return NOT_FOUND  # the general path looks it up
+                slot_no = entry.slot
+                same = self._bound_to(entry.bound, sa, ra)
         limit = self._limits.INT_LIMIT  # ``transfer.needs_big``, on this rank's numbers
         big = (sn if sn > rn else rn) > limit or sent > limit // n
         with nogil:
-            _fill_record(rec, big, 2 * code, validate, 0, 0, False, False, self._kib_cap, sc, rc, n, validate,
-                         self._me, self._key_a, self._key_b)
+            _fill_record(rec, big, 2 * code + uniform, validate, 0, slot_no, same, False, self._kib_cap, sc, rc, n,
+                         validate, self._me, self._key_a, self._key_b)
         rec.over_budget = self.cache.held > self.cache.max_bytes
         flags = self._agree()
-        if flags & (_NOT_CLEAN | BIG) or (code == self._auto_code and not self._picked_flat()):
-            self._pending, self._pending_flags = None, flags
+        # On in Python: a failed verdict, the large-count path, eviction, a hit on the buffers its
+        # entry was last used with (bound for good there), a miss anywhere of a rank's cached
+        # pattern, and auto's first pick for a pattern class, or a pick other than flat.
+        if flags & (_NOT_CLEAN | BIG) or (flags & _CLEAN != HIT if slot_no else
+                                          code == self._auto_code and not self._picked_flat(uniform)):
+            self._pending, self._pending_flags, self._pending_slot = None, flags, slot_no
             return AGREED
         with nogil:
-            for i in range(4 * n):
-                ints[i] = <int>sc[i]  # below INT_LIMIT everywhere: the verdict has no BIG
-            err = _alltoallv(cnp.PyArray_DATA(sa), ints, ints + n, cnp.PyArray_DATA(ra), ints + 2 * n,
-                             ints + 3 * n, self._byte, self._comm)
+            # Counts and displacements below INT_LIMIT everywhere: the verdict has no BIG.
+            if uniform:
+                err = _alltoall(cnp.PyArray_DATA(sa), <int>block, cnp.PyArray_DATA(ra), <int>elem, self._byte,
+                                self._comm)
+            else:
+                for i in range(4 * n):
+                    ints[i] = <int>sc[i]
+                err = _alltoallv(cnp.PyArray_DATA(sa), ints, ints + n, cnp.PyArray_DATA(ra), ints + 2 * n,
+                                 ints + 3 * n, self._byte, self._comm)
         if err:
             raise MPI.Exception(err)
         self.tick += 1
         memcpy(cnp.PyArray_DATA(self._stats_counts), sc, n * sizeof(int64_t))
-        self.stats, self.state = self._miss_stats, ("miss" if self.cache.max_entries else "off")
+        self.stats = self._miss_stats
+        if slot_no:  # a hit on new buffers (``HierComm._run_entry``): its entry now names them
+            self.misses = 0
+            self.cache.touch(entry, self.tick)
+            entry.bound = (<size_t>cnp.PyArray_DATA(sa), sn, <size_t>cnp.PyArray_DATA(ra), rn,
+                           self.scratch.generation, self._window_generation())
+            self.state = "hit-rebound"
+            self.compiled_rebound += 1
+            return DONE
+        self.state = "miss" if self.cache.max_entries else "off"
         self.compiled_misses += 1
         if self.count_miss() and self.cache.max_entries:
             self.last_flags = flags
             return KEEP
         return DONE
 
-    cdef bint _picked_flat(self) except -1:
+    cdef bint _rebinds(self, entry, long code, bint validate, bint uniform) except -1:
+        """Whether a call of these settings and of the parsed pattern may run cached ``entry`` here:
+        a flat entry of the same settings and pattern, not on the large-count path, with no
+        persistent run (one the general path must free first)."""
+        cdef Py_ssize_t n = self._size, i
+        cdef const int64_t* mine = <const int64_t*>cnp.PyArray_DATA(self._parsed)
+        cdef cnp.ndarray part
+        settings, parts = entry.settings, entry.parts
+        if entry.algorithm != "flat" or entry.big or entry.run is not None or parts is None \
+                or settings != (code, validate, 0, uniform):
+            return False
+        for i in range(4):
+            part = <cnp.ndarray?>parts[i]
+            if part.dtype != np.int64 or part.shape[0] != n or not cnp.PyArray_IS_C_CONTIGUOUS(part) \
+                    or memcmp(cnp.PyArray_DATA(part), mine + i * n, n * sizeof(int64_t)) != 0:
+                return False
+        return True
+
+    cdef bint _bound_to(self, bound, cnp.ndarray sa, cnp.ndarray ra) except -1:
+        """Whether ``bound`` (``HierComm._identity``) names these buffers and the scratch of now."""
+        return bound is not None and bound == (<size_t>cnp.PyArray_DATA(sa), cnp.PyArray_NBYTES(sa),
+                                               <size_t>cnp.PyArray_DATA(ra), cnp.PyArray_NBYTES(ra),
+                                               self.scratch.generation, self._window_generation())
+
+    cdef bint _picked_flat(self, bint uniform) except -1:
         """Whether auto's memoised pick for the agreed pattern's class is flat (no pick yet: False)."""
         cdef const Record* t = <const Record*>cnp.PyArray_DATA(self._sums)
-        key = ("oneshot", <Py_ssize_t>self._size, False, _quarter_log2(<double>t.bytes),
+        key = ("oneshot", <Py_ssize_t>self._size, uniform, _quarter_log2(<double>t.bytes),
                _quarter_log2(<double>t.messages), _quarter_log2(<double>t.recv_kib_sq),
                _quarter_log2(<double>t.pairwise))
         pick = self._choices.get(key)
@@ -632,11 +710,12 @@ cdef class CallTable:
         return self.misses <= 2 * self.cache.max_entries or self.misses % 8 == 0
 
     def take_pending(self):
-        """(slot, verdict bits) of the last ``AGREED`` call, once: the slot None for a miss; (None,
-        -1) when nothing is pending."""
-        slot, flags = self._pending, self._pending_flags
-        self._pending, self._pending_flags = None, -1
-        return slot, flags
+        """(slot, verdict bits, slot number) of the last ``AGREED`` call, once: the ``Slot`` that
+        recognised its specs, or None for a call the miss path agreed, with the cache slot this
+        rank agreed with (0: none); (None, -1, 0) when nothing is pending."""
+        slot, flags, no = self._pending, self._pending_flags, self._pending_slot
+        self._pending, self._pending_flags, self._pending_slot = None, -1, 0
+        return slot, flags, no
 
     def remember(self, Py_ssize_t no, tuple then, entry, s, r, algorithm, bint validate, bint uniform,
                  run, Program program):
@@ -674,4 +753,4 @@ cdef class CallTable:
     def clear(self):
         """Forget every slot."""
         self._slots = []
-        self._pending, self._pending_flags = None, -1
+        self._pending, self._pending_flags, self._pending_slot = None, -1, 0

@@ -128,3 +128,23 @@ def common_vector(spec, Py_ssize_t size, bint writable, dict predefined, object 
     if kind != SIDE_OK:
         return None
     return _bytes_view(a), cb, db, elem, None, total
+
+
+def common_block(spec, Py_ssize_t size, bint writable, dict predefined, object datatype_type):
+    """The ``Alltoall`` spec form hot loops pass (``_uniform_form``: an ndarray, optionally with a
+    predefined datatype, in ``size`` equal blocks), read in one compiled pass: ``common_vector``'s
+    result for it, or None when the spec is not that form (the general reader then parses it)."""
+    cdef int64_t block
+    cdef Py_ssize_t i
+    a = _uniform_form(spec, size, writable, predefined, datatype_type, &block)
+    if a is None:
+        return None
+    cdef cnp.npy_intp dims = size
+    cdef cnp.ndarray cb = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
+    cdef cnp.ndarray db = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
+    cdef int64_t* c = <int64_t*>cnp.PyArray_DATA(cb)
+    cdef int64_t* d = <int64_t*>cnp.PyArray_DATA(db)
+    for i in range(size):
+        c[i], d[i] = block, i * block
+    elem = cnp.PyArray_ITEMSIZE(<cnp.ndarray>a) if type(spec) is cnp.ndarray else predefined[spec[1].handle]
+    return _bytes_view(a), cb, db, elem, None, size * block

@@ -130,3 +130,42 @@ cdef object _common_form(object spec, Py_ssize_t size, bint writable, dict prede
         return None
     elem[0] = <int64_t>got
     return a
+
+
+cdef object _uniform_form(object spec, Py_ssize_t size, bint writable, dict predefined, object datatype_type,
+                          int64_t* block):
+    """The data array of an ``Alltoall`` spec of the form hot loops pass, a non-empty C-contiguous
+    ndarray or ``[ndarray, datatype]`` (a list or tuple; a predefined datatype, else the buffer's
+    items; writable for a receive side) that splits in ``size`` equal blocks of whole elements,
+    with the bytes of one block in ``block``; None for any other spec (the general reader then
+    parses it, and says what is wrong)."""
+    cdef cnp.ndarray a
+    cdef int64_t elem, nbytes
+    datatype = None
+    block[0] = 0
+    t = type(spec)
+    if t is list or t is tuple:
+        if len(spec) != 2:
+            return None
+        buf, datatype = spec
+        if type(datatype) is not datatype_type:
+            return None
+    else:
+        buf = spec
+    if type(buf) is not cnp.ndarray:
+        return None
+    a = <cnp.ndarray>buf
+    nbytes = cnp.PyArray_NBYTES(a)
+    if not cnp.PyArray_IS_C_CONTIGUOUS(a) or nbytes == 0 or (writable and not cnp.PyArray_ISWRITEABLE(a)):
+        return None
+    if datatype is None:
+        elem = cnp.PyArray_ITEMSIZE(a)
+    else:
+        got = predefined.get(datatype.handle)
+        if got is None:
+            return None
+        elem = got
+    if nbytes % elem or (nbytes // elem) % size:
+        return None
+    block[0] = nbytes // elem // size * elem
+    return a

@@ -191,6 +191,55 @@ def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm):
     hc.free()
 
 
+@pytest.mark.parametrize("algorithm", ["flat", "auto"])
+def test_new_alltoall_blocks_run_the_compiled_miss_path(comm, algorithm):
+    """Alltoall with a new block size every call, a plain array or ``[array, datatype]``: parsed,
+    agreed and run as ``MPI_Alltoall`` in compiled code, byte-exact."""
+    hc = HierComm(comm, node_phase="mpi", cache_entries=4)
+    for call in range(6):
+        block = 1 + call
+        send = np.arange(block * comm.size, dtype=np.float64) + 1000 * comm.rank
+        out, ref = np.zeros_like(send), np.zeros_like(send)
+        comm.Alltoall(send, ref)
+        if call % 2:
+            hc.Alltoall([send, MPI.DOUBLE], [out, MPI.DOUBLE], algorithm=algorithm)
+        else:
+            hc.Alltoall(send, out, algorithm=algorithm)
+        assert out.tobytes() == ref.tobytes(), f"call {call}"
+    if algorithm == "flat":
+        assert hc._calls.compiled_misses == 6
+    assert hc.last_stats["plan_cache"] == "miss"
+    hc.free()
+
+
+@pytest.mark.parametrize("layout", ["irregular", "one_node"])
+def test_new_buffers_of_a_cached_pattern_run_compiled(comm, layout):
+    """One pattern on new arrays every call (a training loop's fresh activations): a hit of its
+    flat entry, rebound, runs in compiled code, byte-exact; the same buffers twice then bind a
+    persistent run, which the compiled hit path runs."""
+    hc = HierComm(comm, **layouts(comm.size)[layout], node_phase="mpi", cache_entries=4)
+    rng = np.random.default_rng(5 + comm.rank)
+    sc, rc, sbuf, ref = _case(comm, rng)
+    keep = []  # every array stays alive, so no two calls share an address by chance
+    for call in range(6):
+        send, out = sbuf.copy(), np.zeros_like(ref)
+        keep += [send, out]
+        hc.Alltoallv([send, sc], [out, rc], algorithm="flat")
+        assert out.tobytes() == ref.tobytes(), f"call {call}"
+        assert hc.last_stats["plan_cache"] == ("miss" if call == 0 else "hit-rebound")
+    assert hc._calls.compiled_misses == 1 and hc._calls.compiled_rebound == 5 and hc.plan_cache.hits == 5
+    before = hc._calls.compiled
+    for call in range(4):
+        out.fill(0)
+        hc.Alltoallv([send, sc], [out, rc], algorithm="flat")
+        assert out.tobytes() == ref.tobytes() and hc.last_stats["plan_cache"] == "hit"
+    # The last call above left its entry on these buffers: the first call here binds the
+    # persistent run (the general path, which lets the compiled path recognise the specs), the
+    # other three run compiled.
+    assert hc._calls.compiled - before == 3
+    hc.free()
+
+
 def test_count_mismatch_on_the_compiled_miss_path_fails_everywhere(comm, cached):
     """A pair whose counts disagree, in a spec form the compiled miss path reads: the same error
     on every rank, and the next good call runs."""

@@ -341,11 +341,13 @@ def test_compare_replays_an_osu_report(tmp_path):
 
 def test_combined_cpu_file_takes_flat_keys_as_measured_and_deflates_hier_keys(tmp_path):
     """bench_overhead.py --combine: flat/Bruck keys are the one-rank-per-core medians; each hier key is
-    the 2x2 median times that run's flat ratio (miss: flat, hit and plan: flat_hit); bad use is refused."""
+    the 2x2 median times the ratio of a flat path's CPU (miss: the Python miss path, ``python_miss_s``;
+    hit and plan: flat_hit); bad use is refused."""
     keys = CPU_KEYS
     def report(path, sizes, scale):
         cpu = {k: scale * (i + 1) * 1e-6 for i, k in enumerate(keys)}
-        path.write_text(json.dumps({"node_sizes": sizes, "block": 8, "radix": 2, "median_us": {}, "cpu_s_per_call": cpu}))
+        path.write_text(json.dumps({"node_sizes": sizes, "block": 8, "radix": 2, "median_us": {}, "cpu_s_per_call": cpu,
+                                    "python_miss_s": scale ** 2 * 1e-6}))
         return str(path)
     flat = [report(tmp_path / f"f{i}.json", [1, 1], s) for i, s in enumerate((1.0, 2.0, 3.0))]
     hier = [report(tmp_path / "h.json", [2, 2], 4.0)]
@@ -357,10 +359,11 @@ def test_combined_cpu_file_takes_flat_keys_as_measured_and_deflates_hier_keys(tm
     got = json.loads(out.read_text())
     cpu = got["cpu_s_per_call"]
     assert cpu["flat"] == pytest.approx(2e-6) and cpu["bruck_plan"] == pytest.approx(12e-6)  # the median run
-    assert got["deflation"] == {"miss": pytest.approx(0.5), "hit": pytest.approx(0.5)}
+    assert got["deflation"] == {"miss": pytest.approx(0.25), "hit": pytest.approx(0.5)}  # 2**2 / 4**2; 2 / 4
     i = keys.index("hier_bruck_plan") + 1
     assert cpu["hier_bruck_plan"] == pytest.approx(4.0 * i * 1e-6 * 0.5)
-    assert "times 0.500" in got["source"]["hier"] and len(got["inputs"]) == 4
+    assert cpu["hier"] == pytest.approx(4.0 * (keys.index("hier") + 1) * 1e-6 * 0.25)
+    assert "times 0.250" in got["source"]["hier"] and len(got["inputs"]) == 4
     assert CpuTimes.load(str(out)).seconds == cpu  # what the simulator and auto read
     bad = subprocess.run([sys.executable, script, "--combine-flat", *flat, "--json", str(out)],
                          capture_output=True, text=True, timeout=120)

@@ -178,7 +178,7 @@ class HierComm:
         returned). A miss it ran whose pattern the cache keeps is kept here; one it agreed, a
         recognised call that is not a clean hit or a miss it does not run, is concluded here; any
         other is parsed and agreed."""
-        slot, flags = self._calls.take_pending() if done == AGREED else (None, None)
+        slot, flags, slot_no = self._calls.take_pending() if done == AGREED else (None, None, 0)
         if slot is not None:
             s, r, entry = slot.s, slot.r, slot.entry
             agreed = self._agreement.conclude(flags, None, 2 * self._code(algorithm) + uniform, bool(validate), "",
@@ -195,7 +195,7 @@ class HierComm:
                                   key=key, radix=radix), s, r)
             return
         self._one_shot(s, r, problem, algorithm, validate, uniform, sendbuf is not MPI.IN_PLACE,
-                       specs=(sendbuf, recvbuf), flags=flags)
+                       specs=(sendbuf, recvbuf), agreed_as=None if flags is None else (flags, slot_no))
 
     def Alltoallv_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
         """Persistent All to All Scatter/Gather Vector (MPI-4 style): validate, agree and plan once.
@@ -278,21 +278,25 @@ class HierComm:
                                      bool(validate), kind_text)
 
     def _one_shot(self, s: Side, r: Side, problem, algorithm, validate, uniform: bool, cacheable: bool,
-                  kind: int = 0, kind_text: str = "", specs=None, flags: Optional[int] = None) -> None:
+                  kind: int = 0, kind_text: str = "", specs=None, agreed_as: Optional[tuple] = None) -> None:
         """Look the pattern up, agree, then run the cached plan or plan a new one (``_conclude``).
 
         ``specs``: the (send, receive) specs the sides were parsed from, which the compiled path
-        learns to recognise once the pattern is seen again (None: nothing to recognise); ``flags``:
-        the verdict of the agreement the compiled path already made for this call as a miss."""
+        learns to recognise once the pattern is seen again (None: nothing to recognise);
+        ``agreed_as``: (verdict bits, this rank's cache slot) of the agreement the compiled path
+        already made for this call."""
         cache = self.plan_cache
         entry = key = None
         settings = (self._code(algorithm), bool(validate), kind, uniform)
         if problem is None and cacheable and cache.max_entries:
             entry, key = cache.lookup((s.counts, s.displs, r.counts, r.displs), settings)
-        if flags is not None:
-            entry = None  # this rank agreed as a miss (the cache did not hold the pattern)
+        if agreed_as is not None:
+            flags, slot = agreed_as
+            if (entry.slot if entry is not None else 0) != slot:  # the compiled path looked up the same
+                raise RuntimeError(f"hxmpi: the compiled path agreed with cache slot {slot}, the lookup found "
+                                   f"{entry.slot if entry is not None else 0}")
             agreed = self._agreement.conclude(flags, problem, 2 * settings[0] + uniform, bool(validate), kind_text,
-                                              s.counts, r.counts, 0)
+                                              s.counts, r.counts, slot)
             self._conclude(agreed, s, r, entry, key, settings, cacheable, specs, algorithm)
             return
         same = entry is not None and entry.bound == self._identity(s, r)

@@ -27,7 +27,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import ExchangeError, ExchangeKeyError, ExchangeTypeError
-from ._packing import SideCheck, common_vector, side_bytes
+from ._packing import SideCheck, common_block, common_vector, side_bytes
 
 __all__ = ["PREDEFINED", "Problem", "Side", "int_vector", "parse_vector", "parse_uniform", "parse_alltoallv",
            "parse_alltoall"]
@@ -408,6 +408,12 @@ def parse_uniform(spec, size: int, writable: bool, name: str) -> tuple[Side, Opt
     The count per peer defaults to the buffer (after the optional displacement, in elements) split
     in ``size`` equal parts; it must split exactly.
     """
+    got = common_block(spec, size, writable, PREDEFINED, MPI.Datatype)  # the form hot loops pass, compiled
+    return (Side(*got), None) if got is not None else _parse_uniform(spec, size, writable, name)
+
+
+def _parse_uniform(spec, size: int, writable: bool, name: str) -> tuple[Side, Optional[Problem]]:
+    """The general reader behind ``parse_uniform``: every form mpi4py accepts."""
     buf, count, displ, view, elem, keep, problem = _read(spec, False, writable, name)
     if problem:
         return _NO_SIDE, problem
