@@ -14,7 +14,10 @@ Node phases:
 """
 from libc.stdint cimport int64_t
 
+cimport numpy as cnp
 import numpy as np
+
+cnp.import_array()
 
 cdef enum:
     _SHM = 0
@@ -22,6 +25,21 @@ cdef enum:
 
 MODE_SHM = _SHM
 MODE_MPI = _MPI
+
+
+cdef int64_t _EMPTY = 0  # what an empty array's pointer stands for
+
+cdef inline int64_t* _data(object arr):
+    """The data pointer of a contiguous int64 array the planner owns."""
+    return <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>arr)
+
+
+cdef const int64_t* _vector(cnp.ndarray a, int64_t n, str name) except NULL:
+    """The data of a contiguous int64 array of ``n`` items; ValueError naming ``name`` otherwise."""
+    if a is None or cnp.PyArray_TYPE(a) != cnp.NPY_INT64 or not cnp.PyArray_IS_C_CONTIGUOUS(a) \
+            or cnp.PyArray_SIZE(a) != n:
+        raise ValueError(f"HierPlanner.plan: {name} must be a contiguous int64 array of {n} items (the layout's)")
+    return <const int64_t*>cnp.PyArray_DATA(a) if n else <const int64_t*>&_EMPTY
 
 
 cdef class HierPlanner:
@@ -34,6 +52,39 @@ cdef class HierPlanner:
     cdef readonly object out_src, out_dst, out_len, rep_src, rep_dst, rep_len
     cdef readonly object unp_src, unp_dst, unp_len, seg_off, p2_sc, p2_sd, p2_rc, p2_rd
     cdef readonly object region_start
+    # The arrays above through their data pointers: they are never reallocated, and acquiring ~30
+    # typed memoryviews per call cost more than the planning itself.
+    cdef const int64_t* _members
+    cdef const int64_t* _dest
+    cdef const int64_t* _nstart
+    cdef const int64_t* _srv
+    cdef const int64_t* _sptr
+    cdef const int64_t* _lane_src
+    cdef int64_t* _pk_s
+    cdef int64_t* _pk_d
+    cdef int64_t* _pk_l
+    cdef int64_t* _nb
+    cdef int64_t* _nd
+    cdef int64_t* _p1_rc
+    cdef int64_t* _p1_rd
+    cdef int64_t* _ow_s
+    cdef int64_t* _ow_d
+    cdef int64_t* _ow_l
+    cdef int64_t* _o_s
+    cdef int64_t* _o_d
+    cdef int64_t* _o_l
+    cdef int64_t* _rp_s
+    cdef int64_t* _rp_d
+    cdef int64_t* _rp_l
+    cdef int64_t* _u_s
+    cdef int64_t* _u_d
+    cdef int64_t* _u_l
+    cdef int64_t* _seg
+    cdef int64_t* _p2sc
+    cdef int64_t* _p2sd
+    cdef int64_t* _p2rc
+    cdef int64_t* _p2rd
+    cdef int64_t* _rstart
 
     def __init__(self, int64_t me, int64_t node, int64_t local, members, dest_order, node_start,
                  srv_sources, srv_ptr, lane_src):
@@ -66,9 +117,21 @@ cdef class HierPlanner:
         self.seg_off = z(p)
         self.p2_sc, self.p2_sd, self.p2_rc, self.p2_rd = z(g), z(g), z(g), z(g)
         self.region_start = z(g + 1)
+        self._members, self._dest, self._nstart = _data(self.members), _data(self.dest_order), _data(self.node_start)
+        self._srv, self._sptr, self._lane_src = _data(self.srv_sources), _data(self.srv_ptr), _data(self.lane_src)
+        self._pk_s, self._pk_d, self._pk_l = _data(self.pack_src), _data(self.pack_dst), _data(self.pack_len)
+        self._nb, self._nd = _data(self.node_bytes), _data(self.node_displs)
+        self._p1_rc, self._p1_rd = _data(self.p1_rc), _data(self.p1_rd)
+        self._ow_s, self._ow_d, self._ow_l = _data(self.own_src), _data(self.own_dst), _data(self.own_len)
+        self._o_s, self._o_d, self._o_l = _data(self.out_src), _data(self.out_dst), _data(self.out_len)
+        self._rp_s, self._rp_d, self._rp_l = _data(self.rep_src), _data(self.rep_dst), _data(self.rep_len)
+        self._u_s, self._u_d, self._u_l = _data(self.unp_src), _data(self.unp_dst), _data(self.unp_len)
+        self._seg, self._rstart = _data(self.seg_off), _data(self.region_start)
+        self._p2sc, self._p2sd = _data(self.p2_sc), _data(self.p2_sd)
+        self._p2rc, self._p2rd = _data(self.p2_rc), _data(self.p2_rd)
 
-    def plan(self, int mode, const int64_t[::1] sc, const int64_t[::1] sd, const int64_t[::1] rc,
-             const int64_t[::1] rd, const int64_t[:, ::1] rc_node):
+    def plan(self, int mode, cnp.ndarray send_counts, cnp.ndarray send_displs, cnp.ndarray recv_counts,
+             cnp.ndarray recv_displs, cnp.ndarray node_counts):
         """Fill the copy lists and phase vectors for one call (bytes).
 
         Returns (send_base, pack_bytes, buffer_bytes, p2_send_bytes, rep_count, copied_bytes): ``send_base`` >= 0
@@ -78,21 +141,45 @@ cdef class HierPlanner:
         """
         cdef int64_t p = self.size, n = self.num_nodes, g = self.g, local = self.local, me = self.me
         cdef int64_t nl = self.num_lanes, mynode = self.node
-        cdef const int64_t[::1] members = self.members, dest = self.dest_order, nstart = self.node_start
-        cdef const int64_t[::1] srv = self.srv_sources, sptr = self.srv_ptr
-        cdef const int64_t[:, ::1] lane_src = self.lane_src
-        cdef int64_t[::1] pk_s = self.pack_src, pk_d = self.pack_dst, pk_l = self.pack_len
-        cdef int64_t[::1] nb = self.node_bytes, nd = self.node_displs
-        cdef int64_t[:, ::1] p1_rc = self.p1_rc, p1_rd = self.p1_rd
-        cdef int64_t[::1] ow_s = self.own_src, ow_d = self.own_dst, ow_l = self.own_len
-        cdef int64_t[::1] o_s = self.out_src, o_d = self.out_dst, o_l = self.out_len
-        cdef int64_t[::1] rp_s = self.rep_src, rp_d = self.rep_dst, rp_l = self.rep_len
-        cdef int64_t[::1] u_s = self.unp_src, u_d = self.unp_dst, u_l = self.unp_len
-        cdef int64_t[::1] seg = self.seg_off, rstart = self.region_start
-        cdef int64_t[::1] p2sc = self.p2_sc, p2sd = self.p2_sd, p2rc = self.p2_rc, p2rd = self.p2_rd
+        cdef const int64_t* sc = _vector(send_counts, p, "send counts")
+        cdef const int64_t* sd = _vector(send_displs, p, "send displs")
+        cdef const int64_t* rc = _vector(recv_counts, p, "receive counts")
+        cdef const int64_t* rd = _vector(recv_displs, p, "receive displs")
+        cdef const int64_t* rc_node = _vector(node_counts, g * p, "node counts")
+        cdef const int64_t* members = self._members
+        cdef const int64_t* dest = self._dest
+        cdef const int64_t* nstart = self._nstart
+        cdef const int64_t* srv = self._srv
+        cdef const int64_t* sptr = self._sptr
+        cdef const int64_t* lane_src = self._lane_src
+        cdef int64_t* pk_s = self._pk_s
+        cdef int64_t* pk_d = self._pk_d
+        cdef int64_t* pk_l = self._pk_l
+        cdef int64_t* nb = self._nb
+        cdef int64_t* nd = self._nd
+        cdef int64_t* p1_rc = self._p1_rc
+        cdef int64_t* p1_rd = self._p1_rd
+        cdef int64_t* ow_s = self._ow_s
+        cdef int64_t* ow_d = self._ow_d
+        cdef int64_t* ow_l = self._ow_l
+        cdef int64_t* o_s = self._o_s
+        cdef int64_t* o_d = self._o_d
+        cdef int64_t* o_l = self._o_l
+        cdef int64_t* rp_s = self._rp_s
+        cdef int64_t* rp_d = self._rp_d
+        cdef int64_t* rp_l = self._rp_l
+        cdef int64_t* u_s = self._u_s
+        cdef int64_t* u_d = self._u_d
+        cdef int64_t* u_l = self._u_l
+        cdef int64_t* seg = self._seg
+        cdef int64_t* rstart = self._rstart
+        cdef int64_t* p2sc = self._p2sc
+        cdef int64_t* p2sd = self._p2sd
+        cdef int64_t* p2rc = self._p2rc
+        cdef int64_t* p2rd = self._p2rd
         cdef int64_t pos = 0, base = -1, i, j, k, m, d, s, idx, li, b, cur, nrep = 0, p2tot = 0, copied
         cdef bint grouped = True
-        if rc_node.shape[0] != g or rc_node.shape[1] != p or sc.shape[0] != p or rd.shape[0] != p:
+        if node_counts.ndim != 2 or node_counts.shape[0] != g:
             raise ValueError("HierPlanner.plan: counts do not match the layout")
         with nogil:
             # -- pack: this rank's blocks for other nodes, in (node, local rank) order
@@ -132,7 +219,7 @@ cdef class HierPlanner:
                     for k in range(g):
                         if k == j:
                             continue
-                        b = rc_node[k, members[j]]
+                        b = rc_node[k * p + members[j]]
                         if j == local:
                             ow_s[k], ow_d[k], ow_l[k] = sd[members[k]], cur, b
                         if k == local:
@@ -148,18 +235,18 @@ cdef class HierPlanner:
                     for k in range(g):
                         if k == local and mode == _SHM:
                             o_s[s], o_d[s], o_l[s] = cur, rd[s], rc[s]
-                        cur += rc_node[k, s]
+                        cur += rc_node[k * p + s]
             rstart[g] = cur
             for li in range(nl):
                 for m in range(n):
-                    s = lane_src[li, m]
+                    s = lane_src[li * n + m]
                     if s < 0 or seg[s] < 0:
-                        p1_rc[li, m], p1_rd[li, m] = 0, 0
+                        p1_rc[li * n + m], p1_rd[li * n + m] = 0, 0
                     else:
-                        p1_rc[li, m] = 0
+                        p1_rc[li * n + m] = 0
                         for k in range(g):
-                            p1_rc[li, m] += rc_node[k, s]
-                        p1_rd[li, m] = seg[s]
+                            p1_rc[li * n + m] += rc_node[k * p + s]
+                        p1_rd[li * n + m] = seg[s]
 
             if mode == _MPI:
                 # -- repack: peer k's phase-2 block holds (k, s) for every source s this rank serves
@@ -168,13 +255,13 @@ cdef class HierPlanner:
                     if k != local:
                         for idx in range(sptr[local], sptr[local + 1]):
                             s = srv[idx]
-                            b = rc_node[k, s]
+                            b = rc_node[k * p + s]
                             if s == me:  # this rank's own block for k comes from the send buffer
                                 ow_s[k], ow_d[k], ow_l[k] = sd[members[k]], p2tot, b
                             else:
                                 rp_s[nrep] = seg[s]
                                 for i in range(k):
-                                    rp_s[nrep] += rc_node[i, s]
+                                    rp_s[nrep] += rc_node[i * p + s]
                                 rp_d[nrep], rp_l[nrep] = p2tot, b
                                 nrep += 1
                             p2tot += b
@@ -185,7 +272,7 @@ cdef class HierPlanner:
                     if s != me:
                         o_s[s] = seg[s]
                         for i in range(local):
-                            o_s[s] += rc_node[i, s]
+                            o_s[s] += rc_node[i * p + s]
                         o_d[s], o_l[s] = rd[s], rc[s]
                 # phase 2 receives from each other local rank j the blocks of the sources j serves
                 cur = 0
@@ -208,3 +295,4 @@ cdef class HierPlanner:
             for i in range(nrep):
                 copied += rp_l[i]
         return base, pos, rstart[g], p2tot, nrep, copied
+

@@ -72,3 +72,15 @@ def test_bad_arguments():
         rank_schedule(layout, np.zeros((3, 3)), 0)
     with pytest.raises(ValueError, match="algorithm"):
         rank_schedule(layout, np.zeros((4, 4)), 0, "ring")
+
+
+def test_planner_refuses_arrays_that_do_not_fit_the_layout():
+    """The planner reads its inputs through pointers: a wrong dtype, length or shape raises, never
+    reads past an array."""
+    pl = Layout([0, 0, 1, 1]).planner(0)
+    c, node = np.full(4, 8, np.int64), np.full((2, 4), 8, np.int64)
+    for bad, what in [((c.astype(np.int32), c, c, c, node), "send counts"), ((c, c[:3], c, c, node), "send displs"),
+                      ((c, c, c, np.full(8, 8, np.int64)[::2], node), "receive displs"),
+                      ((c, c, c, c, node[:1]), "node counts"), ((c, c, c, c, node.T.copy()), "do not match")]:
+        with pytest.raises(ValueError, match=what):
+            pl.plan(0, *bad)
