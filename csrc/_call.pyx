@@ -566,19 +566,17 @@ cdef class CallTable:
         """A call no slot recognises: parse, agree and run it here where its specs have the common
         form and it runs flat, as a miss or, on new buffers, as a hit of a flat cache entry
         (``call``'s results). ``uniform``: an ``Alltoall``, run as ``MPI_Alltoall``."""
-        cdef Py_ssize_t n = self._size, where, i
+        cdef Py_ssize_t n = self._size, i
         cdef int64_t* sc = <int64_t*>cnp.PyArray_DATA(self._parsed)
         cdef int64_t* sd = sc + n
         cdef int64_t* rc = sd + n
         cdef int64_t* rd = rc + n
         cdef int* ints = <int*>cnp.PyArray_DATA(self._ints)
-        cdef IntVec c, d
         cdef int64_t elem, sent, received, sn, rn, limit, block = 0
         cdef uint64_t h
         cdef long code
         cdef int flags, err
         cdef bint big
-        cdef SideCheck check
         cdef Record* rec = <Record*>cnp.PyArray_DATA(self._record)
         cdef cnp.ndarray sa, ra
         cdef Py_ssize_t slot_no = 0
@@ -599,23 +597,12 @@ cdef class CallTable:
             for i in range(n):  # the sides' bytes as the general reader gives them
                 sc[i], sd[i], rc[i], rd[i] = block, i * block, elem, i * elem
             sent = n * block
-        else:
-            sa = _common_form(sendbuf, n, False, self._predefined, self._datatype_type, &c, &d, &elem)
-            if sa is None:
+        else:  # blocks out of order on the receive side too go to the general reader (overlap)
+            sa = _read_vector(sendbuf, n, False, self._predefined, self._datatype_type, sc, sd, &elem, &sent)
+            ra = _read_vector(recvbuf, n, True, self._predefined, self._datatype_type, rc, rd, &elem, &received)
+            if sa is None or ra is None:
                 return NOT_FOUND
-            sn = cnp.PyArray_NBYTES(sa)
-            with nogil:
-                check = _scale_side(c, d, n, elem, sn, False, sc, sd, &where, &sent)
-            if check != SIDE_OK:
-                return NOT_FOUND
-            ra = _common_form(recvbuf, n, True, self._predefined, self._datatype_type, &c, &d, &elem)
-            if ra is None:
-                return NOT_FOUND
-            rn = cnp.PyArray_NBYTES(ra)
-            with nogil:
-                check = _scale_side(c, d, n, elem, rn, True, rc, rd, &where, &received)
-            if check != SIDE_OK:
-                return NOT_FOUND  # also blocks out of order: the general reader checks for overlap
+            sn, rn = cnp.PyArray_NBYTES(sa), cnp.PyArray_NBYTES(ra)
         if self.cache.max_entries:
             with nogil:
                 h = _hash_array(_hash_array(_hash_array(_hash_array(PATTERN_SEED, sc, n), sd, n), rc, n), rd, n)

@@ -111,21 +111,13 @@ def common_vector(spec, Py_ssize_t size, bint writable, dict predefined, object 
 
     ``predefined``: element bytes by datatype handle; ``datatype_type``: ``MPI.Datatype``.
     """
-    cdef IntVec c, d
-    cdef int64_t elem, total, nbytes
-    cdef Py_ssize_t where
-    cdef SideCheck kind
-    a = _common_form(spec, size, writable, predefined, datatype_type, &c, &d, &elem)
-    if a is None:
-        return None
-    nbytes = cnp.PyArray_NBYTES(<cnp.ndarray>a)
+    cdef int64_t elem, total
     cdef cnp.npy_intp dims = size
     cdef cnp.ndarray cb = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
     cdef cnp.ndarray db = cnp.PyArray_EMPTY(1, &dims, cnp.NPY_INT64, 0)
-    with nogil:
-        kind = _scale_side(c, d, size, elem, nbytes, writable,
-                           <int64_t*>cnp.PyArray_DATA(cb), <int64_t*>cnp.PyArray_DATA(db), &where, &total)
-    if kind != SIDE_OK:
+    a = _read_vector(spec, size, writable, predefined, datatype_type, <int64_t*>cnp.PyArray_DATA(cb),
+                     <int64_t*>cnp.PyArray_DATA(db), &elem, &total)
+    if a is None:
         return None
     return _bytes_view(a), cb, db, elem, None, total
 

@@ -132,6 +132,24 @@ cdef object _common_form(object spec, Py_ssize_t size, bint writable, dict prede
     return a
 
 
+
+cdef object _read_vector(object spec, Py_ssize_t size, bint writable, dict predefined, object datatype_type,
+                         int64_t* oc, int64_t* od, int64_t* elem, int64_t* total):
+    """The data array of a vector spec of the common form (``_common_form``), its counts and
+    displacements in bytes in ``oc``/``od`` (every block in the buffer; a receive side's in
+    ascending order), or None: not that form, or not valid (the general reader says why)."""
+    cdef IntVec c, d
+    cdef Py_ssize_t where
+    cdef int64_t nbytes
+    cdef SideCheck check
+    a = _common_form(spec, size, writable, predefined, datatype_type, &c, &d, elem)
+    if a is None:
+        return None
+    nbytes = cnp.PyArray_NBYTES(<cnp.ndarray>a)
+    with nogil:
+        check = _scale_side(c, d, size, elem[0], nbytes, writable, oc, od, &where, total)
+    return a if check == SIDE_OK else None
+
 cdef object _uniform_form(object spec, Py_ssize_t size, bint writable, dict predefined, object datatype_type,
                           int64_t* block):
     """The data array of an ``Alltoall`` spec of the form hot loops pass, a non-empty C-contiguous
