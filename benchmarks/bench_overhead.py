@@ -18,8 +18,8 @@ Columns (us per call, mean over ranks, median of the rounds):
                  the JSON's ``paths`` gives the hits counted in the timed calls), for A in flat, hier, bruck, hier_pairwise, hier_bruck (radix ``--radix``)
   A-repeat       the same, one pattern and the same buffers every call (the plan cache hits)
   A-plan         a persistent ``HierComm.Alltoallv_init(algorithm=A)`` request, Start + Wait
-  flat-new-lists flat-new with counts and displacements as Python lists: the general reader parses
-                 them and the miss runs in Python (the compiled miss path reads arrays only)
+  flat-new-lists flat-new with counts and displacements as Python lists: Python makes them arrays
+                 and the miss runs in Python (the compiled miss path reads arrays only)
 
 ``--json`` also writes ``cpu_s_per_call``: hxmpi's own per-call work for each path, the path's time
 minus the MPI-only columns it contains (``cpu_formula`` in the JSON spells each one), clamped at 0
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
     counts = np.full(size, block, np.int64)
     displs = np.arange(size, dtype=np.int64) * block
     shifted = [displs + k for k in range(PATTERNS)]
-    listed = [d.tolist() for d in shifted]  # flat-new-lists' specs: the general reader parses lists
+    listed = [d.tolist() for d in shifted]  # flat-new-lists' specs: the Python miss path
     cint, dint = counts.astype(np.intc), displs.astype(np.intc)
     specs = ([sbuf, (cint, dint), MPI.BYTE], [rbuf, (cint, dint), MPI.BYTE])
     raw = comm.Alltoallv_init(*specs)

@@ -365,12 +365,42 @@ def parse_vector(spec, size: int, writable: bool, name: str) -> tuple[Side, Opti
 
 
 def _common_vector(spec, size: int, writable: bool) -> Optional[Side]:
-    """The form hot loops pass, ``[ndarray, int64 counts or (counts, displs), predefined datatype]``,
-    read without the general reader, in one compiled pass (``_packing.common_vector``; it is on
-    every call's path). None: not that form, or not valid (the general reader then says why); same
-    result as the general reader otherwise."""
+    """The form hot loops pass, ``[ndarray, counts or (counts, displs)(, datatype)]`` and ``[ndarray,
+    counts, displs, datatype]``, read without the general reader, in one compiled pass
+    (``_packing.common_vector``; it is on every call's path); counts and displacements given as
+    lists of integers are made arrays first. None: not that form, or not valid (the general reader
+    then says why); same result as the general reader otherwise."""
     got = common_vector(spec, size, writable, PREDEFINED, MPI.Datatype)
+    if got is None and type(spec) in (list, tuple) and 2 <= len(spec) <= 4:
+        arrays = _lists_as_arrays(spec)
+        if arrays is not None:
+            got = common_vector(arrays, size, writable, PREDEFINED, MPI.Datatype)
     return None if got is None else Side(*got)
+
+
+def _int_array(values):
+    """``values`` as an int64 array if it is a list of integers (numpy infers an integer dtype for
+    exactly those; bools, floats and integers past 64 bits it does not), else ``values``."""
+    if type(values) is not list:
+        return values
+    arr = np.array(values)
+    return arr.astype(np.int64, copy=False) if arr.ndim == 1 and arr.dtype.kind in "iu" else values
+
+
+def _lists_as_arrays(spec) -> Optional[list]:
+    """The spec with its count and displacement lists as int64 arrays, or None if it has none."""
+    items = list(spec)
+    if len(items) == 4:
+        items[1], items[2] = _int_array(items[1]), _int_array(items[2])
+        changed = items[1] is not spec[1] or items[2] is not spec[2]
+    elif type(items[1]) is tuple and len(items[1]) == 2:  # (counts, displs)
+        counts, displs = items[1]
+        items[1] = (_int_array(counts), _int_array(displs))
+        changed = items[1][0] is not counts or items[1][1] is not displs
+    else:
+        items[1] = _int_array(items[1])
+        changed = items[1] is not spec[1]
+    return items if changed else None
 
 
 def _parse_vector(spec, size: int, writable: bool, name: str) -> tuple[Side, Optional[Problem]]:
