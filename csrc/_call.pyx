@@ -433,7 +433,7 @@ cdef class CallTable:
     cdef char _status[STATUS_BYTES]
     cdef Slot _pending
     cdef int _pending_flags
-    cdef Py_ssize_t _pending_slot
+    cdef object _pending_entry
     cdef public long long tick, misses
     #: calls this table finished itself (clean hits, from entry to return in compiled code)
     cdef readonly long long compiled
@@ -463,7 +463,7 @@ cdef class CallTable:
         self._size = <uint64_t>size
         self.tick = self.misses = self.compiled = self.compiled_misses = self.compiled_rebound = 0
         self.stats, self.state = None, "off"
-        self._pending_flags, self._pending_slot = -1, 0
+        self._pending_flags, self._pending_entry = -1, None
         self._choices = None
 
     def miss_path(self, dict choices, dict codes, long auto_code, frozenset flat_codes, dict predefined,
@@ -537,7 +537,7 @@ cdef class CallTable:
         rec.over_budget = self.cache.held > self.cache.max_bytes
         flags = self._agree()
         if flags & _NOT_CLEAN or flags & _CLEAN != _CLEAN:
-            self._pending, self._pending_flags, self._pending_slot = slot, flags, slot.no
+            self._pending, self._pending_flags, self._pending_entry = slot, flags, slot.entry
             return AGREED
         self.tick += 1
         self.misses = 0
@@ -572,7 +572,7 @@ cdef class CallTable:
         cdef int64_t* rc = sd + n
         cdef int64_t* rd = rc + n
         cdef int* ints = <int*>cnp.PyArray_DATA(self._ints)
-        cdef int64_t elem, sent, received, sn, rn, limit, block = 0
+        cdef int64_t elem, sent, received, sn, rn, limit, block = 0, rblock = 0
         cdef uint64_t h
         cdef long code
         cdef int flags, err
@@ -589,13 +589,13 @@ cdef class CallTable:
         if code != self._auto_code and got not in self._flat_codes:
             return NOT_FOUND
         if uniform:
-            sa = _uniform_form(sendbuf, n, False, self._predefined, self._datatype_type, &block)
-            ra = _uniform_form(recvbuf, n, True, self._predefined, self._datatype_type, &elem)  # its block
+            sa = _uniform_form(sendbuf, n, False, self._predefined, self._datatype_type, &block, &elem)
+            ra = _uniform_form(recvbuf, n, True, self._predefined, self._datatype_type, &rblock, &elem)
             if sa is None or ra is None:
                 return NOT_FOUND
             sn, rn = cnp.PyArray_NBYTES(sa), cnp.PyArray_NBYTES(ra)
             for i in range(n):  # the sides' bytes as the general reader gives them
-                sc[i], sd[i], rc[i], rd[i] = block, i * block, elem, i * elem
+                sc[i], sd[i], rc[i], rd[i] = block, i * block, rblock, i * rblock
             sent = n * block
         else:  # blocks out of order on the receive side too go to the general reader (overlap)
             sa = _read_vector(sendbuf, n, False, self._predefined, self._datatype_type, sc, sd, &elem, &sent)
@@ -624,12 +624,12 @@ cdef class CallTable:
         # pattern, and auto's first pick for a pattern class, or a pick other than flat.
         if flags & (_NOT_CLEAN | BIG) or (flags & _CLEAN != HIT if slot_no else
                                           code == self._auto_code and not self._picked_flat(uniform)):
-            self._pending, self._pending_flags, self._pending_slot = None, flags, slot_no
+            self._pending, self._pending_flags, self._pending_entry = None, flags, entry
             return AGREED
         with nogil:
             # Counts and displacements below INT_LIMIT everywhere: the verdict has no BIG.
             if uniform:
-                err = _alltoall(cnp.PyArray_DATA(sa), <int>block, cnp.PyArray_DATA(ra), <int>elem, self._byte,
+                err = _alltoall(cnp.PyArray_DATA(sa), <int>block, cnp.PyArray_DATA(ra), <int>rblock, self._byte,
                                 self._comm)
             else:
                 for i in range(4 * n):
@@ -697,12 +697,12 @@ cdef class CallTable:
         return self.misses <= 2 * self.cache.max_entries or self.misses % 8 == 0
 
     def take_pending(self):
-        """(slot, verdict bits, slot number) of the last ``AGREED`` call, once: the ``Slot`` that
-        recognised its specs, or None for a call the miss path agreed, with the cache slot this
-        rank agreed with (0: none); (None, -1, 0) when nothing is pending."""
-        slot, flags, no = self._pending, self._pending_flags, self._pending_slot
-        self._pending, self._pending_flags, self._pending_slot = None, -1, 0
-        return slot, flags, no
+        """(slot, verdict bits, entry) of the last ``AGREED`` call, once: the ``Slot`` that
+        recognised its specs, or None for a call the miss path agreed, with the cache entry this
+        rank agreed with (None: none); (None, -1, None) when nothing is pending."""
+        slot, flags, entry = self._pending, self._pending_flags, self._pending_entry
+        self._pending, self._pending_flags, self._pending_entry = None, -1, None
+        return slot, flags, entry
 
     def remember(self, Py_ssize_t no, tuple then, entry, s, r, algorithm, bint validate, bint uniform,
                  run, Program program):
@@ -740,4 +740,4 @@ cdef class CallTable:
     def clear(self):
         """Forget every slot."""
         self._slots = []
-        self._pending, self._pending_flags, self._pending_slot = None, -1, 0
+        self._pending, self._pending_flags, self._pending_entry = None, -1, None

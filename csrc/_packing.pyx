@@ -126,9 +126,9 @@ def common_block(spec, Py_ssize_t size, bint writable, dict predefined, object d
     """The ``Alltoall`` spec form hot loops pass (``_uniform_form``: an ndarray, optionally with a
     predefined datatype, in ``size`` equal blocks), read in one compiled pass: ``common_vector``'s
     result for it, or None when the spec is not that form (the general reader then parses it)."""
-    cdef int64_t block
+    cdef int64_t block, elem
     cdef Py_ssize_t i
-    a = _uniform_form(spec, size, writable, predefined, datatype_type, &block)
+    a = _uniform_form(spec, size, writable, predefined, datatype_type, &block, &elem)
     if a is None:
         return None
     cdef cnp.npy_intp dims = size
@@ -138,5 +138,4 @@ def common_block(spec, Py_ssize_t size, bint writable, dict predefined, object d
     cdef int64_t* d = <int64_t*>cnp.PyArray_DATA(db)
     for i in range(size):
         c[i], d[i] = block, i * block
-    elem = cnp.PyArray_ITEMSIZE(<cnp.ndarray>a) if type(spec) is cnp.ndarray else predefined[spec[1].handle]
     return _bytes_view(a), cb, db, elem, None, size * block

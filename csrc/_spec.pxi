@@ -151,16 +151,16 @@ cdef object _read_vector(object spec, Py_ssize_t size, bint writable, dict prede
     return a if check == SIDE_OK else None
 
 cdef object _uniform_form(object spec, Py_ssize_t size, bint writable, dict predefined, object datatype_type,
-                          int64_t* block):
+                          int64_t* block, int64_t* elem):
     """The data array of an ``Alltoall`` spec of the form hot loops pass, a non-empty C-contiguous
     ndarray or ``[ndarray, datatype]`` (a list or tuple; a predefined datatype, else the buffer's
     items; writable for a receive side) that splits in ``size`` equal blocks of whole elements,
-    with the bytes of one block in ``block``; None for any other spec (the general reader then
-    parses it, and says what is wrong)."""
+    with the bytes of one block in ``block`` and of one element in ``elem``; None for any other
+    spec (the general reader then parses it, and says what is wrong)."""
     cdef cnp.ndarray a
-    cdef int64_t elem, nbytes
+    cdef int64_t nbytes
     datatype = None
-    block[0] = 0
+    block[0], elem[0] = 0, 1
     t = type(spec)
     if t is list or t is tuple:
         if len(spec) != 2:
@@ -177,13 +177,13 @@ cdef object _uniform_form(object spec, Py_ssize_t size, bint writable, dict pred
     if not cnp.PyArray_IS_C_CONTIGUOUS(a) or nbytes == 0 or (writable and not cnp.PyArray_ISWRITEABLE(a)):
         return None
     if datatype is None:
-        elem = cnp.PyArray_ITEMSIZE(a)
+        elem[0] = cnp.PyArray_ITEMSIZE(a)
     else:
         got = predefined.get(datatype.handle)
         if got is None:
             return None
-        elem = got
-    if nbytes % elem or (nbytes // elem) % size:
+        elem[0] = got
+    if nbytes % elem[0] or (nbytes // elem[0]) % size:
         return None
-    block[0] = nbytes // elem // size * elem
+    block[0] = nbytes // elem[0] // size * elem[0]
     return a

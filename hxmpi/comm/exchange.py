@@ -32,7 +32,7 @@ from mpi4py import MPI
 
 from ..errors import CpuFileError, ExchangeError, HxmpiError, agree
 from . import transfer
-from ._agree import buffer_id
+from ._agree import buffer_id, pattern_key
 from ._call import AGREED, DONE, KEEP, CallTable, Saved
 from .agreement import Agreed, Agreement
 from .bruck import Bruck, Pairwise
@@ -178,7 +178,7 @@ class HierComm:
         returned). A miss it ran whose pattern the cache keeps is kept here; one it agreed, a
         recognised call that is not a clean hit or a miss it does not run, is concluded here; any
         other is parsed and agreed."""
-        slot, flags, slot_no = self._calls.take_pending() if done == AGREED else (None, None, 0)
+        slot, flags, entry = self._calls.take_pending() if done == AGREED else (None, None, None)
         if slot is not None:
             s, r, entry = slot.s, slot.r, slot.entry
             agreed = self._agreement.conclude(flags, None, 2 * self._code(algorithm) + uniform, bool(validate), "",
@@ -190,12 +190,11 @@ class HierComm:
             settings = (self._code(algorithm), bool(validate), 0, uniform)
             agreed = Agreed(self._calls.last_flags, 0, self._agreement.sums)
             algo, radix = self._resolve(settings[0], agreed, uniform)
-            _, key = self.plan_cache.lookup((s.counts, s.displs, r.counts, r.displs), settings)
-            self._keep(CacheEntry(0, (s.counts, s.displs, r.counts, r.displs), settings, algo, agreed.big,
-                                  key=key, radix=radix), s, r)
+            parts = (s.counts, s.displs, r.counts, r.displs)
+            self._keep(CacheEntry(0, parts, settings, algo, agreed.big, key=pattern_key(parts), radix=radix), s, r)
             return
         self._one_shot(s, r, problem, algorithm, validate, uniform, sendbuf is not MPI.IN_PLACE,
-                       specs=(sendbuf, recvbuf), agreed_as=None if flags is None else (flags, slot_no))
+                       specs=(sendbuf, recvbuf), agreed_as=None if flags is None else (flags, entry))
 
     def Alltoallv_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
         """Persistent All to All Scatter/Gather Vector (MPI-4 style): validate, agree and plan once.
@@ -283,22 +282,22 @@ class HierComm:
 
         ``specs``: the (send, receive) specs the sides were parsed from, which the compiled path
         learns to recognise once the pattern is seen again (None: nothing to recognise);
-        ``agreed_as``: (verdict bits, this rank's cache slot) of the agreement the compiled path
-        already made for this call."""
+        ``agreed_as``: (verdict bits, the cache entry this rank agreed with or None) of the
+        agreement the compiled path already made for this call."""
         cache = self.plan_cache
         entry = key = None
         settings = (self._code(algorithm), bool(validate), kind, uniform)
-        if problem is None and cacheable and cache.max_entries:
-            entry, key = cache.lookup((s.counts, s.displs, r.counts, r.displs), settings)
-        if agreed_as is not None:
-            flags, slot = agreed_as
-            if (entry.slot if entry is not None else 0) != slot:  # the compiled path looked up the same
-                raise RuntimeError(f"hxmpi: the compiled path agreed with cache slot {slot}, the lookup found "
-                                   f"{entry.slot if entry is not None else 0}")
+        parts = (s.counts, s.displs, r.counts, r.displs)
+        findable = problem is None and cacheable and cache.max_entries
+        if agreed_as is not None:  # no second lookup: the entry is the one this rank agreed with
+            flags, entry = agreed_as
+            key = pattern_key(parts) if findable else None
             agreed = self._agreement.conclude(flags, problem, 2 * settings[0] + uniform, bool(validate), kind_text,
-                                              s.counts, r.counts, slot)
+                                              s.counts, r.counts, entry.slot if entry is not None else 0)
             self._conclude(agreed, s, r, entry, key, settings, cacheable, specs, algorithm)
             return
+        if findable:
+            entry, key = cache.lookup(parts, settings)
         same = entry is not None and entry.bound == self._identity(s, r)
         agreed = self._agree_call(s, r, problem, settings[0], algorithm, validate, entry.slot if entry else 0,
                                   same, kind, kind_text, uniform)
