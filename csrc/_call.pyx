@@ -12,6 +12,10 @@ calls and without the GIL while MPI works. Every other call, and a recognised ca
 is not a clean hit, goes on in Python (``HierComm._general``), which also fills and empties the
 table.
 
+Misses of the common spec form (``CallTable.miss_path``) are parsed, agreed and run here too, flat
+(``MPI_Alltoallv``/``MPI_Alltoall``) or hierarchical with plain lanes (``HierOnce``: the node
+``MPI_Allgather``, the plan, ``MPI_Ialltoallv`` per lane, the node barrier or phase 2).
+
 MPI is reached through ``MPI_Start`` and ``MPI_Wait`` pointers that ``dlsym`` finds through the
 mpi4py extension that is loaded (``docs/performance/exchange.md``, "Reaching MPI from compiled
 code"): both take request handles by pointer, alike in every MPI family, so this module needs no
@@ -40,12 +44,22 @@ ctypedef int (*alltoallv_ptr_t)(const void*, const int*, const int*, void*, void
                                 void*, void*) noexcept nogil
 ctypedef int (*alltoallv_int_t)(const void*, const int*, const int*, int, void*, const int*, const int*,
                                 int, int) noexcept nogil
+# MPI_Alltoall and MPI_Allgather have one signature.
 ctypedef int (*alltoall_ptr_t)(const void*, int, void*, void*, int, void*, void*) noexcept nogil
 ctypedef int (*alltoall_int_t)(const void*, int, int, void*, int, int, int) noexcept nogil
+ctypedef int (*ialltoallv_ptr_t)(const void*, const int*, const int*, void*, void*, const int*, const int*,
+                                 void*, void*, void*) noexcept nogil
+ctypedef int (*ialltoallv_int_t)(const void*, const int*, const int*, int, void*, const int*, const int*,
+                                 int, int, void*) noexcept nogil
+ctypedef int (*barrier_ptr_t)(void*) noexcept nogil
+ctypedef int (*barrier_int_t)(int) noexcept nogil
 cdef start_t _mpi_start = NULL
 cdef wait_t _mpi_wait = NULL
 cdef void* _mpi_alltoallv = NULL
 cdef void* _mpi_alltoall = NULL
+cdef void* _mpi_ialltoallv = NULL
+cdef void* _mpi_allgather = NULL
+cdef void* _mpi_barrier = NULL
 cdef int _handle_bytes = 0   # 8 or 4 (the miss path's MPI_Alltoallv is used only then)
 
 cdef enum:
@@ -53,7 +67,8 @@ cdef enum:
 
 
 cdef _resolve():
-    global _mpi_start, _mpi_wait, _mpi_alltoallv, _mpi_alltoall, _handle_bytes
+    global _mpi_start, _mpi_wait, _mpi_alltoallv, _mpi_alltoall, _handle_bytes, _mpi_ialltoallv, _mpi_allgather
+    global _mpi_barrier
     path = MPI.__file__.encode()
     handle = dlopen(path, RTLD_LAZY)  # already loaded: the same handle, its libmpi among its dependencies
     if handle != NULL:
@@ -61,6 +76,9 @@ cdef _resolve():
         _mpi_wait = <wait_t>dlsym(handle, "MPI_Wait")
         _mpi_alltoallv = dlsym(handle, "MPI_Alltoallv")
         _mpi_alltoall = dlsym(handle, "MPI_Alltoall")
+        _mpi_ialltoallv = dlsym(handle, "MPI_Ialltoallv")
+        _mpi_allgather = dlsym(handle, "MPI_Allgather")
+        _mpi_barrier = dlsym(handle, "MPI_Barrier")
     if _mpi_start == NULL or _mpi_wait == NULL:
         raise ImportError(f"hxmpi: MPI_Start and MPI_Wait not found through {path.decode()} (mpi4py's extension)")
     if MPI._sizeof(MPI.Status) > STATUS_BYTES:
@@ -95,10 +113,45 @@ cdef int _alltoall(const void* sbuf, int scount, void* rbuf, int rcount, uint64_
     return (<alltoall_int_t>_mpi_alltoall)(sbuf, scount, <int><uint32_t>datatype, rbuf, rcount,
                                            <int><uint32_t>datatype, <int><uint32_t>comm)
 
+
+cdef int _ialltoallv(const void* sbuf, const int* sc, const int* sd, void* rbuf, const int* rc, const int* rd,
+                     uint64_t datatype, uint64_t comm, uint64_t* request) noexcept nogil:
+    """MPI_Ialltoallv (as ``_alltoallv``); the request handle goes to ``request``, zeroed first (an
+    MPICH handle fills its low 4 bytes, which ``MPI_Wait`` reads back from the same address)."""
+    request[0] = 0
+    if _handle_bytes == 8:
+        return (<ialltoallv_ptr_t>_mpi_ialltoallv)(sbuf, sc, sd, <void*><uintptr_t>datatype, rbuf, rc, rd,
+                                                   <void*><uintptr_t>datatype, <void*><uintptr_t>comm, request)
+    return (<ialltoallv_int_t>_mpi_ialltoallv)(sbuf, sc, sd, <int><uint32_t>datatype, rbuf, rc, rd,
+                                               <int><uint32_t>datatype, <int><uint32_t>comm, request)
+
+
+cdef int _allgather(const void* sbuf, int count, void* rbuf, uint64_t datatype, uint64_t comm) noexcept nogil:
+    """MPI_Allgather of ``count`` ``datatype`` elements per rank (as ``_alltoallv``)."""
+    if _handle_bytes == 8:
+        return (<alltoall_ptr_t>_mpi_allgather)(sbuf, count, <void*><uintptr_t>datatype, rbuf, count,
+                                                <void*><uintptr_t>datatype, <void*><uintptr_t>comm)
+    return (<alltoall_int_t>_mpi_allgather)(sbuf, count, <int><uint32_t>datatype, rbuf, count,
+                                            <int><uint32_t>datatype, <int><uint32_t>comm)
+
+
+cdef int _barrier(uint64_t comm) noexcept nogil:
+    """MPI_Barrier (as ``_alltoallv``)."""
+    if _handle_bytes == 8:
+        return (<barrier_ptr_t>_mpi_barrier)(<void*><uintptr_t>comm)
+    return (<barrier_int_t>_mpi_barrier)(<int><uint32_t>comm)
+
+
 #: ``CallTable.call``'s results: not recognised (nothing communicated), agreed but not a clean hit
 #: or a miss the compiled path does not run (``take_pending``), done, done as a miss whose pattern
 #: the plan cache keeps (``last_flags``: its verdict).
 NOT_FOUND, AGREED, DONE, KEEP = 0, 1, 2, 3
+
+cdef enum:
+    # How ``CallTable._miss`` runs an agreed miss.
+    ROUTE_PYTHON = 0
+    ROUTE_FLAT = 1
+    ROUTE_HIER = 2
 
 cdef int _NOT_CLEAN = PROBLEM | SETTINGS | PAIRS | ANY_OVER_BUDGET
 cdef int _CLEAN = HIT | ALL_SAME_BUFFERS
@@ -395,6 +448,251 @@ cdef class Program:
         self._requests, self._n = None, 0
 
 
+cdef struct CopyList:
+    const int64_t* src
+    const int64_t* dst
+    const int64_t* length
+    Py_ssize_t n
+
+
+cdef struct HierArrays:
+    # One hierarchical plan as ``HierRun`` runs it (``hxmpi/comm/runs.py``'s ``HierPlan``, bytes):
+    # its copy lists, and its phase vectors (lanes x nodes for phase 1, node size for phase 2).
+    int64_t base            # >= 0: phase 1 sends from the send buffer (at ``send_displs`` + ``shift``)
+    int64_t shift           # what ``send_displs`` lacks of the send buffer's offsets (the planner's: base)
+    CopyList pack, self_copy, own, out, rep, unp
+    const int64_t* node_bytes
+    const int64_t* send_displs
+    const int64_t* lane_rc
+    const int64_t* lane_rd
+    const int64_t* p2_sc
+    const int64_t* p2_sd
+    const int64_t* p2_rc
+    const int64_t* p2_rd
+
+
+cdef inline CopyList _copy_of(const int64_t* src, const int64_t* dst, const int64_t* length, Py_ssize_t n) noexcept:
+    cdef CopyList c
+    c.src, c.dst, c.length, c.n = src, dst, length, n
+    return c
+
+
+cdef inline const int64_t* _i64(object arr, Py_ssize_t n, str name) except NULL:
+    """The data of a contiguous int64 array of ``n`` items (ValueError naming ``name`` otherwise)."""
+    if type(arr) is not np.ndarray or cnp.PyArray_TYPE(<cnp.ndarray>arr) != cnp.NPY_INT64 \
+            or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>arr) or cnp.PyArray_SIZE(<cnp.ndarray>arr) != n:
+        raise ValueError(f"HierOnce: {name} must be a contiguous int64 array of {n} items")
+    return <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>arr)
+
+
+cdef CopyList _plan_list(object lst, str name) except *:
+    """A ``HierPlan`` copy list (src, dst, length arrays) as a ``CopyList``."""
+    cdef Py_ssize_t n = len(lst[2])
+    return _copy_of(_i64(lst[0], n, name), _i64(lst[1], n, name), _i64(lst[2], n, name), n)
+
+
+cdef inline bint _outside(const CopyList* c, int64_t src_len, int64_t dst_len) noexcept nogil:
+    """Whether a block of ``c`` lies outside ``src_len`` or ``dst_len`` bytes."""
+    cdef int64_t total
+    return c.n > 0 and _first_outside(c.src, c.dst, c.length, c.n, src_len, dst_len, &total) >= 0
+
+
+cdef class HierOnce:
+    """The one-shot hierarchical exchange with plain lanes (one ``MPI_Ialltoallv`` per served lane),
+    compiled: every copy and MPI call of ``HierRun`` in order, without the GIL and with no Python
+    between them. ``HierRun.run`` uses it for a one-shot run of ``Transfer`` lanes off the
+    large-count path, and ``CallTable`` for a miss it runs hierarchically, straight from the
+    planner's arrays.
+
+    The MPI calls are the ones ``HierRun``'s steps make, nonblocking where its phases are
+    (``Ialltoallv``), blocking where its node barrier is, so a rank that runs the Python steps
+    matches one that runs these. ``planner``: the rank's ``HierPlanner``; ``mode``: its node phase
+    (``hxmpi.comm.plan.NODE_PHASES``); ``shm``: that is the shared window's; ``served_lanes``: ``Topology.served_lanes``; ``intra``: the node's
+    communicator; ``byte``: ``MPI.BYTE``.
+    """
+    cdef readonly object planner
+    cdef readonly int mode
+    cdef readonly bint shm
+    cdef Py_ssize_t nlanes, nodes, g, size
+    cdef int64_t local
+    cdef uint64_t intra, byte
+    cdef uint64_t* comms
+    cdef int64_t* lane_no
+    cdef int* ints
+    cdef uint64_t* requests
+    cdef char status[STATUS_BYTES]
+    cdef object keep
+    cdef HierArrays planned   # the planner's arrays (``base``, ``rep.n`` and the self copy per plan)
+
+    def __cinit__(self, planner, int mode, bint shm, served_lanes, intra, byte):
+        cdef Py_ssize_t i, p, n, g
+        cdef HierArrays* h = &self.planned
+        if _handle_bytes == 0 or _mpi_ialltoallv == NULL or _mpi_allgather == NULL or _mpi_barrier == NULL:
+            raise NotImplementedError("HierOnce: this MPI's handles cannot be passed from compiled code")
+        self.planner, self.mode, self.shm = planner, mode, shm
+        self.size, self.nodes, self.g, self.local = planner.size, planner.num_nodes, planner.g, planner.local
+        self.nlanes = len(served_lanes)
+        p, n, g = self.size, self.nodes, self.g
+        self.keep = (served_lanes, intra, byte)
+        self.comms = <uint64_t*>malloc(max(self.nlanes, 1) * sizeof(uint64_t))
+        self.lane_no = <int64_t*>malloc(max(self.nlanes, 1) * sizeof(int64_t))
+        self.requests = <uint64_t*>malloc((self.nlanes + 1) * sizeof(uint64_t))
+        self.ints = <int*>malloc((4 * self.nlanes * n + 4 * g + 1) * sizeof(int))
+        if self.comms == NULL or self.lane_no == NULL or self.requests == NULL or self.ints == NULL:
+            raise MemoryError()
+        for i, (lane, comm) in enumerate(served_lanes):
+            self.lane_no[i], self.comms[i] = lane, <uint64_t>comm.handle
+        self.intra, self.byte = <uint64_t>intra.handle, <uint64_t>byte.handle
+        pl = planner
+        h.pack = _copy_of(_i64(pl.pack_src, p, "pack_src"), _i64(pl.pack_dst, p, "pack_dst"),
+                          _i64(pl.pack_len, p, "pack_len"), p)
+        h.own = _copy_of(_i64(pl.own_src, g, "own_src"), _i64(pl.own_dst, g, "own_dst"), _i64(pl.own_len, g, "own_len"), g)
+        h.out = _copy_of(_i64(pl.out_src, p, "out_src"), _i64(pl.out_dst, p, "out_dst"), _i64(pl.out_len, p, "out_len"), p)
+        h.rep = _copy_of(_i64(pl.rep_src, g * p, "rep_src"), _i64(pl.rep_dst, g * p, "rep_dst"),
+                         _i64(pl.rep_len, g * p, "rep_len"), 0)
+        h.unp = _copy_of(_i64(pl.unp_src, p, "unp_src"), _i64(pl.unp_dst, p, "unp_dst"), _i64(pl.unp_len, p, "unp_len"), p)
+        h.node_bytes, h.send_displs = _i64(pl.node_bytes, n, "node_bytes"), _i64(pl.node_displs, n, "node_displs")
+        h.lane_rc = _i64(pl.p1_rc, self.nlanes * n, "p1_rc")
+        h.lane_rd = _i64(pl.p1_rd, self.nlanes * n, "p1_rd")
+        h.p2_sc, h.p2_sd = _i64(pl.p2_sc, g, "p2_sc"), _i64(pl.p2_sd, g, "p2_sd")
+        h.p2_rc, h.p2_rd = _i64(pl.p2_rc, g, "p2_rc"), _i64(pl.p2_rd, g, "p2_rd")
+
+    def __dealloc__(self):
+        free(self.comms)
+        free(self.lane_no)
+        free(self.requests)
+        free(self.ints)
+
+    def run(self, plan, cnp.ndarray send not None, cnp.ndarray recv not None, cnp.ndarray a not None,
+            cnp.ndarray buf not None):
+        """Run ``plan`` (a ``HierPlan``) once on these buffers (contiguous uint8: the caller's send
+        and receive views, the pack/phase-2 scratch, and the phase-1 buffer or window)."""
+        cdef HierArrays h
+        cdef Py_ssize_t n = self.nodes, g = self.g
+        if plan.mode != self.mode:
+            raise ValueError("HierOnce.run: the plan's node phase is not this runner's")
+        h.base, h.shift = plan.base, 0
+        h.pack = _plan_list(plan.pack, "pack") if plan.pack is not None else _copy_of(NULL, NULL, NULL, 0)
+        h.self_copy = _plan_list(plan.self_copy, "self_copy")
+        h.own, h.out = _plan_list(plan.own, "own"), _plan_list(plan.out, "out")
+        h.rep = _plan_list(plan.rep, "rep") if plan.rep is not None else _copy_of(NULL, NULL, NULL, 0)
+        h.unp = _plan_list(plan.unp, "unp") if plan.unp is not None else _copy_of(NULL, NULL, NULL, 0)
+        h.node_bytes, h.send_displs = _i64(plan.node_bytes, n, "node_bytes"), _i64(plan.send_displs, n, "send_displs")
+        h.lane_rc = _i64(plan.lane_rc, self.nlanes * n, "lane_rc")
+        h.lane_rd = _i64(plan.lane_rd, self.nlanes * n, "lane_rd")
+        p2 = plan.p2
+        h.p2_sc, h.p2_sd = _i64(p2[0], g, "p2 send counts"), _i64(p2[1], g, "p2 send displs")
+        h.p2_rc, h.p2_rd = _i64(p2[2], g, "p2 receive counts"), _i64(p2[3], g, "p2 receive displs")
+        for arr, writable in ((send, False), (recv, True), (a, True), (buf, True)):
+            if cnp.PyArray_TYPE(arr) != cnp.NPY_UINT8 or not cnp.PyArray_IS_C_CONTIGUOUS(arr) \
+                    or (writable and not cnp.PyArray_ISWRITEABLE(arr)):
+                raise ValueError("HierOnce.run: buffers must be contiguous uint8 (the targets writable)")
+        self.execute(&h, <const unsigned char*>cnp.PyArray_DATA(send), cnp.PyArray_NBYTES(send),
+                     <unsigned char*>cnp.PyArray_DATA(recv), cnp.PyArray_NBYTES(recv), a, buf)
+
+    cdef int execute(self, HierArrays* h, const unsigned char* s, int64_t sn, unsigned char* r, int64_t rn,
+                     cnp.ndarray a, cnp.ndarray buf) except -1:
+        """Check every copy list against its buffers (``sn``, ``rn``: the send and receive bytes;
+        ``a``, ``buf``: contiguous uint8 scratch), then run the plan (see the class docstring)."""
+        cdef unsigned char* sa = <unsigned char*>cnp.PyArray_DATA(a)
+        cdef unsigned char* b = <unsigned char*>cnp.PyArray_DATA(buf)
+        cdef int64_t an = cnp.PyArray_NBYTES(a), bn = cnp.PyArray_NBYTES(buf)
+        cdef int err
+        if (h.base < 0 and _outside(&h.pack, sn, an)) or _outside(&h.self_copy, sn, rn) \
+                or _outside(&h.own, sn, bn if self.shm else an) or _outside(&h.out, bn, rn) \
+                or (not self.shm and (_outside(&h.rep, bn, an) or _outside(&h.unp, bn, rn))):
+            raise ValueError(f"HierOnce: a copy block lies outside its buffers (send {sn} B, receive {rn} B, "
+                             f"scratch {an} B, phase-1 buffer {bn} B)")
+        with nogil:
+            err = self._steps(h, s, r, sa, b)
+        if err:
+            raise MPI.Exception(err)
+        return 0
+
+    cdef int _steps(self, HierArrays* h, const unsigned char* s, unsigned char* r, unsigned char* a,
+                    unsigned char* buf) noexcept nogil:
+        """``HierRun._describe``'s steps, in its order; the first MPI error code, or 0."""
+        cdef int err
+        if h.base < 0:
+            _copy_list(a, s, h.pack.src, h.pack.dst, h.pack.length, h.pack.n)
+        _copy_list(r, s, h.self_copy.src, h.self_copy.dst, h.self_copy.length, h.self_copy.n)
+        if self.shm:
+            _copy_list(buf, s, h.own.src, h.own.dst, h.own.length, h.own.n)
+            err = self._lanes(h, s if h.base >= 0 else a, buf)
+            if not err:
+                err = self._node_barrier()   # every rank's own blocks and phase-1 segments are in place
+            if not err:
+                _copy_list(r, buf, h.out.src, h.out.dst, h.out.length, h.out.n)
+                err = self._node_barrier()   # nobody reads the window any more
+            return err
+        err = self._lanes(h, s if h.base >= 0 else a, buf)
+        if err:
+            return err
+        _copy_list(a, buf, h.rep.src, h.rep.dst, h.rep.length, h.rep.n)
+        _copy_list(a, s, h.own.src, h.own.dst, h.own.length, h.own.n)
+        _copy_list(r, buf, h.out.src, h.out.dst, h.out.length, h.out.n)
+        err = self._node_phase(h, a, buf)
+        if not err:
+            _copy_list(r, buf, h.unp.src, h.unp.dst, h.unp.length, h.unp.n)
+        return err
+
+    cdef int _lanes(self, HierArrays* h, const unsigned char* send, unsigned char* buf) noexcept nogil:
+        """Phase 1: one ``MPI_Ialltoallv`` per served lane (the native one sends this node's
+        segments, the others nothing), then wait for all."""
+        cdef Py_ssize_t li, k, n = self.nodes
+        cdef int* v
+        cdef int err
+        for li in range(self.nlanes):
+            v = self.ints + 4 * n * li
+            for k in range(n):
+                if self.lane_no[li] == self.local:
+                    v[k], v[n + k] = <int>h.node_bytes[k], <int>(h.send_displs[k] + h.shift)
+                else:
+                    v[k], v[n + k] = 0, 0
+                v[2 * n + k], v[3 * n + k] = <int>h.lane_rc[li * n + k], <int>h.lane_rd[li * n + k]
+            err = _ialltoallv(send, v, v + n, buf, v + 2 * n, v + 3 * n, self.byte, self.comms[li],
+                              &self.requests[li])
+            if err:
+                return err
+        for li in range(self.nlanes):
+            err = _mpi_wait(&self.requests[li], self.status)
+            if err:
+                return err
+        return 0
+
+    cdef int _node_phase(self, HierArrays* h, const unsigned char* a, unsigned char* buf) noexcept nogil:
+        """Phase 2 (``MODE_MPI``): the node's ``MPI_Ialltoallv``, waited for."""
+        cdef Py_ssize_t k, g = self.g
+        cdef int* v = self.ints + 4 * self.nodes * self.nlanes
+        cdef int err
+        for k in range(g):
+            v[k], v[g + k], v[2 * g + k], v[3 * g + k] = <int>h.p2_sc[k], <int>h.p2_sd[k], <int>h.p2_rc[k], <int>h.p2_rd[k]
+        err = _ialltoallv(a, v, v + g, buf, v + 2 * g, v + 3 * g, self.byte, self.intra, &self.requests[self.nlanes])
+        if not err:
+            err = _mpi_wait(&self.requests[self.nlanes], self.status)
+        return err
+
+    cdef int _node_barrier(self) noexcept nogil:
+        """The node window's barrier (``NodeWindow.barrier``): full memory fences around
+        ``MPI_Barrier`` (what ``MPI_Win_sync`` is on a shared-memory window, see ``_run_steps``)."""
+        cdef int err
+        hx_fence()
+        err = _barrier(self.intra)
+        hx_fence()
+        return err
+
+    cdef int run_planned(self, int64_t base, int64_t nrep, const int64_t* sc, const int64_t* sd, const int64_t* rd,
+                         Py_ssize_t me, cnp.ndarray send, cnp.ndarray recv, cnp.ndarray a, cnp.ndarray buf) except -1:
+        """Run the planner's current plan (``base`` and ``nrep`` from its ``plan``; ``sc``, ``sd``,
+        ``rd``: the sides it planned, bytes, for the self copy) on the caller's contiguous arrays
+        (``recv`` writable) and contiguous uint8 scratch."""
+        cdef HierArrays* h = &self.planned
+        h.base, h.shift, h.rep.n = base, (base if base > 0 else 0), nrep
+        h.self_copy = _copy_of(sd + me, rd + me, sc + me, 1)
+        return self.execute(h, <const unsigned char*>cnp.PyArray_DATA(send), cnp.PyArray_NBYTES(send),
+                            <unsigned char*>cnp.PyArray_DATA(recv), cnp.PyArray_NBYTES(recv), a, buf)
+
+
 cdef class Slot:
     """What recognises one cached pattern's specs and runs its bound run (see the module docstring)."""
     cdef readonly Py_ssize_t no
@@ -423,7 +721,8 @@ cdef class CallTable:
     Once ``miss_path`` has configured it, a call that no slot recognises but whose specs have the
     common form (``_common_form``, ``_uniform_form``) is parsed, agreed and, where it runs flat,
     run here too (``MPI_Alltoallv`` on reused count arrays, or ``MPI_Alltoall``): a pattern the
-    cache does not hold (a miss), or one a flat entry holds, on new buffers (a hit, rebound).
+    cache does not hold (a miss), or one a flat entry holds, on new buffers (a hit, rebound). Once
+    ``hier_path`` has, a miss that runs "hier" runs here as well (``HierOnce``).
     """
     cdef list _slots
     cdef object agreement, cache, scratch, window
@@ -451,6 +750,14 @@ cdef class CallTable:
     cdef uint64_t _key_a, _key_b, _byte, _comm
     cdef int64_t _kib_cap
     cdef cnp.ndarray _parsed, _ints, _stats_counts
+    # Hierarchical misses (``hier_path``): None until configured.
+    cdef HierOnce _hier
+    cdef object _hier_codes, _hier_stats, _sides
+    cdef uint64_t _int64
+    cdef object _copied
+    #: what every rank of this node receives from every rank (node size x world size, int64 bytes):
+    #: the node ``Allgather`` of a hierarchical miss run here, what its plan was made from
+    cdef readonly cnp.ndarray rc_node
 
     def __init__(self, agreement, cache, scratch, window, Py_ssize_t size):
         self._slots = []
@@ -465,6 +772,21 @@ cdef class CallTable:
         self.stats, self.state = None, "off"
         self._pending_flags, self._pending_entry = -1, None
         self._choices = None
+        self._hier = None
+
+    def hier_path(self, HierOnce once not None, frozenset codes, stats, int64_type):
+        """Let the miss path also run misses hierarchically (call after ``miss_path``): those of
+        ``codes`` (the algorithm codes that run "hier" with ``Transfer`` lanes) and auto's picks of
+        "hier", through ``once``. ``stats``: the ``ExchangeStats`` such a run leaves (``copied``
+        set by each; its node arrays are the planner's); ``int64_type``: ``MPI.INT64_T``, the node
+        ``Allgather``'s datatype (``HierComm._hier_plan``'s)."""
+        if self._choices is None:
+            return
+        n = self._size
+        self._hier, self._hier_codes, self._hier_stats = once, codes, stats
+        self._int64 = <uint64_t>int64_type.handle
+        self.rc_node = np.zeros((once.g, n), np.int64)
+        self._sides = tuple(self._parsed[i * n:(i + 1) * n] for i in range(4))
 
     def miss_path(self, dict choices, dict codes, long auto_code, frozenset flat_codes, dict predefined,
                   datatype_type, limits, Py_ssize_t me, tuple key, int64_t kib_cap, comm, byte, stats):
@@ -575,7 +897,7 @@ cdef class CallTable:
         cdef int64_t elem, sent, received, sn, rn, limit, block = 0, rblock = 0
         cdef uint64_t h
         cdef long code
-        cdef int flags, err
+        cdef int flags, err, route
         cdef bint big
         cdef Record* rec = <Record*>cnp.PyArray_DATA(self._record)
         cdef cnp.ndarray sa, ra
@@ -586,7 +908,8 @@ cdef class CallTable:
         if got is None:
             return NOT_FOUND
         code = got
-        if code != self._auto_code and got not in self._flat_codes:
+        if code != self._auto_code and got not in self._flat_codes \
+                and (self._hier is None or got not in self._hier_codes):
             return NOT_FOUND
         if uniform:
             sa = _uniform_form(sendbuf, n, False, self._predefined, self._datatype_type, &block, &elem)
@@ -621,11 +944,17 @@ cdef class CallTable:
         flags = self._agree()
         # On in Python: a failed verdict, the large-count path, eviction, a hit on the buffers its
         # entry was last used with (bound for good there), a miss anywhere of a rank's cached
-        # pattern, and auto's first pick for a pattern class, or a pick other than flat.
-        if flags & (_NOT_CLEAN | BIG) or (flags & _CLEAN != HIT if slot_no else
-                                          code == self._auto_code and not self._picked_flat(uniform)):
+        # pattern, and auto's first pick for a pattern class, or a pick other than flat or hier.
+        route = ROUTE_FLAT if slot_no or flags & (_NOT_CLEAN | BIG) else self._route(code, uniform)
+        if flags & (_NOT_CLEAN | BIG) or (flags & _CLEAN != HIT if slot_no else route == ROUTE_PYTHON):
             self._pending, self._pending_flags, self._pending_entry = None, flags, entry
             return AGREED
+        if route == ROUTE_HIER:
+            self._run_hier(sa, ra)
+            self.tick += 1
+            self._hier_stats.copied = self._copied
+            self.stats = self._hier_stats
+            return self._missed(flags)
         with nogil:
             # Counts and displacements below INT_LIMIT everywhere: the verdict has no BIG.
             if uniform:
@@ -649,12 +978,43 @@ cdef class CallTable:
             self.state = "hit-rebound"
             self.compiled_rebound += 1
             return DONE
+        return self._missed(flags)
+
+    cdef int _missed(self, int flags) except -1:
+        """Count a miss run here; ``KEEP`` where the cache keeps its pattern, else ``DONE``."""
         self.state = "miss" if self.cache.max_entries else "off"
         self.compiled_misses += 1
         if self.count_miss() and self.cache.max_entries:
             self.last_flags = flags
             return KEEP
         return DONE
+
+    cdef int _route(self, long code, bint uniform) except -1:
+        """How an agreed clean miss of ``code`` runs: flat or hierarchical here, or in Python
+        (auto's first pick for a pattern class, or a pick of another algorithm)."""
+        if code == self._auto_code:
+            pick = self._picked(uniform)
+            if pick == "flat":
+                return ROUTE_FLAT
+            return ROUTE_HIER if pick == "hier" and self._hier is not None else ROUTE_PYTHON
+        return ROUTE_FLAT if code in self._flat_codes else ROUTE_HIER
+
+    cdef int _run_hier(self, cnp.ndarray sa, cnp.ndarray ra) except -1:
+        """A miss run hierarchically: the node ``Allgather`` of the receive counts, the plan, the
+        scratch, then ``HierOnce`` (the sides are in ``_parsed``)."""
+        cdef HierOnce h = self._hier
+        cdef Py_ssize_t n = self._size
+        cdef int64_t* sc = <int64_t*>cnp.PyArray_DATA(self._parsed)
+        cdef int err
+        with nogil:
+            err = _allgather(sc + 2 * n, <int>n, cnp.PyArray_DATA(self.rc_node), self._int64, h.intra)
+        if err:
+            raise MPI.Exception(err)
+        base, pack_bytes, buf_bytes, p2_bytes, nrep, self._copied = h.planner.plan(
+            h.mode, *self._sides, self.rc_node)
+        a = self.scratch.get("a", max(pack_bytes if base < 0 else 0, p2_bytes))
+        buf = self.window.ensure(buf_bytes) if h.shm else self.scratch.get("b", buf_bytes)
+        return h.run_planned(base, nrep, sc, sc + n, sc + 3 * n, self._me, sa, ra, a, buf)
 
     cdef bint _rebinds(self, entry, long code, bint validate, bint uniform) except -1:
         """Whether a call of these settings and of the parsed pattern may run cached ``entry`` here:
@@ -680,14 +1040,14 @@ cdef class CallTable:
                                                <size_t>cnp.PyArray_DATA(ra), cnp.PyArray_NBYTES(ra),
                                                self.scratch.generation, self._window_generation())
 
-    cdef bint _picked_flat(self, bint uniform) except -1:
-        """Whether auto's memoised pick for the agreed pattern's class is flat (no pick yet: False)."""
+    cdef object _picked(self, bint uniform):
+        """Auto's memoised pick (algorithm name) for the agreed pattern's class, or None (none yet)."""
         cdef const Record* t = <const Record*>cnp.PyArray_DATA(self._sums)
         key = ("oneshot", <Py_ssize_t>self._size, uniform, _quarter_log2(<double>t.bytes),
                _quarter_log2(<double>t.messages), _quarter_log2(<double>t.recv_kib_sq),
                _quarter_log2(<double>t.pairwise))
         pick = self._choices.get(key)
-        return pick is not None and pick[0] == "flat"
+        return pick[0] if pick is not None else None
 
     def count_miss(self):
         """Count an agreed miss; whether the cache keeps its pattern. A long run of misses (a new

@@ -5,6 +5,8 @@ from mpi4py import MPI
 from support import layouts
 
 from hxmpi import ExchangeError, HierComm
+from hxmpi.comm.msgspec import Side
+from hxmpi.comm.plan import exclusive_cumsum
 
 pytestmark = pytest.mark.mpi
 
@@ -161,14 +163,16 @@ def test_repeated_calls_run_the_compiled_path(comm, cached, layout, phase, algor
 
 
 @pytest.mark.parametrize("algorithm", ["flat", "hier", "auto"])
-@pytest.mark.parametrize("layout", ["irregular", "one_node"])
-def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm):
+@pytest.mark.parametrize("layout", ["irregular", "round_robin_3", "one_node"])
+@pytest.mark.parametrize("node_phase", ["mpi", "shm"])
+def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm, node_phase):
     """A new count pattern every call, in every spec form the miss path reads (int64 and C int
     arrays, with and without a datatype): parsed, agreed and run in compiled code wherever the
-    call runs flat, byte-exact; a pattern that comes back still hits the plan cache."""
-    hc = HierComm(comm, **layouts(comm.size)[layout], node_phase="mpi", cache_entries=4)
+    call runs flat or hier, byte-exact; a pattern that comes back still hits the plan cache."""
+    hc = HierComm(comm, **layouts(comm.size)[layout], node_phase=node_phase, cache_entries=4)
     size, me = comm.size, comm.rank
-    runs_flat = algorithm == "flat" or (algorithm == "hier" and not hc.layout.hier_possible)
+    runs_here = algorithm in ("flat", "hier")
+    ran = "hier" if algorithm == "hier" and hc.layout.hier_possible else "flat"
     sbuf = np.arange(4 * size, dtype=np.float64) + 100 * me
     forms = [lambda b, c, d: [b, c], lambda b, c, d: [b, (c, d)], lambda b, c, d: [b, (c, d), MPI.DOUBLE],
              lambda b, c, d: (b, c.astype(np.intc), d.astype(np.intc), MPI.DOUBLE)]
@@ -182,12 +186,67 @@ def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm):
         hc.Alltoallv(form(sbuf, counts, displs), form(out, counts, displs + shift), algorithm=algorithm)
         assert out.tobytes() == ref.tobytes(), f"call {call}"
         assert hc.last_stats["plan_cache"] == "miss"
-    if runs_flat:
-        assert hc._calls.compiled_misses == 8
-        assert hc.last_stats["algorithm"] == "flat" and hc.last_stats["flat"]["bytes"] == 8 * (2 + 7 % 3) * (size - 1)
+    if runs_here:
+        assert hc._calls.compiled_misses == 8 and hc.last_stats["algorithm"] == ran
+        if ran == "flat":
+            assert hc.last_stats["flat"]["bytes"] == 8 * (2 + 7 % 3) * (size - 1)
+        else:  # what crosses node boundaries: this rank's blocks to every rank of another node
+            off = int(np.count_nonzero(hc._node_of != hc._node_of[me]))
+            assert hc.last_stats["inter_node"]["bytes"] == 8 * (2 + 7 % 3) * off
     out.fill(0)
     hc.Alltoallv([sbuf, counts], [out, (counts, displs + shift)], algorithm=algorithm)  # the last pattern again
     assert out.tobytes() == ref.tobytes() and hc.plan_cache.hits == 1
+    hc.free()
+
+
+@pytest.mark.parametrize("algorithm", ["flat", "hier"])
+@pytest.mark.parametrize("node_phase", ["mpi", "shm"])
+def test_a_rank_on_the_python_miss_path_matches_the_compiled_ones(comm, algorithm, node_phase):
+    """Rank 0 passes its counts as lists, so its misses run in Python while the others' run
+    compiled: the MPI calls of the two paths match (a miss of new patterns, byte-exact), and a
+    kept pattern is then a hit everywhere."""
+    hc = HierComm(comm, ranks_per_node=2, node_phase=node_phase, cache_entries=4)
+    size, me = comm.size, comm.rank
+    sbuf = np.arange(3 * size, dtype=np.int32) + 1000 * me
+    for call in range(5):
+        counts = np.full(size, 1 + call % 3, np.int64)
+        displs = np.arange(size, dtype=np.int64) * counts[0]
+        out, ref = np.zeros(call + 3 * size, np.int32), np.zeros(call + 3 * size, np.int32)
+        comm.Alltoallv([sbuf, counts, displs, MPI.INT], [ref, counts, displs + call, MPI.INT])
+        if me == 0:
+            spec = ([sbuf, counts.tolist(), displs.tolist(), MPI.INT],
+                    [out, counts.tolist(), (displs + call).tolist(), MPI.INT])
+        else:
+            spec = ([sbuf, counts, displs, MPI.INT], [out, counts, displs + call, MPI.INT])
+        hc.Alltoallv(*spec, algorithm=algorithm)
+        assert out.tobytes() == ref.tobytes(), f"call {call}"
+    assert hc._calls.compiled_misses == (0 if me == 0 else 5)
+    hc.Alltoallv(*spec, algorithm=algorithm)  # the last pattern, kept by every rank
+    assert out.tobytes() == ref.tobytes() and hc.plan_cache.hits == 1
+    hc.free()
+
+
+@pytest.mark.parametrize("node_phase", ["mpi", "shm"])
+def test_the_compiled_hier_run_refuses_buffers_its_plan_does_not_fit(comm, node_phase):
+    """``HierOnce.run`` checks every copy list against its buffers and the buffers' type before
+    any MPI call: a receive buffer one byte short, or a non-byte buffer, raises ValueError on the
+    rank that has it (here every rank), and nothing was sent."""
+    hc = HierComm(comm, ranks_per_node=2, node_phase=node_phase)
+    if not hc.layout.hier_possible:
+        hc.free()
+        pytest.skip("one node, or one rank per node: nothing runs hierarchically")
+    sc, rc, sbuf, ref = _case(comm, np.random.default_rng(11 + comm.rank))
+    send = Side(np.frombuffer(sbuf, np.uint8), sc * 8, exclusive_cumsum(sc) * 8)
+    recv = Side(np.zeros(ref.nbytes, np.uint8), rc * 8, exclusive_cumsum(rc) * 8)
+    plan = hc._hier_plan(send, recv).detach()
+    a, buf = np.zeros(plan.a_bytes, np.uint8), np.zeros(plan.buf_bytes, np.uint8)
+    with pytest.raises(ValueError, match="lies outside its buffers"):
+        hc._once.run(plan, send.view, recv.view[:-1], a, buf)
+    with pytest.raises(ValueError, match="contiguous uint8"):
+        hc._once.run(plan, send.view, recv.view.view(np.int8), a, buf)
+    if node_phase == "mpi":  # the window is the node's, and only the window holds an shm plan's run
+        hc._once.run(plan, send.view, recv.view, a, buf)  # the same buffers whole: it runs, byte-exact
+        assert recv.view.tobytes() == ref.tobytes()
     hc.free()
 
 

@@ -33,7 +33,7 @@ from mpi4py import MPI
 from ..errors import CpuFileError, ExchangeError, HxmpiError, agree
 from . import transfer
 from ._agree import buffer_id, pattern_key
-from ._call import AGREED, DONE, KEEP, CallTable, Saved
+from ._call import AGREED, DONE, KEEP, CallTable, HierOnce, Saved
 from .agreement import Agreed, Agreement
 from .bruck import Bruck, Pairwise
 from .costmodel import ENV_TUNING, KIB_CAP, CostModel, CpuTimes, auto_pick, pattern_class
@@ -109,6 +109,15 @@ class HierComm:
         self.node_phase, key = self._agree_settings(node_phase, bad)
         self._mode = NODE_PHASES[self.node_phase]
         self._window = NodeWindow(t.intra) if self.node_phase == "shm" else None
+        # One-shot hierarchical runs of plain lanes run compiled (None: an MPI whose handles the
+        # compiled code cannot pass, where they run the steps of ``HierRun`` in Python).
+        self._once = None
+        if self._hier_possible:
+            try:
+                self._once = HierOnce(self._planner, self._mode, self._mode == MODE_SHM, t.served_lanes, t.intra,
+                                      MPI.BYTE)
+            except NotImplementedError:
+                pass
         self._scratch = Scratch()
         self._agreement = Agreement(self.comm, key)
         #: the agreed plan cache of one-shot calls (``hxmpi/comm/plancache.py``).
@@ -123,6 +132,10 @@ class HierComm:
         self._calls.miss_path(self._choices, _ALGO_CODE, _ALGO_CODE["auto"], flat, PREDEFINED, MPI.Datatype,
                               transfer, self.comm.rank, key, KIB_CAP, self.comm, MPI.BYTE,
                               ExchangeStats("flat", flat_counts=np.zeros(self.comm.size, dtype=np.int64)))
+        if self._once is not None:  # and hierarchical ones too, with plain lanes
+            self._calls.hier_path(self._once, frozenset((_ALGO_CODE["hier"],)), ExchangeStats(
+                "hier", node_bytes=self._planner.node_bytes, node_sends=None if self._mode == MODE_SHM
+                else self._planner.p2_sc), MPI.INT64_T)
         self._node_of = np.asarray(t.node_of, dtype=np.int64)
         self._members = self.layout.members[t.node]
         size = self.comm.size
@@ -191,7 +204,10 @@ class HierComm:
             agreed = Agreed(self._calls.last_flags, 0, self._agreement.sums)
             algo, radix = self._resolve(settings[0], agreed, uniform)
             parts = (s.counts, s.displs, r.counts, r.displs)
-            self._keep(CacheEntry(0, parts, settings, algo, agreed.big, key=pattern_key(parts), radix=radix), s, r)
+            fresh = CacheEntry(0, parts, settings, algo, agreed.big, key=pattern_key(parts), radix=radix)
+            if algo in _HIER:  # planned again from the node counts the compiled run gathered
+                fresh.plan = HierPlan(self._planner, self._mode, s, r, self._calls.rc_node, self.comm.rank)
+            self._keep(fresh, s, r)
             return
         self._one_shot(s, r, problem, algorithm, validate, uniform, sendbuf is not MPI.IN_PLACE,
                        specs=(sendbuf, recvbuf), agreed_as=None if flags is None else (flags, entry))
@@ -402,7 +418,8 @@ class HierComm:
     def _hier_plan(self, s: Side, r: Side) -> HierPlan:
         """Plan the hierarchical exchange; the node's receive counts come from the node."""
         rc_node = np.empty((len(self._members), self.comm.size), dtype=np.int64)
-        self.topology.intra.Allgather(r.counts, rc_node)
+        # INT64_T, as a miss the compiled path runs gathers them (``CallTable._run_hier``).
+        self.topology.intra.Allgather([r.counts, MPI.INT64_T], [rc_node, MPI.INT64_T])
         return HierPlan(self._planner, self._mode, s, r, rc_node, self.comm.rank)
 
     def _bind(self, entry: CacheEntry, s: Side, r: Side, persistent: bool, scratch: Optional[Scratch] = None,
@@ -420,7 +437,7 @@ class HierComm:
             buf = window.ensure(plan.buf_bytes) if plan.mode == MODE_SHM else scratch.get("b", plan.buf_bytes)
             lanes = {"hier": Transfer, "hier_pairwise": Pairwise, "hier_bruck": bruck}[entry.algorithm]
             run = HierRun(plan, s, r, entry.big, self.topology.served_lanes, self.topology.intra, a, buf,
-                          window, persistent, lane_exchange=lanes, name=entry.algorithm)
+                          window, persistent, lane_exchange=lanes, name=entry.algorithm, once=self._once)
         if entry.algorithm in ("bruck", "hier_bruck"):
             run.stats.radix = entry.radix
         return run

@@ -267,6 +267,10 @@ class HierPlan:
                              node_sends=None if self.mode == MODE_SHM else self.p2[0], copied=self.copied)
 
 
+def _nothing() -> None:
+    """What ``wait`` calls after a start that finished the run."""
+
+
 class HierRun:
     """A ``HierPlan`` bound to the caller's buffers, the lane and node communicators, and scratch.
 
@@ -274,32 +278,35 @@ class HierRun:
     and ``buf`` the phase-1 buffer (a private buffer, or the node window's view with shm).
     ``lane_exchange``: the lane phase's class (``Transfer``: one Ialltoallv per lane;
     ``Bruck``/``Pairwise`` run their rounds lane after lane, in ascending lane order, which cannot
-    deadlock).
+    deadlock). ``once``: the compiled one-shot runner (``_call.HierOnce``), which a one-shot run of
+    ``Transfer`` lanes off the large-count path runs whole, its steps those of ``_describe``.
     """
 
     def __init__(self, plan: HierPlan, s: Side, r: Side, big: bool, lanes, intra: MPI.Intracomm,
                  a: np.ndarray, buf: np.ndarray, window: Optional[NodeWindow], persistent: bool,
-                 lane_exchange: Callable = Transfer, name: str = "hier"):
+                 lane_exchange: Callable = Transfer, name: str = "hier", once=None):
         self.plan, self.s, self.r, self.a, self.buf, self.window = plan, s, r, a, buf, window
+        self.stats = plan.stats(name)
+        self._once = once if not persistent and lane_exchange is Transfer and not big else None
+        self.lanes, self.node = [], None
+        self._program: Optional[Program] = None
+        if self._once is not None:
+            return
         send = a if plan.base < 0 else s.view
-        self.lanes = []
         for li, (lane, comm) in enumerate(lanes):
             native = lane == plan.native
             out = Side(send, plan.node_bytes, plan.send_displs) if native else Side(send, plan.zeros, plan.zeros)
             self.lanes.append(_Phase(lane_exchange(comm, out, Side(buf, plan.lane_rc[li], plan.lane_rd[li]), big),
                                      persistent))
-        self.node = None
         if plan.mode != MODE_SHM:
             sc, sd, rc, rd = plan.p2
             self.node = _Phase(Transfer(intra, Side(a, sc, sd), Side(buf, rc, rd), big), persistent)
-        self.stats = plan.stats(name)
         self._persistent = persistent
         self._steps = self._describe()
         # ``start`` walks the steps before the first "mpi" step and starts that one's phases
         self._first = next(i for i, step in enumerate(self._steps) if step[0] == "mpi")
         self._requests: list = []
         self._finish: Optional[Callable] = None  # what ``wait`` calls: the started part's end
-        self._program: Optional[Program] = None
 
     def _describe(self) -> list:
         """The run as steps, in order: what ``start``/``wait`` walk and ``program`` compiles (built
@@ -336,7 +343,12 @@ class HierRun:
 
     def start(self) -> None:
         """Local copies that need no peer, then phase 1 on every served lane (nonblocking); the
-        compiled program's first part where the run has one (``program``)."""
+        compiled program's first part where the run has one (``program``); a compiled one-shot run
+        runs whole here."""
+        if self._once is not None:
+            self.run()
+            self._finish = _nothing
+            return
         program = self.program()
         if program is not None:
             program.start()
@@ -357,6 +369,9 @@ class HierRun:
 
     def run(self) -> None:
         """Start and wait: one blocking call."""
+        if self._once is not None:
+            self._once.run(self.plan, self.s.view, self.r.view, self.a, self.buf)
+            return
         self.start()
         self.wait()
 
