@@ -1,7 +1,7 @@
 """Build the compiled kernels in csrc/ into the exchange engine, beside their owners
 (hxmpi.comm._packing: copies; hxmpi.comm._plan: the hier planner; hxmpi.comm._agree: the agreement's
-fingerprint and pattern keys; hxmpi.comm._bruck: Bruck rounds; hxmpi.comm._call: the one-shot
-call's compiled hit path).
+fingerprint and pattern keys; hxmpi.comm._call: the one-shot call's compiled paths, runs and
+Bruck first runs).
 
 Metadata lives in pyproject.toml."""
 import os
@@ -18,7 +18,7 @@ _flags = ["-O3"] if not _debug else ["-O0", "-g"]
 extensions = [Extension(f"hxmpi.comm.{name}", [f"csrc/{name}.pyx"], extra_compile_args=_flags,
                         include_dirs=[numpy.get_include()],
                         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
-              for name in ("_packing", "_plan", "_agree", "_bruck", "_call")]
+              for name in ("_packing", "_plan", "_agree", "_call")]
 
 setup(
     ext_modules=cythonize(

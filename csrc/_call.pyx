@@ -60,6 +60,10 @@ cdef void* _mpi_alltoall = NULL
 cdef void* _mpi_ialltoallv = NULL
 cdef void* _mpi_allgather = NULL
 cdef void* _mpi_barrier = NULL
+cdef void* _mpi_isend = NULL
+cdef void* _mpi_mprobe = NULL
+cdef void* _mpi_get_count = NULL
+cdef void* _mpi_imrecv = NULL
 cdef int _handle_bytes = 0   # 8 or 4 (the miss path's MPI_Alltoallv is used only then)
 
 cdef enum:
@@ -68,7 +72,7 @@ cdef enum:
 
 cdef _resolve():
     global _mpi_start, _mpi_wait, _mpi_alltoallv, _mpi_alltoall, _handle_bytes, _mpi_ialltoallv, _mpi_allgather
-    global _mpi_barrier
+    global _mpi_barrier, _mpi_isend, _mpi_mprobe, _mpi_get_count, _mpi_imrecv
     path = MPI.__file__.encode()
     handle = dlopen(path, RTLD_LAZY)  # already loaded: the same handle, its libmpi among its dependencies
     if handle != NULL:
@@ -79,6 +83,10 @@ cdef _resolve():
         _mpi_ialltoallv = dlsym(handle, "MPI_Ialltoallv")
         _mpi_allgather = dlsym(handle, "MPI_Allgather")
         _mpi_barrier = dlsym(handle, "MPI_Barrier")
+        _mpi_isend = dlsym(handle, "MPI_Isend")
+        _mpi_mprobe = dlsym(handle, "MPI_Mprobe")
+        _mpi_get_count = dlsym(handle, "MPI_Get_count")
+        _mpi_imrecv = dlsym(handle, "MPI_Imrecv")
     if _mpi_start == NULL or _mpi_wait == NULL:
         raise ImportError(f"hxmpi: MPI_Start and MPI_Wait not found through {path.decode()} (mpi4py's extension)")
     if MPI._sizeof(MPI.Status) > STATUS_BYTES:
@@ -152,6 +160,7 @@ cdef enum:
     ROUTE_PYTHON = 0
     ROUTE_FLAT = 1
     ROUTE_HIER = 2
+    ROUTE_BRUCK = 3
 
 cdef int _NOT_CLEAN = PROBLEM | SETTINGS | PAIRS | ANY_OVER_BUDGET
 cdef int _CLEAN = HIT | ALL_SAME_BUFFERS
@@ -481,7 +490,7 @@ cdef inline const int64_t* _i64(object arr, Py_ssize_t n, str name) except NULL:
     """The data of a contiguous int64 array of ``n`` items (ValueError naming ``name`` otherwise)."""
     if type(arr) is not np.ndarray or cnp.PyArray_TYPE(<cnp.ndarray>arr) != cnp.NPY_INT64 \
             or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>arr) or cnp.PyArray_SIZE(<cnp.ndarray>arr) != n:
-        raise ValueError(f"HierOnce: {name} must be a contiguous int64 array of {n} items")
+        raise ValueError(f"{name} must be a contiguous int64 array of {n} items")
     return <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>arr)
 
 
@@ -693,6 +702,9 @@ cdef class HierOnce:
                             <unsigned char*>cnp.PyArray_DATA(recv), cnp.PyArray_NBYTES(recv), a, buf)
 
 
+include "_bruck_once.pxi"
+
+
 cdef class Slot:
     """What recognises one cached pattern's specs and runs its bound run (see the module docstring)."""
     cdef readonly Py_ssize_t no
@@ -753,6 +765,9 @@ cdef class CallTable:
     # Hierarchical misses (``hier_path``): None until configured.
     cdef HierOnce _hier
     cdef object _hier_codes, _hier_stats, _sides
+    # Bruck misses (``bruck_path``): None until configured.
+    cdef object _bruck_codes, _bruck_stats, _bruck_once, _brucks
+    cdef long _radix, _pick_radix
     cdef uint64_t _int64
     cdef object _copied
     #: what every rank of this node receives from every rank (node size x world size, int64 bytes):
@@ -773,6 +788,7 @@ cdef class CallTable:
         self._pending_flags, self._pending_entry = -1, None
         self._choices = None
         self._hier = None
+        self._brucks = None
 
     def hier_path(self, HierOnce once not None, frozenset codes, stats, int64_type):
         """Let the miss path also run misses hierarchically (call after ``miss_path``): those of
@@ -787,6 +803,17 @@ cdef class CallTable:
         self._int64 = <uint64_t>int64_type.handle
         self.rc_node = np.zeros((once.g, n), np.int64)
         self._sides = tuple(self._parsed[i * n:(i + 1) * n] for i in range(4))
+
+    def bruck_path(self, frozenset codes, long radix, once, stats):
+        """Let the miss path also run flat Bruck misses (call after ``miss_path``): those of
+        ``codes`` at radix ``radix``, and auto's picks of "bruck" at theirs, through the
+        ``BruckOnce`` that ``once(radix)`` makes (one per radix, kept). ``stats``: the
+        ``ExchangeStats`` such a run leaves (``flat_counts`` and ``radix`` overwritten by each)."""
+        if self._choices is None or _mpi_isend == NULL or _mpi_mprobe == NULL or _mpi_imrecv == NULL \
+                or _mpi_get_count == NULL:
+            return
+        self._bruck_codes, self._radix, self._bruck_once, self._bruck_stats = codes, radix, once, stats
+        self._brucks = {}
 
     def miss_path(self, dict choices, dict codes, long auto_code, frozenset flat_codes, dict predefined,
                   datatype_type, limits, Py_ssize_t me, tuple key, int64_t kib_cap, comm, byte, stats):
@@ -909,7 +936,8 @@ cdef class CallTable:
             return NOT_FOUND
         code = got
         if code != self._auto_code and got not in self._flat_codes \
-                and (self._hier is None or got not in self._hier_codes):
+                and (self._hier is None or got not in self._hier_codes) \
+                and (self._brucks is None or got not in self._bruck_codes):
             return NOT_FOUND
         if uniform:
             sa = _uniform_form(sendbuf, n, False, self._predefined, self._datatype_type, &block, &elem)
@@ -944,7 +972,7 @@ cdef class CallTable:
         flags = self._agree()
         # On in Python: a failed verdict, the large-count path, eviction, a hit on the buffers its
         # entry was last used with (bound for good there), a miss anywhere of a rank's cached
-        # pattern, and auto's first pick for a pattern class, or a pick other than flat or hier.
+        # pattern, and auto's first pick for a pattern class, or a pick other than flat, hier or bruck.
         route = ROUTE_FLAT if slot_no or flags & (_NOT_CLEAN | BIG) else self._route(code, uniform)
         if flags & (_NOT_CLEAN | BIG) or (flags & _CLEAN != HIT if slot_no else route == ROUTE_PYTHON):
             self._pending, self._pending_flags, self._pending_entry = None, flags, entry
@@ -954,6 +982,13 @@ cdef class CallTable:
             self.tick += 1
             self._hier_stats.copied = self._copied
             self.stats = self._hier_stats
+            return self._missed(flags)
+        if route == ROUTE_BRUCK:
+            self._run_bruck(sa, ra)
+            self.tick += 1
+            memcpy(cnp.PyArray_DATA(self._bruck_stats.flat_counts), sc, n * sizeof(int64_t))
+            self._bruck_stats.radix = self._pick_radix
+            self.stats = self._bruck_stats
             return self._missed(flags)
         with nogil:
             # Counts and displacements below INT_LIMIT everywhere: the verdict has no BIG.
@@ -994,10 +1029,30 @@ cdef class CallTable:
         (auto's first pick for a pattern class, or a pick of another algorithm)."""
         if code == self._auto_code:
             pick = self._picked(uniform)
-            if pick == "flat":
+            name = pick[0] if pick is not None else None
+            if name == "flat":
                 return ROUTE_FLAT
-            return ROUTE_HIER if pick == "hier" and self._hier is not None else ROUTE_PYTHON
-        return ROUTE_FLAT if code in self._flat_codes else ROUTE_HIER
+            if name == "bruck" and self._brucks is not None:
+                self._pick_radix = pick[1]
+                return ROUTE_BRUCK
+            return ROUTE_HIER if name == "hier" and self._hier is not None else ROUTE_PYTHON
+        if code in self._flat_codes:
+            return ROUTE_FLAT
+        if self._brucks is not None and code in self._bruck_codes:
+            self._pick_radix = self._radix
+            return ROUTE_BRUCK
+        return ROUTE_HIER
+
+    cdef int _run_bruck(self, cnp.ndarray sa, cnp.ndarray ra) except -1:
+        """A miss run as a flat Bruck exchange at radix ``_pick_radix`` (the sides are in ``_parsed``)."""
+        cdef Py_ssize_t n = self._size
+        cdef const int64_t* sc = <const int64_t*>cnp.PyArray_DATA(self._parsed)
+        cdef BruckOnce once = self._brucks.get(self._pick_radix)
+        if once is None:
+            once = self._brucks[self._pick_radix] = self._bruck_once(self._pick_radix)
+        return once.exchange(<const unsigned char*>cnp.PyArray_DATA(sa), cnp.PyArray_NBYTES(sa),
+                             <unsigned char*>cnp.PyArray_DATA(ra), cnp.PyArray_NBYTES(ra), sc, sc + n, sc + 2 * n,
+                             sc + 3 * n)
 
     cdef int _run_hier(self, cnp.ndarray sa, cnp.ndarray ra) except -1:
         """A miss run hierarchically: the node ``Allgather`` of the receive counts, the plan, the
@@ -1041,13 +1096,12 @@ cdef class CallTable:
                                                self.scratch.generation, self._window_generation())
 
     cdef object _picked(self, bint uniform):
-        """Auto's memoised pick (algorithm name) for the agreed pattern's class, or None (none yet)."""
+        """Auto's memoised pick, (algorithm, radix), for the agreed pattern's class, or None (none yet)."""
         cdef const Record* t = <const Record*>cnp.PyArray_DATA(self._sums)
         key = ("oneshot", <Py_ssize_t>self._size, uniform, _quarter_log2(<double>t.bytes),
                _quarter_log2(<double>t.messages), _quarter_log2(<double>t.recv_kib_sq),
                _quarter_log2(<double>t.pairwise))
-        pick = self._choices.get(key)
-        return pick[0] if pick is not None else None
+        return self._choices.get(key)
 
     def count_miss(self):
         """Count an agreed miss; whether the cache keeps its pattern. A long run of misses (a new

@@ -162,17 +162,17 @@ def test_repeated_calls_run_the_compiled_path(comm, cached, layout, phase, algor
     assert hc._calls.compiled - before == 2
 
 
-@pytest.mark.parametrize("algorithm", ["flat", "hier", "auto"])
+@pytest.mark.parametrize("algorithm", ["flat", "hier", "bruck", "auto"])
 @pytest.mark.parametrize("layout", ["irregular", "round_robin_3", "one_node"])
 @pytest.mark.parametrize("node_phase", ["mpi", "shm"])
 def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm, node_phase):
     """A new count pattern every call, in every spec form the miss path reads (int64 and C int
     arrays, with and without a datatype): parsed, agreed and run in compiled code wherever the
     call runs flat or hier, byte-exact; a pattern that comes back still hits the plan cache."""
-    hc = HierComm(comm, **layouts(comm.size)[layout], node_phase=node_phase, cache_entries=4)
+    hc = HierComm(comm, **layouts(comm.size)[layout], node_phase=node_phase, cache_entries=4, radix=3)
     size, me = comm.size, comm.rank
-    runs_here = algorithm in ("flat", "hier")
-    ran = "hier" if algorithm == "hier" and hc.layout.hier_possible else "flat"
+    runs_here = algorithm in ("flat", "hier", "bruck")
+    ran = "hier" if algorithm == "hier" and hc.layout.hier_possible else "flat" if algorithm != "bruck" else "bruck"
     sbuf = np.arange(4 * size, dtype=np.float64) + 100 * me
     forms = [lambda b, c, d: [b, c], lambda b, c, d: [b, (c, d)], lambda b, c, d: [b, (c, d), MPI.DOUBLE],
              lambda b, c, d: (b, c.astype(np.intc), d.astype(np.intc), MPI.DOUBLE)]
@@ -188,8 +188,9 @@ def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm, node_p
         assert hc.last_stats["plan_cache"] == "miss"
     if runs_here:
         assert hc._calls.compiled_misses == 8 and hc.last_stats["algorithm"] == ran
-        if ran == "flat":
+        if ran != "hier":
             assert hc.last_stats["flat"]["bytes"] == 8 * (2 + 7 % 3) * (size - 1)
+            assert hc.last_stats.get("radix", 0) == (hc.radix if ran == "bruck" else 0)
         else:  # what crosses node boundaries: this rank's blocks to every rank of another node
             off = int(np.count_nonzero(hc._node_of != hc._node_of[me]))
             assert hc.last_stats["inter_node"]["bytes"] == 8 * (2 + 7 % 3) * off
@@ -199,7 +200,7 @@ def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm, node_p
     hc.free()
 
 
-@pytest.mark.parametrize("algorithm", ["flat", "hier"])
+@pytest.mark.parametrize("algorithm", ["flat", "hier", "bruck"])
 @pytest.mark.parametrize("node_phase", ["mpi", "shm"])
 def test_a_rank_on_the_python_miss_path_matches_the_compiled_ones(comm, algorithm, node_phase):
     """Rank 0 passes its counts as lists, so its misses run in Python while the others' run

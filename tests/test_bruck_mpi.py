@@ -208,6 +208,25 @@ def test_planned_rounds_are_the_rounds_sent(comm, radix):
     ex = Bruck(comm, Side(sview, sc, sd), Side(rview, rc, rd), radix=radix)
     ex.run()
     planned = bruck_messages(counts, comm.rank, radix, header=False)
-    got = [[(m.dest, m.src, m.nbytes) for m in group] for group in ex.rounds]
+    once, bounds = ex.once, ex.once.round_start
+    got = [[(int(once.dest[m]), int(once.src[m]), int(once.nbytes[m])) for m in range(bounds[x], bounds[x + 1])]
+           for x in range(bounds.shape[0] - 1)]
     assert got == [[(to, frm, recv) for to, frm, _, recv in group] for group in planned]
+    ex.free()
+
+
+def test_compiled_first_run_refuses_bad_buffers_before_sending(comm):
+    """``BruckOnce.run`` checks its buffers' type and its sides' arrays before any message: a
+    non-byte receive buffer or counts of the wrong length raise ValueError naming the problem
+    (on every rank here, so nobody waits), and a good run after them is byte-exact."""
+    counts = count_matrix(comm.size, "irregular", seed=3)
+    sview, sc, sd, rview, rc, rd, ref = buffers(comm, counts)
+    ex = Bruck(comm, Side(sview, sc, sd), Side(rview, rc, rd), radix=2)
+    with pytest.raises(ValueError, match="contiguous uint8"):
+        ex.once.run(sview, rview.view(np.int8), sc, sd, rc, rd)
+    with pytest.raises(ValueError, match=f"send counts must be a contiguous int64 array of {comm.size} items"):
+        ex.once.run(sview, rview, sc[:-1], sd, rc, rd)
+    ex.run()
+    reference(comm, sview, sc, sd, ref, rc, rd)
+    assert np.array_equal(rview, ref)
     ex.free()

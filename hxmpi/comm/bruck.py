@@ -15,8 +15,9 @@ messages they know are empty: they run as one compiled ``Program`` (``csrc/_call
 lists and persistent ``Send_init``/``Recv_init`` requests, with no Python per round. The rounds
 come from ``hxmpi.comm.plan.bruck_rounds``, which the simulator replays too.
 
-The first run's per-round packing, header parsing and final copy are the compiled kernels of
-``csrc/_bruck.pyx`` (no Python per block). Scratch: a send buffer of one round and a receive
+The first run is compiled whole (``_call.BruckOnce``, ``csrc/_bruck_once.pxi``): per round its
+packing, ``MPI_Isend``, ``MPI_Mprobe`` and ``MPI_Imrecv``, header parsing, then the final copy,
+with no Python per round or block. Scratch: a send buffer of one round and a receive
 arena of every round's messages (at most the bytes received over all rounds, about
 (k-1)/k * log_k P times the call's receive bytes); both are reused by later runs.
 
@@ -33,13 +34,10 @@ duplicates, so nothing else matches them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 from mpi4py import MPI
 
-from ._bruck import finish, pack_round, round_bytes, take_round
-from ._call import Program
+from ._call import BruckOnce, Program
 from .msgspec import Side
 from .plan import bruck_rounds, check_radix, exclusive_cumsum
 from .transfer import Transfer
@@ -47,26 +45,6 @@ from .transfer import Transfer
 __all__ = ["Bruck", "Pairwise"]
 
 TAG = 0x4878  # "Hx"
-
-
-@dataclass
-class _Message:
-    """One message of a round: its peers, its slots, where it lands and (once learned) its slot lengths."""
-    dest: int
-    src: int
-    slots: np.ndarray
-    learned: np.ndarray
-    base: int = 0
-    nbytes: int = 0   # data bytes (without the header)
-
-
-def _grown(buf: np.ndarray, nbytes: int) -> np.ndarray:
-    """``buf`` if it holds ``nbytes``, else a larger copy of it (offsets into it stay valid)."""
-    if buf.shape[0] >= nbytes:
-        return buf
-    out = np.empty(max(nbytes, 2 * buf.shape[0]), dtype=np.uint8)
-    out[:buf.shape[0]] = buf
-    return out
 
 
 class _Rounds:
@@ -126,29 +104,18 @@ class Bruck(_Rounds):
     """Radix-``radix`` Bruck byte all-to-all on ``comm`` of ``send`` to ``recv`` (each a ``Side``, in bytes)."""
 
     def __init__(self, comm, send: Side, recv: Side, big: bool = False, radix: int = 2):
-        p, q = comm.size, comm.rank
+        p = comm.size
         super().__init__()
         self.radix = check_radix(radix, p)
         if big:
             self._fallback_init(comm, send, recv)
             return
-        sc, sd, rc, rd = send.counts, send.displs, recv.counts, recv.displs
         self.comm, self.sview, self.rview = comm, send.view, recv.view
-        i = np.arange(p, dtype=np.int64)
-        dests = (q + i) % p
-        self.source = np.ascontiguousarray((q - i) % p)
-        self.init_off = np.ascontiguousarray(np.asarray(sd, dtype=np.int64)[dests])
-        self.init_len = np.ascontiguousarray(np.asarray(sc, dtype=np.int64)[dests])
-        self.rc = np.array(rc, dtype=np.int64)
-        self.rd = np.array(rd, dtype=np.int64)
-        self.rounds = [[_Message((q + d) % p, (q - d) % p, slots, np.zeros(slots.shape[0], np.int64))
-                        for d, slots in group] for group in bruck_rounds(p, self.radix)]
+        self.sides = tuple(np.ascontiguousarray(a, dtype=np.int64)
+                           for a in (send.counts, send.displs, recv.counts, recv.displs))
+        #: the compiled first run, which keeps what it learns (``_call.BruckOnce``)
+        self.once = BruckOnce(comm, bruck_rounds(p, self.radix), TAG, MPI.BYTE)
         self.learned = False
-        self.where = np.zeros(p, dtype=np.int8)
-        self.off = np.empty(p, dtype=np.int64)
-        self.length = np.empty(p, dtype=np.int64)
-        self.sendbuf = np.empty(0, dtype=np.uint8)
-        self.arena = np.empty(0, dtype=np.uint8)
 
     def program(self):
         """The learned exchange as a compiled ``Program`` (built at the first call after the first
@@ -162,76 +129,46 @@ class Bruck(_Rounds):
         if self.learned:
             self.program().run()
             return
-        self._first_exchange()
-
-    def _first_exchange(self) -> None:
-        """The first run: every message carries its slots' lengths and is received with Mprobe,
-        which teaches this object the lengths (``learned``)."""
-        comm = self.comm
-        self.where[:] = 0
-        self.off[:] = self.init_off
-        self.length[:] = self.init_len
-        fill = 0
-        for group in self.rounds:
-            sizes = [round_bytes(self.length, m.slots) for m in group]
-            self.sendbuf = _grown(self.sendbuf, sum(sizes))
-            reqs, pos = [], 0
-            for m, n in zip(group, sizes):
-                pack_round(self.sview, self.arena, self.where, self.off, self.length, m.slots,
-                           self.sendbuf, pos)
-                reqs.append(comm.Isend([self.sendbuf[pos:pos + n], MPI.BYTE], m.dest, TAG))
-                pos += n
-            # Probe every peer first: the arena grows once, before any receive lands in it.
-            probed = []
-            for m in group:
-                status = MPI.Status()
-                probed.append((comm.Mprobe(m.src, TAG, status), status.Get_count(MPI.BYTE)))
-            self.arena = _grown(self.arena, fill + sum(n for _, n in probed))
-            for m, (msg, n) in zip(group, probed):
-                m.base, m.nbytes = fill, n - 8 * m.slots.shape[0]
-                reqs.append(msg.Irecv([self.arena[fill:fill + n], MPI.BYTE]))
-                fill += n
-            MPI.Request.Waitall(reqs)
-            for m in group:
-                take_round(self.arena, m.base, m.nbytes + 8 * m.slots.shape[0],
-                           m.slots, self.where, self.off, self.length, m.learned)
-        bad = finish(self.sview, self.arena, self.where, self.off, self.length, self.rview,
-                     self.rc, self.rd, self.source)
+        self.once.run(self.sview, self.rview, *self.sides)
         self.learned = True
-        if bad >= 0:
-            got = int(self.length[int(np.flatnonzero(self.source == bad)[0])])
-            raise ValueError(f"bruck: rank {comm.rank} expects {int(self.rc[bad])} B from rank {bad}, "
-                             f"which sent {got} B (or the block lies outside the receive buffer)")
 
     def _compile(self):
         """Replay the learned rounds on the slots' places alone (no data) into a ``Program``.
 
-        Slot places evolve as in ``take_round``: after its round a slot lies in the arena, at its
+        Slot places evolve as in the first run: after its round a slot lies in the arena, at its
         message's base plus the lengths before it. Each round packs from the send view and the
         arena into one send buffer, sized once for the largest round, to which the persistent
         sends are bound. Messages learned empty are neither sent nor received, on both sides."""
-        where, off, length = np.zeros_like(self.where), self.init_off.copy(), self.init_len.copy()
+        once, p, q = self.once, self.comm.size, self.comm.rank
+        sc, sd, rc, rd = self.sides
+        dests = (q + np.arange(p)) % p
+        source = (q - np.arange(p)) % p
+        where, off, length = np.zeros(p, np.int8), sd[dests], sc[dests]
+        start, rounds = once.slot_start, once.round_start
         plans, most = [], 0
-        for group in self.rounds:
+        for x in range(rounds.shape[0] - 1):
             lists, messages, pos = {0: [], 1: []}, [], 0
-            for m in group:
-                lens = length[m.slots]
+            for mi in range(int(rounds[x]), int(rounds[x + 1])):
+                slots, learned = once.slots[start[mi]:start[mi + 1]], once.learned[start[mi]:start[mi + 1]]
+                base, nbytes = int(once.base[mi]), int(once.nbytes[mi])
+                lens = length[slots]
                 n = int(lens.sum())
                 if n:
                     starts = pos + exclusive_cumsum(lens)
                     for kind in (0, 1):
-                        pick = where[m.slots] == kind
-                        lists[kind].append((off[m.slots][pick], starts[pick], lens[pick]))
-                    messages.append(("send", pos, n, m.dest))
+                        pick = where[slots] == kind
+                        lists[kind].append((off[slots][pick], starts[pick], lens[pick]))
+                    messages.append(("send", pos, n, int(once.dest[mi])))
                     pos += n
-                if m.nbytes:
-                    messages.append(("recv", m.base, m.nbytes, m.src))
-                where[m.slots] = 1
-                off[m.slots] = m.base + exclusive_cumsum(m.learned)
-                length[m.slots] = m.learned
+                if nbytes:
+                    messages.append(("recv", base, nbytes, int(once.src[mi])))
+                where[slots] = 1
+                off[slots] = base + exclusive_cumsum(learned)
+                length[slots] = learned
             plans.append((lists, messages))
             most = max(most, pos)
         self.sendbuf = np.empty(max(most, 1), dtype=np.uint8)
+        self.arena = once.arena
         comm, steps = self.comm, []
         for lists, messages in plans:
             steps += self._copies(lists, self.sendbuf)
@@ -242,7 +179,7 @@ class Bruck(_Rounds):
         final = {0: [], 1: []}
         for kind in (0, 1):
             pick = where == kind
-            final[kind].append((off[pick], self.rd[self.source[pick]], length[pick]))
+            final[kind].append((off[pick], rd[source[pick]], length[pick]))
         return Program(steps + self._copies(final, self.rview))
 
     def _copies(self, lists: dict, dst: np.ndarray) -> list:
@@ -256,8 +193,9 @@ class Bruck(_Rounds):
         return steps
 
     def _free_scratch(self) -> None:
-        self.sendbuf = np.empty(0, dtype=np.uint8)
-        self.arena = np.empty(0, dtype=np.uint8)
+        if self.fallback is None:
+            self.once.sendbuf = self.once.arena = np.empty(0, dtype=np.uint8)
+        self.sendbuf = self.arena = np.empty(0, dtype=np.uint8)
         self.learned = False
 
 

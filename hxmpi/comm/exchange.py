@@ -33,12 +33,13 @@ from mpi4py import MPI
 from ..errors import CpuFileError, ExchangeError, HxmpiError, agree
 from . import transfer
 from ._agree import buffer_id, pattern_key
-from ._call import AGREED, DONE, KEEP, CallTable, HierOnce, Saved
+from ._call import AGREED, DONE, KEEP, BruckOnce, CallTable, HierOnce, Saved
 from .agreement import Agreed, Agreement
+from .bruck import TAG as BRUCK_TAG
 from .bruck import Bruck, Pairwise
 from .costmodel import ENV_TUNING, KIB_CAP, CostModel, CpuTimes, auto_pick, pattern_class
 from .msgspec import PREDEFINED, Side, int_vector, parse_alltoall, parse_alltoallv
-from .plan import ALGORITHM_CHOICES, NODE_PHASES, Layout, exclusive_cumsum
+from .plan import ALGORITHM_CHOICES, NODE_PHASES, Layout, bruck_rounds, exclusive_cumsum
 from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES, CacheEntry, PlanCache
 from .runs import (
     MODE_SHM,
@@ -136,9 +137,12 @@ class HierComm:
             self._calls.hier_path(self._once, frozenset((_ALGO_CODE["hier"],)), ExchangeStats(
                 "hier", node_bytes=self._planner.node_bytes, node_sends=None if self._mode == MODE_SHM
                 else self._planner.p2_sc), MPI.INT64_T)
+        size = self.comm.size
+        self._calls.bruck_path(frozenset((_ALGO_CODE["bruck"],)), radix,  # and flat Bruck ones
+                               lambda k: BruckOnce(self.comm, bruck_rounds(size, k), BRUCK_TAG, MPI.BYTE),
+                               ExchangeStats("bruck", flat_counts=np.zeros(size, dtype=np.int64)))
         self._node_of = np.asarray(t.node_of, dtype=np.int64)
         self._members = self.layout.members[t.node]
-        size = self.comm.size
         self._count_send = np.empty(size, dtype=np.int64)  # alltoallv's count exchange, reused
         self._count_recv = np.empty(size, dtype=np.int64)
         self._count_request: Optional[ExchangeRequest] = None
