@@ -20,6 +20,16 @@ cdef inline int _isend(const void* buf, int count, uint64_t datatype, int dest, 
     return (<isend_int_t>_mpi_isend)(buf, count, <int><uint32_t>datatype, dest, tag, <int><uint32_t>comm, request)
 
 
+cdef inline int _irecv(void* buf, int count, uint64_t datatype, int source, int tag, uint64_t comm,
+                       uint64_t* request) noexcept nogil:
+    """MPI_Irecv (MPI_Isend's signature, the buffer writable)."""
+    request[0] = 0
+    if _handle_bytes == 8:
+        return (<isend_ptr_t>_mpi_irecv)(buf, count, <void*><uintptr_t>datatype, source, tag, <void*><uintptr_t>comm,
+                                         request)
+    return (<isend_int_t>_mpi_irecv)(buf, count, <int><uint32_t>datatype, source, tag, <int><uint32_t>comm, request)
+
+
 cdef inline int _mprobe(int source, int tag, uint64_t comm, uint64_t* message, char* status) noexcept nogil:
     message[0] = 0
     if _handle_bytes == 8:

@@ -64,6 +64,7 @@ cdef void* _mpi_isend = NULL
 cdef void* _mpi_mprobe = NULL
 cdef void* _mpi_get_count = NULL
 cdef void* _mpi_imrecv = NULL
+cdef void* _mpi_irecv = NULL
 cdef int _handle_bytes = 0   # 8 or 4 (the miss path's MPI_Alltoallv is used only then)
 
 cdef enum:
@@ -72,7 +73,7 @@ cdef enum:
 
 cdef _resolve():
     global _mpi_start, _mpi_wait, _mpi_alltoallv, _mpi_alltoall, _handle_bytes, _mpi_ialltoallv, _mpi_allgather
-    global _mpi_barrier, _mpi_isend, _mpi_mprobe, _mpi_get_count, _mpi_imrecv
+    global _mpi_barrier, _mpi_isend, _mpi_mprobe, _mpi_get_count, _mpi_imrecv, _mpi_irecv
     path = MPI.__file__.encode()
     handle = dlopen(path, RTLD_LAZY)  # already loaded: the same handle, its libmpi among its dependencies
     if handle != NULL:
@@ -87,6 +88,7 @@ cdef _resolve():
         _mpi_mprobe = dlsym(handle, "MPI_Mprobe")
         _mpi_get_count = dlsym(handle, "MPI_Get_count")
         _mpi_imrecv = dlsym(handle, "MPI_Imrecv")
+        _mpi_irecv = dlsym(handle, "MPI_Irecv")
     if _mpi_start == NULL or _mpi_wait == NULL:
         raise ImportError(f"hxmpi: MPI_Start and MPI_Wait not found through {path.decode()} (mpi4py's extension)")
     if MPI._sizeof(MPI.Status) > STATUS_BYTES:
@@ -506,18 +508,34 @@ cdef inline bint _outside(const CopyList* c, int64_t src_len, int64_t dst_len) n
     return c.n > 0 and _first_outside(c.src, c.dst, c.length, c.n, src_len, dst_len, &total) >= 0
 
 
+include "_bruck_once.pxi"
+
+
+cdef enum LaneKind:
+    # What runs on a lane (``HierOnce``): ``hxmpi.comm.transfer.Transfer``, ``bruck.Pairwise`` or ``bruck.Bruck``.
+    LANES_PLAIN = 0
+    LANES_PAIRWISE = 1
+    LANES_BRUCK = 2
+
+#: ``HierOnce``'s lane kinds by the algorithm that runs them
+LANE_KINDS = {"hier": LANES_PLAIN, "hier_pairwise": LANES_PAIRWISE, "hier_bruck": LANES_BRUCK}
+
+
 cdef class HierOnce:
-    """The one-shot hierarchical exchange with plain lanes (one ``MPI_Ialltoallv`` per served lane),
-    compiled: every copy and MPI call of ``HierRun`` in order, without the GIL and with no Python
-    between them. ``HierRun.run`` uses it for a one-shot run of ``Transfer`` lanes off the
-    large-count path, and ``CallTable`` for a miss it runs hierarchically, straight from the
-    planner's arrays.
+    """The one-shot hierarchical exchange, compiled: every copy and MPI call of ``HierRun`` in
+    order, without the GIL (but to grow a Bruck lane's scratch) and with no Python between them.
+    ``HierRun.run`` uses it for a one-shot run off the large-count path, and ``CallTable`` for a
+    miss it runs hierarchically, straight from the planner's arrays.
 
     The MPI calls are the ones ``HierRun``'s steps make, nonblocking where its phases are
     (``Ialltoallv``), blocking where its node barrier is, so a rank that runs the Python steps
     matches one that runs these. ``planner``: the rank's ``HierPlanner``; ``mode``: its node phase
-    (``hxmpi.comm.plan.NODE_PHASES``); ``shm``: that is the shared window's; ``served_lanes``: ``Topology.served_lanes``; ``intra``: the node's
-    communicator; ``byte``: ``MPI.BYTE``.
+    (``hxmpi.comm.plan.NODE_PHASES``); ``shm``: that is the shared window's; ``served_lanes``:
+    ``Topology.served_lanes`` (ascending); ``intra``: the node's communicator; ``byte``:
+    ``MPI.BYTE``; ``lanes``: what runs on each lane (``LANE_KINDS``: one ``MPI_Ialltoallv``, the
+    pairwise rounds, or Bruck's first run, lane after lane); ``rounds`` and ``tag``: the Bruck
+    rounds of a lane's size (``hxmpi.comm.plan.bruck_rounds``) and the rounds' message tag.
+    ``stats``: the ``ExchangeStats`` a run of ``CallTable`` leaves (``copied`` set by each).
     """
     cdef readonly object planner
     cdef readonly int mode
@@ -532,12 +550,31 @@ cdef class HierOnce:
     cdef char status[STATUS_BYTES]
     cdef object keep
     cdef HierArrays planned   # the planner's arrays (``base``, ``rep.n`` and the self copy per plan)
+    cdef readonly int lanes
+    cdef int tag
+    cdef list brucks          # a ``BruckOnce`` per served lane (Bruck lanes)
+    cdef int64_t* lane_rank
+    cdef cnp.ndarray lane_sides   # a lane's four int64 vectors (Bruck lanes)
+    cdef public object stats
 
-    def __cinit__(self, planner, int mode, bint shm, served_lanes, intra, byte):
+    def __cinit__(self, planner, int mode, bint shm, served_lanes, intra, byte, int lanes=LANES_PLAIN,
+                  tuple rounds=None, int tag=0):
         cdef Py_ssize_t i, p, n, g
         cdef HierArrays* h = &self.planned
-        if _handle_bytes == 0 or _mpi_ialltoallv == NULL or _mpi_allgather == NULL or _mpi_barrier == NULL:
+        if _handle_bytes == 0 or _mpi_ialltoallv == NULL or _mpi_allgather == NULL or _mpi_barrier == NULL \
+                or _mpi_isend == NULL or _mpi_irecv == NULL:
             raise NotImplementedError("HierOnce: this MPI's handles cannot be passed from compiled code")
+        if lanes not in (LANES_PLAIN, LANES_PAIRWISE, LANES_BRUCK) or (lanes == LANES_BRUCK and rounds is None):
+            raise ValueError(f"HierOnce: lanes must be one of {sorted(LANE_KINDS.values())} (Bruck lanes with "
+                             f"their rounds), got {lanes!r}")
+        self.lanes, self.tag = lanes, tag
+        self.brucks = [BruckOnce(comm, rounds, tag, byte) for _, comm in served_lanes] if lanes == LANES_BRUCK else []
+        self.lane_sides = np.zeros(4 * planner.num_nodes, np.int64)
+        self.lane_rank = <int64_t*>malloc(max(len(served_lanes), 1) * sizeof(int64_t))
+        if self.lane_rank == NULL:
+            raise MemoryError()
+        for i, (_, comm) in enumerate(served_lanes):
+            self.lane_rank[i] = comm.rank
         self.planner, self.mode, self.shm = planner, mode, shm
         self.size, self.nodes, self.g, self.local = planner.size, planner.num_nodes, planner.g, planner.local
         self.nlanes = len(served_lanes)
@@ -569,6 +606,7 @@ cdef class HierOnce:
     def __dealloc__(self):
         free(self.comms)
         free(self.lane_no)
+        free(self.lane_rank)
         free(self.requests)
         free(self.ints)
 
@@ -612,58 +650,112 @@ cdef class HierOnce:
                 or (not self.shm and (_outside(&h.rep, bn, an) or _outside(&h.unp, bn, rn))):
             raise ValueError(f"HierOnce: a copy block lies outside its buffers (send {sn} B, receive {rn} B, "
                              f"scratch {an} B, phase-1 buffer {bn} B)")
+        cdef const unsigned char* send = s if h.base >= 0 else sa
+        cdef int64_t send_len = sn if h.base >= 0 else an
+        with nogil:  # ``HierRun._describe``'s steps, in its order
+            if h.base < 0:
+                _copy_list(sa, s, h.pack.src, h.pack.dst, h.pack.length, h.pack.n)
+            _copy_list(r, s, h.self_copy.src, h.self_copy.dst, h.self_copy.length, h.self_copy.n)
+            if self.shm:
+                _copy_list(b, s, h.own.src, h.own.dst, h.own.length, h.own.n)
+        if self.lanes == LANES_BRUCK:
+            self._bruck_lanes(h, send, send_len, b, bn)
+            err = 0
+        else:
+            with nogil:
+                err = self._lanes(h, send, b)
         with nogil:
-            err = self._steps(h, s, r, sa, b)
+            if err:
+                pass
+            elif self.shm:
+                err = self._node_barrier()   # every rank's own blocks and phase-1 segments are in place
+                if not err:
+                    _copy_list(r, b, h.out.src, h.out.dst, h.out.length, h.out.n)
+                    err = self._node_barrier()   # nobody reads the window any more
+            else:
+                _copy_list(sa, b, h.rep.src, h.rep.dst, h.rep.length, h.rep.n)
+                _copy_list(sa, s, h.own.src, h.own.dst, h.own.length, h.own.n)
+                _copy_list(r, b, h.out.src, h.out.dst, h.out.length, h.out.n)
+                err = self._node_phase(h, sa, b)
+                if not err:
+                    _copy_list(r, b, h.unp.src, h.unp.dst, h.unp.length, h.unp.n)
         if err:
             raise MPI.Exception(err)
         return 0
 
-    cdef int _steps(self, HierArrays* h, const unsigned char* s, unsigned char* r, unsigned char* a,
-                    unsigned char* buf) noexcept nogil:
-        """``HierRun._describe``'s steps, in its order; the first MPI error code, or 0."""
+    cdef void _lane_sides(self, HierArrays* h, Py_ssize_t li, int64_t* v) noexcept nogil:
+        """Lane ``li``'s send counts, send displacements, receive counts and receive displacements
+        (bytes, one per node, into ``v``): the native lane sends this node's segments, the others
+        nothing."""
+        cdef Py_ssize_t k, n = self.nodes
+        for k in range(n):
+            if self.lane_no[li] == self.local:
+                v[k], v[n + k] = h.node_bytes[k], h.send_displs[k] + h.shift
+            else:
+                v[k], v[n + k] = 0, 0
+            v[2 * n + k], v[3 * n + k] = h.lane_rc[li * n + k], h.lane_rd[li * n + k]
+
+    cdef int _bruck_lanes(self, HierArrays* h, const unsigned char* send, int64_t send_len, unsigned char* buf,
+                          int64_t buf_len) except -1:
+        """Phase 1 on Bruck lanes: each lane's first run, lane after lane (ascending, as
+        ``HierRun`` runs them: that cannot deadlock)."""
+        cdef Py_ssize_t li, n = self.nodes
+        cdef int64_t* v = <int64_t*>cnp.PyArray_DATA(self.lane_sides)
+        for li in range(self.nlanes):
+            self._lane_sides(h, li, v)
+            (<BruckOnce>self.brucks[li]).exchange(send, send_len, buf, buf_len, v, v + n, v + 2 * n, v + 3 * n)
+        return 0
+
+    cdef int _pairwise(self, Py_ssize_t li, const int64_t* v, const unsigned char* send,
+                       unsigned char* buf) noexcept nogil:
+        """``bruck.Pairwise`` on lane ``li`` with the sides ``v`` (``_lane_sides``): the block to
+        itself, then N-1 rounds of a receive from rank - k and a send to rank + k, waited for."""
+        cdef Py_ssize_t k, n = self.nodes, q = self.lane_rank[li], dst, src, nr
         cdef int err
-        if h.base < 0:
-            _copy_list(a, s, h.pack.src, h.pack.dst, h.pack.length, h.pack.n)
-        _copy_list(r, s, h.self_copy.src, h.self_copy.dst, h.self_copy.length, h.self_copy.n)
-        if self.shm:
-            _copy_list(buf, s, h.own.src, h.own.dst, h.own.length, h.own.n)
-            err = self._lanes(h, s if h.base >= 0 else a, buf)
-            if not err:
-                err = self._node_barrier()   # every rank's own blocks and phase-1 segments are in place
-            if not err:
-                _copy_list(r, buf, h.out.src, h.out.dst, h.out.length, h.out.n)
-                err = self._node_barrier()   # nobody reads the window any more
-            return err
-        err = self._lanes(h, s if h.base >= 0 else a, buf)
-        if err:
-            return err
-        _copy_list(a, buf, h.rep.src, h.rep.dst, h.rep.length, h.rep.n)
-        _copy_list(a, s, h.own.src, h.own.dst, h.own.length, h.own.n)
-        _copy_list(r, buf, h.out.src, h.out.dst, h.out.length, h.out.n)
-        err = self._node_phase(h, a, buf)
-        if not err:
-            _copy_list(r, buf, h.unp.src, h.unp.dst, h.unp.length, h.unp.n)
-        return err
+        cdef uint64_t comm = self.comms[li]
+        if v[q] > 0:
+            memcpy(buf + v[3 * n + q], send + v[n + q], <size_t>v[q])
+        for k in range(1, n):
+            dst, src, nr = (q + k) % n, (q - k + n) % n, 0
+            if v[2 * n + src]:
+                err = _irecv(buf + v[3 * n + src], <int>v[2 * n + src], self.byte, <int>src, self.tag, comm,
+                             &self.requests[nr])
+                if err:
+                    return err
+                nr += 1
+            if v[dst]:
+                err = _isend(send + v[n + dst], <int>v[dst], self.byte, <int>dst, self.tag, comm, &self.requests[nr])
+                if err:
+                    return err
+                nr += 1
+            for dst in range(nr):
+                err = _mpi_wait(&self.requests[dst], self.status)
+                if err:
+                    return err
+        return 0
 
     cdef int _lanes(self, HierArrays* h, const unsigned char* send, unsigned char* buf) noexcept nogil:
-        """Phase 1: one ``MPI_Ialltoallv`` per served lane (the native one sends this node's
-        segments, the others nothing), then wait for all."""
+        """Phase 1 on plain lanes: one ``MPI_Ialltoallv`` per served lane, then wait for all; on
+        pairwise lanes, their rounds lane after lane."""
         cdef Py_ssize_t li, k, n = self.nodes
         cdef int* v
+        cdef int64_t* w = <int64_t*>cnp.PyArray_DATA(self.lane_sides)
         cdef int err
         for li in range(self.nlanes):
+            self._lane_sides(h, li, w)
+            if self.lanes == LANES_PAIRWISE:
+                err = self._pairwise(li, w, send, buf)
+                if err:
+                    return err
+                continue
             v = self.ints + 4 * n * li
-            for k in range(n):
-                if self.lane_no[li] == self.local:
-                    v[k], v[n + k] = <int>h.node_bytes[k], <int>(h.send_displs[k] + h.shift)
-                else:
-                    v[k], v[n + k] = 0, 0
-                v[2 * n + k], v[3 * n + k] = <int>h.lane_rc[li * n + k], <int>h.lane_rd[li * n + k]
+            for k in range(4 * n):
+                v[k] = <int>w[k]
             err = _ialltoallv(send, v, v + n, buf, v + 2 * n, v + 3 * n, self.byte, self.comms[li],
                               &self.requests[li])
             if err:
                 return err
-        for li in range(self.nlanes):
+        for li in range(self.nlanes if self.lanes == LANES_PLAIN else 0):
             err = _mpi_wait(&self.requests[li], self.status)
             if err:
                 return err
@@ -700,9 +792,6 @@ cdef class HierOnce:
         h.self_copy = _copy_of(sd + me, rd + me, sc + me, 1)
         return self.execute(h, <const unsigned char*>cnp.PyArray_DATA(send), cnp.PyArray_NBYTES(send),
                             <unsigned char*>cnp.PyArray_DATA(recv), cnp.PyArray_NBYTES(recv), a, buf)
-
-
-include "_bruck_once.pxi"
 
 
 cdef class Slot:
@@ -764,7 +853,8 @@ cdef class CallTable:
     cdef cnp.ndarray _parsed, _ints, _stats_counts
     # Hierarchical misses (``hier_path``): None until configured.
     cdef HierOnce _hier
-    cdef object _hier_codes, _hier_stats, _sides
+    cdef object _hier_codes, _hier_once, _sides
+    cdef HierOnce _route_once   # the hierarchical run a miss takes (``_route``)
     # Bruck misses (``bruck_path``): None until configured.
     cdef object _bruck_codes, _bruck_stats, _bruck_once, _brucks
     cdef long _radix, _pick_radix
@@ -790,18 +880,20 @@ cdef class CallTable:
         self._hier = None
         self._brucks = None
 
-    def hier_path(self, HierOnce once not None, frozenset codes, stats, int64_type):
+    def hier_path(self, dict codes, long radix, once, int64_type):
         """Let the miss path also run misses hierarchically (call after ``miss_path``): those of
-        ``codes`` (the algorithm codes that run "hier" with ``Transfer`` lanes) and auto's picks of
-        "hier", through ``once``. ``stats``: the ``ExchangeStats`` such a run leaves (``copied``
-        set by each; its node arrays are the planner's); ``int64_type``: ``MPI.INT64_T``, the node
-        ``Allgather``'s datatype (``HierComm._hier_plan``'s)."""
+        ``codes`` (algorithm code: name, for "hier", "hier_pairwise" and "hier_bruck", the last
+        at radix ``radix``) and auto's picks of them, through the ``HierOnce`` that
+        ``once(name, radix)`` gives (kept by the caller; its ``stats`` is what such a run
+        leaves); ``int64_type``: ``MPI.INT64_T``, the node ``Allgather``'s datatype
+        (``HierComm._hier_plan``'s)."""
         if self._choices is None:
             return
         n = self._size
-        self._hier, self._hier_codes, self._hier_stats = once, codes, stats
+        self._hier_codes, self._hier_once, self._radix = codes, once, radix
+        self._hier = once("hier", 2)
         self._int64 = <uint64_t>int64_type.handle
-        self.rc_node = np.zeros((once.g, n), np.int64)
+        self.rc_node = np.zeros((self._hier.g, n), np.int64)
         self._sides = tuple(self._parsed[i * n:(i + 1) * n] for i in range(4))
 
     def bruck_path(self, frozenset codes, long radix, once, stats):
@@ -980,8 +1072,8 @@ cdef class CallTable:
         if route == ROUTE_HIER:
             self._run_hier(sa, ra)
             self.tick += 1
-            self._hier_stats.copied = self._copied
-            self.stats = self._hier_stats
+            self._route_once.stats.copied = self._copied
+            self.stats = self._route_once.stats
             return self._missed(flags)
         if route == ROUTE_BRUCK:
             self._run_bruck(sa, ra)
@@ -1035,12 +1127,16 @@ cdef class CallTable:
             if name == "bruck" and self._brucks is not None:
                 self._pick_radix = pick[1]
                 return ROUTE_BRUCK
-            return ROUTE_HIER if name == "hier" and self._hier is not None else ROUTE_PYTHON
+            if name in LANE_KINDS and self._hier is not None:
+                self._route_once = self._hier_once(name, pick[1])
+                return ROUTE_HIER
+            return ROUTE_PYTHON
         if code in self._flat_codes:
             return ROUTE_FLAT
         if self._brucks is not None and code in self._bruck_codes:
             self._pick_radix = self._radix
             return ROUTE_BRUCK
+        self._route_once = self._hier_once(self._hier_codes[code], self._radix)
         return ROUTE_HIER
 
     cdef int _run_bruck(self, cnp.ndarray sa, cnp.ndarray ra) except -1:
@@ -1057,7 +1153,7 @@ cdef class CallTable:
     cdef int _run_hier(self, cnp.ndarray sa, cnp.ndarray ra) except -1:
         """A miss run hierarchically: the node ``Allgather`` of the receive counts, the plan, the
         scratch, then ``HierOnce`` (the sides are in ``_parsed``)."""
-        cdef HierOnce h = self._hier
+        cdef HierOnce h = self._route_once
         cdef Py_ssize_t n = self._size
         cdef int64_t* sc = <int64_t*>cnp.PyArray_DATA(self._parsed)
         cdef int err

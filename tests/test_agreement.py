@@ -162,7 +162,7 @@ def test_repeated_calls_run_the_compiled_path(comm, cached, layout, phase, algor
     assert hc._calls.compiled - before == 2
 
 
-@pytest.mark.parametrize("algorithm", ["flat", "hier", "bruck", "auto"])
+@pytest.mark.parametrize("algorithm", ["flat", "hier", "bruck", "hier_pairwise", "hier_bruck", "auto"])
 @pytest.mark.parametrize("layout", ["irregular", "round_robin_3", "one_node"])
 @pytest.mark.parametrize("node_phase", ["mpi", "shm"])
 def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm, node_phase):
@@ -171,8 +171,8 @@ def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm, node_p
     call runs flat or hier, byte-exact; a pattern that comes back still hits the plan cache."""
     hc = HierComm(comm, **layouts(comm.size)[layout], node_phase=node_phase, cache_entries=4, radix=3)
     size, me = comm.size, comm.rank
-    runs_here = algorithm in ("flat", "hier", "bruck")
-    ran = "hier" if algorithm == "hier" and hc.layout.hier_possible else "flat" if algorithm != "bruck" else "bruck"
+    runs_here = algorithm != "auto"
+    ran = "flat" if algorithm == "auto" or (algorithm.startswith("hier") and not hc.layout.hier_possible) else algorithm
     sbuf = np.arange(4 * size, dtype=np.float64) + 100 * me
     forms = [lambda b, c, d: [b, c], lambda b, c, d: [b, (c, d)], lambda b, c, d: [b, (c, d), MPI.DOUBLE],
              lambda b, c, d: (b, c.astype(np.intc), d.astype(np.intc), MPI.DOUBLE)]
@@ -188,9 +188,9 @@ def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm, node_p
         assert hc.last_stats["plan_cache"] == "miss"
     if runs_here:
         assert hc._calls.compiled_misses == 8 and hc.last_stats["algorithm"] == ran
-        if ran != "hier":
+        assert hc.last_stats.get("radix", 0) == (hc.radix if ran.endswith("bruck") else 0)
+        if not ran.startswith("hier"):
             assert hc.last_stats["flat"]["bytes"] == 8 * (2 + 7 % 3) * (size - 1)
-            assert hc.last_stats.get("radix", 0) == (hc.radix if ran == "bruck" else 0)
         else:  # what crosses node boundaries: this rank's blocks to every rank of another node
             off = int(np.count_nonzero(hc._node_of != hc._node_of[me]))
             assert hc.last_stats["inter_node"]["bytes"] == 8 * (2 + 7 % 3) * off
@@ -200,7 +200,7 @@ def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm, node_p
     hc.free()
 
 
-@pytest.mark.parametrize("algorithm", ["flat", "hier", "bruck"])
+@pytest.mark.parametrize("algorithm", ["flat", "hier", "bruck", "hier_pairwise", "hier_bruck"])
 @pytest.mark.parametrize("node_phase", ["mpi", "shm"])
 def test_a_rank_on_the_python_miss_path_matches_the_compiled_ones(comm, algorithm, node_phase):
     """Rank 0 passes its counts as lists, so its misses run in Python while the others' run
@@ -241,12 +241,16 @@ def test_the_compiled_hier_run_refuses_buffers_its_plan_does_not_fit(comm, node_
     recv = Side(np.zeros(ref.nbytes, np.uint8), rc * 8, exclusive_cumsum(rc) * 8)
     plan = hc._hier_plan(send, recv).detach()
     a, buf = np.zeros(plan.a_bytes, np.uint8), np.zeros(plan.buf_bytes, np.uint8)
+    once = hc._hier_once("hier", 2)
     with pytest.raises(ValueError, match="lies outside its buffers"):
-        hc._once.run(plan, send.view, recv.view[:-1], a, buf)
+        once.run(plan, send.view, recv.view[:-1], a, buf)
     with pytest.raises(ValueError, match="contiguous uint8"):
-        hc._once.run(plan, send.view, recv.view.view(np.int8), a, buf)
+        once.run(plan, send.view, recv.view.view(np.int8), a, buf)
+    with pytest.raises(ValueError, match="lanes must be one of"):
+        type(once)(hc._planner, hc._mode, node_phase == "shm", hc.topology.served_lanes, hc.topology.intra,
+                   MPI.BYTE, 7)
     if node_phase == "mpi":  # the window is the node's, and only the window holds an shm plan's run
-        hc._once.run(plan, send.view, recv.view, a, buf)  # the same buffers whole: it runs, byte-exact
+        once.run(plan, send.view, recv.view, a, buf)  # the same buffers whole: it runs, byte-exact
         assert recv.view.tobytes() == ref.tobytes()
     hc.free()
 

@@ -33,7 +33,7 @@ from mpi4py import MPI
 from ..errors import CpuFileError, ExchangeError, HxmpiError, agree
 from . import transfer
 from ._agree import buffer_id, pattern_key
-from ._call import AGREED, DONE, KEEP, BruckOnce, CallTable, HierOnce, Saved
+from ._call import AGREED, DONE, KEEP, LANE_KINDS, BruckOnce, CallTable, HierOnce, Saved
 from .agreement import Agreed, Agreement
 from .bruck import TAG as BRUCK_TAG
 from .bruck import Bruck, Pairwise
@@ -110,15 +110,8 @@ class HierComm:
         self.node_phase, key = self._agree_settings(node_phase, bad)
         self._mode = NODE_PHASES[self.node_phase]
         self._window = NodeWindow(t.intra) if self.node_phase == "shm" else None
-        # One-shot hierarchical runs of plain lanes run compiled (None: an MPI whose handles the
-        # compiled code cannot pass, where they run the steps of ``HierRun`` in Python).
-        self._once = None
-        if self._hier_possible:
-            try:
-                self._once = HierOnce(self._planner, self._mode, self._mode == MODE_SHM, t.served_lanes, t.intra,
-                                      MPI.BYTE)
-            except NotImplementedError:
-                pass
+        # One-shot hierarchical runs are compiled, one runner per (algorithm, radix) (``_hier_once``).
+        self._onces: dict[tuple[str, int], Optional[HierOnce]] = {}
         self._scratch = Scratch()
         self._agreement = Agreement(self.comm, key)
         #: the agreed plan cache of one-shot calls (``hxmpi/comm/plancache.py``).
@@ -133,10 +126,8 @@ class HierComm:
         self._calls.miss_path(self._choices, _ALGO_CODE, _ALGO_CODE["auto"], flat, PREDEFINED, MPI.Datatype,
                               transfer, self.comm.rank, key, KIB_CAP, self.comm, MPI.BYTE,
                               ExchangeStats("flat", flat_counts=np.zeros(self.comm.size, dtype=np.int64)))
-        if self._once is not None:  # and hierarchical ones too, with plain lanes
-            self._calls.hier_path(self._once, frozenset((_ALGO_CODE["hier"],)), ExchangeStats(
-                "hier", node_bytes=self._planner.node_bytes, node_sends=None if self._mode == MODE_SHM
-                else self._planner.p2_sc), MPI.INT64_T)
+        if self._hier_once("hier", radix) is not None:  # and hierarchical ones too
+            self._calls.hier_path({_ALGO_CODE[a]: a for a in _HIER}, radix, self._hier_once, MPI.INT64_T)
         size = self.comm.size
         self._calls.bruck_path(frozenset((_ALGO_CODE["bruck"],)), radix,  # and flat Bruck ones
                                lambda k: BruckOnce(self.comm, bruck_rounds(size, k), BRUCK_TAG, MPI.BYTE),
@@ -426,6 +417,28 @@ class HierComm:
         self.topology.intra.Allgather([r.counts, MPI.INT64_T], [rc_node, MPI.INT64_T])
         return HierPlan(self._planner, self._mode, s, r, rc_node, self.comm.rank)
 
+    def _hier_once(self, algorithm: str, radix: int) -> Optional[HierOnce]:
+        """The compiled one-shot runner of ``algorithm`` (one of ``_HIER``; ``radix`` counts for
+        "hier_bruck" only), made once; None where the layout has no hierarchy or the MPI's
+        handles cannot be passed from compiled code (its runs then walk ``HierRun``'s steps)."""
+        key = (algorithm, radix if algorithm == "hier_bruck" else 0)
+        if key not in self._onces:
+            once = None
+            if self._hier_possible:
+                t, lanes = self.topology, LANE_KINDS[algorithm]
+                rounds = bruck_rounds(t.num_nodes, radix) if algorithm == "hier_bruck" else None
+                try:
+                    once = HierOnce(self._planner, self._mode, self._mode == MODE_SHM, t.served_lanes, t.intra,
+                                    MPI.BYTE, lanes, rounds, BRUCK_TAG)
+                except NotImplementedError:
+                    pass
+                else:
+                    once.stats = ExchangeStats(algorithm, node_bytes=self._planner.node_bytes,
+                                               node_sends=None if self._mode == MODE_SHM else self._planner.p2_sc)
+                    once.stats.radix = radix if algorithm == "hier_bruck" else 0
+            self._onces[key] = once
+        return self._onces[key]
+
     def _bind(self, entry: CacheEntry, s: Side, r: Side, persistent: bool, scratch: Optional[Scratch] = None,
               window: Optional[NodeWindow] = None):
         """A run of ``entry``'s plan on these buffers (one-shot scratch unless others are given)."""
@@ -441,7 +454,8 @@ class HierComm:
             buf = window.ensure(plan.buf_bytes) if plan.mode == MODE_SHM else scratch.get("b", plan.buf_bytes)
             lanes = {"hier": Transfer, "hier_pairwise": Pairwise, "hier_bruck": bruck}[entry.algorithm]
             run = HierRun(plan, s, r, entry.big, self.topology.served_lanes, self.topology.intra, a, buf,
-                          window, persistent, lane_exchange=lanes, name=entry.algorithm, once=self._once)
+                          window, persistent, lane_exchange=lanes, name=entry.algorithm,
+                          once=None if persistent else self._hier_once(entry.algorithm, entry.radix))
         if entry.algorithm in ("bruck", "hier_bruck"):
             run.stats.radix = entry.radix
         return run

@@ -278,8 +278,8 @@ class HierRun:
     and ``buf`` the phase-1 buffer (a private buffer, or the node window's view with shm).
     ``lane_exchange``: the lane phase's class (``Transfer``: one Ialltoallv per lane;
     ``Bruck``/``Pairwise`` run their rounds lane after lane, in ascending lane order, which cannot
-    deadlock). ``once``: the compiled one-shot runner (``_call.HierOnce``), which a one-shot run of
-    ``Transfer`` lanes off the large-count path runs whole, its steps those of ``_describe``.
+    deadlock). ``once``: the compiled one-shot runner (``_call.HierOnce``) of these lanes, which a
+    one-shot run off the large-count path runs whole, its steps those of ``_describe``.
     """
 
     def __init__(self, plan: HierPlan, s: Side, r: Side, big: bool, lanes, intra: MPI.Intracomm,
@@ -287,7 +287,7 @@ class HierRun:
                  lane_exchange: Callable = Transfer, name: str = "hier", once=None):
         self.plan, self.s, self.r, self.a, self.buf, self.window = plan, s, r, a, buf, window
         self.stats = plan.stats(name)
-        self._once = once if not persistent and lane_exchange is Transfer and not big else None
+        self._once = once if not persistent and not big else None
         self.lanes, self.node = [], None
         self._program: Optional[Program] = None
         if self._once is not None:
