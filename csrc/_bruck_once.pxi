@@ -109,6 +109,11 @@ cdef class BruckOnce:
         free(self.messages)
         free(self.counts)
 
+    @property
+    def scratch_bytes(self):
+        """Scratch held: the send buffer and the arena (bytes)."""
+        return cnp.PyArray_NBYTES(self.sendbuf) + cnp.PyArray_NBYTES(self.arena)
+
     def run(self, cnp.ndarray send not None, cnp.ndarray recv not None, cnp.ndarray sc not None,
             cnp.ndarray sd not None, cnp.ndarray rc not None, cnp.ndarray rd not None):
         """One run from ``send`` to ``recv`` (contiguous uint8; ``recv`` writable) with the sides'

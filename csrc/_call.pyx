@@ -610,6 +610,11 @@ cdef class HierOnce:
         free(self.requests)
         free(self.ints)
 
+    @property
+    def scratch_bytes(self):
+        """Scratch its Bruck lanes hold (bytes; the others hold none beyond the caller's)."""
+        return sum([(<BruckOnce>b).scratch_bytes for b in self.brucks])
+
     def run(self, plan, cnp.ndarray send not None, cnp.ndarray recv not None, cnp.ndarray a not None,
             cnp.ndarray buf not None):
         """Run ``plan`` (a ``HierPlan``) once on these buffers (contiguous uint8: the caller's send
@@ -1198,6 +1203,11 @@ cdef class CallTable:
                _quarter_log2(<double>t.messages), _quarter_log2(<double>t.recv_kib_sq),
                _quarter_log2(<double>t.pairwise))
         return self._choices.get(key)
+
+    @property
+    def scratch_bytes(self):
+        """Scratch of the Bruck runs of misses run here (bytes)."""
+        return sum([(<BruckOnce>b).scratch_bytes for b in self._brucks.values()]) if self._brucks is not None else 0
 
     def count_miss(self):
         """Count an agreed miss; whether the cache keeps its pattern. A long run of misses (a new

@@ -253,9 +253,11 @@ class HierComm:
 
     @property
     def scratch_bytes(self) -> int:
-        """Scratch memory of one-shot calls on this rank: private buffers plus its share of the window (bytes)."""
+        """Scratch memory of one-shot calls on this rank: private buffers, the compiled Bruck runs'
+        send buffers and arenas, plus its share of the window (bytes)."""
         window = self._window.view.shape[0] // self.topology.intra.size if self._window else 0
-        return self._scratch.nbytes + window
+        runners = sum(once.scratch_bytes for once in self._onces.values() if once is not None)
+        return self._scratch.nbytes + self._calls.scratch_bytes + runners + window
 
     # ------------------------------------------------------------------ core
     def _exchange_counts(self, counts: Optional[np.ndarray]) -> np.ndarray:
