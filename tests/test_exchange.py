@@ -393,6 +393,17 @@ def test_auto_follows_the_tuning_file(comm, favour, tmp_path_factory):
         assert hc.last_stats["algorithm"] in family[favour], hc.last_stats
     if favour == "bruck3" and size in (3, 6, 7):
         assert ran(hc) == ("bruck", 3), hc.last_stats
+    # New patterns of the same class (receive blocks further in) reuse that pick, and their misses
+    # run on the compiled miss path whichever family it is.
+    picked, before = ran(hc), hc._calls.compiled_misses
+    for shift in (1, 2, 3):
+        out, ref = np.zeros(sbuf.size + shift), np.zeros(sbuf.size + shift)
+        displs = np.arange(size, dtype=np.int64) * 4 + shift
+        comm.Alltoallv([sbuf, counts], [ref, (counts, displs)])
+        hc.Alltoallv([sbuf, counts], [out, (counts, displs)])
+        assert out.tobytes() == ref.tobytes() and hc.last_stats["plan_cache"] == "miss"
+        assert ran(hc) == picked, hc.last_stats
+    assert hc._calls.compiled_misses - before == 3
     hc.free()
 
 
