@@ -51,7 +51,8 @@ on 2 cores, ``--ranks-per-node 1``); the hier keys need 2 nodes of 2 ranks, on t
 on 2 cores, where a microsecond of Python between two collectives also costs the core-mate's
 polling. So each hier key is the median over the ``--combine-hier`` runs, times the ratio of a
 flat path's CPU between the two medians (miss: ``python_miss_s``, the Python miss path, since a
-flat miss of array specs is compiled and costs next to nothing; hit and plan: ``flat_hit``): the
+flat miss of array specs is compiled and costs next to nothing; hit and plan: ``flat_hit``, or
+``python_miss_s`` as well where the 2x2 median of ``flat_hit`` is 0): the
 same code in both runs, it measures how much the oversubscribed run inflates hxmpi's CPU. The
 output names its inputs, each key's ``source`` and the ratios (``deflation``).
 
@@ -258,13 +259,19 @@ def combine(flat_files: list, hier_files: list, out: str, command: str) -> dict:
     flat_runs, flat = load(flat_files)
     hier_runs, hier = load(hier_files)
     yard = [float(np.median([r["python_miss_s"] for r in runs])) for runs in (flat_runs, hier_runs)]
-    deflation = {"miss": yard[0] / yard[1], "hit": flat["flat_hit"] / hier["flat_hit"]}
+    if yard[1] <= 0:
+        raise ValueError(f"the --combine-hier runs' median python_miss_s is {yard[1]}: no Python miss to "
+                         "deflate their miss keys by")
+    # A compiled hit can cost nothing measurable on 2x2 (flat_hit's median clamped to 0); its
+    # ratio then says nothing, and the Python miss path's, the same code in both runs, stands in.
+    hit_by_miss = hier["flat_hit"] <= 0
+    deflation = {"miss": yard[0] / yard[1], "hit": yard[0] / yard[1] if hit_by_miss else flat["flat_hit"] / hier["flat_hit"]}
     cpu, source = {}, {}
     for key in CPU_FORMULA:
         if key.startswith("hier"):
             kind = "miss" if key in HIER else "hit"
             cpu[key] = hier[key] * deflation[kind]
-            yardstick = "flat-new-lists'" if kind == "miss" else "flat_hit"
+            yardstick = "flat-new-lists'" if kind == "miss" or hit_by_miss else "flat_hit"
             source[key] = (f"median over {len(hier_files)} runs on {hier_runs[0]['node_sizes']} of "
                            f"({CPU_FORMULA[key][0]} - {' - '.join(CPU_FORMULA[key][1])}), times {deflation[kind]:.3f} "
                            f"({yardstick} one rank per core / same on {hier_runs[0]['node_sizes']})")

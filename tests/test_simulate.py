@@ -365,6 +365,17 @@ def test_combined_cpu_file_takes_flat_keys_as_measured_and_deflates_hier_keys(tm
     assert cpu["hier"] == pytest.approx(4.0 * (keys.index("hier") + 1) * 1e-6 * 0.25)
     assert "times 0.250" in got["source"]["hier"] and len(got["inputs"]) == 4
     assert CpuTimes.load(str(out)).seconds == cpu  # what the simulator and auto read
+    # A 2x2 set whose compiled flat hit measured 0: hits and plans take the miss ratio instead.
+    zero = json.loads(open(hier[0]).read())
+    zero["cpu_s_per_call"]["flat_hit"] = 0.0
+    (tmp_path / "h0.json").write_text(json.dumps(zero))
+    proc = subprocess.run([sys.executable, script, "--combine-flat", *flat, "--combine-hier", str(tmp_path / "h0.json"),
+                           "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(out.read_text())
+    assert got["deflation"] == {"miss": pytest.approx(0.25), "hit": pytest.approx(0.25)}
+    assert got["cpu_s_per_call"]["hier_bruck_plan"] == pytest.approx(4.0 * i * 1e-6 * 0.25)
+    assert "flat-new-lists" in got["source"]["hier_bruck_plan"]
     bad = subprocess.run([sys.executable, script, "--combine-flat", *flat, "--json", str(out)],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "go together" in bad.stderr
