@@ -18,8 +18,10 @@ Columns (us per call, mean over ranks, median of the rounds):
                  the JSON's ``paths`` gives the hits counted in the timed calls), for A in flat, hier, bruck, hier_pairwise, hier_bruck (radix ``--radix``)
   A-repeat       the same, one pattern and the same buffers every call (the plan cache hits)
   A-plan         a persistent ``HierComm.Alltoallv_init(algorithm=A)`` request, Start + Wait
-  flat-new-lists flat-new with counts and displacements as Python lists: Python makes them arrays
-                 and the miss runs in Python (the compiled miss path reads arrays only)
+  flat-new-lists flat-new with counts and displacements as Python lists of integers (made int64
+                 arrays, then the compiled miss path)
+  flat-new-python flat-new with counts and displacements as int16 arrays, a form only the general
+                 reader takes: the Python miss path
 
 ``--json`` also writes ``cpu_s_per_call``: hxmpi's own per-call work for each path, the path's time
 minus the MPI-only columns it contains (``cpu_formula`` in the JSON spells each one), clamped at 0
@@ -39,7 +41,7 @@ A one-shot Bruck miss sends its first run's length headers through ``Mprobe``; b
 neither (8 B per slot and one probe per message more), so a little MPI time stays in ``bruck``.
 Degenerate layouts (one node, or one rank per node) run the hier paths flat: their hier keys are
 flat's. JSON: ``command`` (this run's argv), ``radix``, ``cpu_formula``, ``python_miss_s``
-(flat-new-lists - allreduce - bare: the Python miss path's CPU, seconds).
+(flat-new-python - allreduce - bare: the Python miss path's CPU, seconds).
 
 ``--combine-flat A.json ... --combine-hier B.json ... --json OUT`` runs nothing: it writes the CPU file
 the simulator and ``HierComm``'s "auto" use from earlier ``--json`` runs. The packaged default is
@@ -77,7 +79,7 @@ from hxmpi.comm.plan import bruck_rounds
 ALGORITHMS = ("flat", "hier", "bruck", "hier_pairwise", "hier_bruck")
 HIER = ("hier", "hier_pairwise", "hier_bruck")
 COLUMNS = ("bare", "bare-plan", "allreduce", "node-allgather", "bruck-p2p", "floor") + tuple(
-    f"{a}-{kind}" for a in ALGORITHMS for kind in ("new", "repeat", "plan")) + ("flat-new-lists",)
+    f"{a}-{kind}" for a in ALGORITHMS for kind in ("new", "repeat", "plan")) + ("flat-new-lists", "flat-new-python")
 PATTERNS = 1024
 #: cpu_s_per_call[key] = column - sum(subtracted columns): each path minus the MPI-only columns it contains.
 CPU_FORMULA = {
@@ -91,7 +93,7 @@ for _h in HIER:
                         f"{_h}_plan": (f"{_h}-plan", ("hier-plan",))})
 #: The Python miss path's CPU, the same code at every layout: what ``combine`` deflates the 2x2
 #: miss keys by (not a key of the CPU file).
-YARDSTICK = ("flat-new-lists", ("allreduce", "bare"))
+YARDSTICK = ("flat-new-python", ("allreduce", "bare"))
 
 
 def bruck_p2p(comm, block: int, radix: int, sbuf: np.ndarray, rbuf: np.ndarray) -> list:
@@ -152,7 +154,8 @@ def main(argv=None) -> int:
     counts = np.full(size, block, np.int64)
     displs = np.arange(size, dtype=np.int64) * block
     shifted = [displs + k for k in range(PATTERNS)]
-    listed = [d.tolist() for d in shifted]  # flat-new-lists' specs: the Python miss path
+    listed = [d.tolist() for d in shifted]  # flat-new-lists' specs
+    narrow = [d.astype(np.int16) for d in shifted]  # flat-new-python's: the general reader's alone
     cint, dint = counts.astype(np.intc), displs.astype(np.intc)
     specs = ([sbuf, (cint, dint), MPI.BYTE], [rbuf, (cint, dint), MPI.BYTE])
     raw = comm.Alltoallv_init(*specs)
@@ -193,6 +196,10 @@ def main(argv=None) -> int:
             tick[0] += 1
             hc.Alltoallv([sbuf, (counts.tolist(), listed[0]), MPI.BYTE],
                          [rbuf, (counts.tolist(), listed[tick[0] % PATTERNS]), MPI.BYTE], algorithm="flat")
+        elif col == "flat-new-python":
+            tick[0] += 1
+            hc.Alltoallv([sbuf, (counts.astype(np.int16), narrow[0]), MPI.BYTE],
+                         [rbuf, (counts.astype(np.int16), narrow[tick[0] % PATTERNS]), MPI.BYTE], algorithm="flat")
         elif kind == "new":
             tick[0] += 1
             hc.Alltoallv(send_spec, [rbuf, (counts, shifted[tick[0] % PATTERNS]), MPI.BYTE], algorithm=algo)
@@ -213,7 +220,7 @@ def main(argv=None) -> int:
             for _ in range(args.iterations):
                 call(col)
             result[col] = comm.allreduce((MPI.Wtime() - t0) / args.iterations * 1e6) / size
-            if col.endswith(("-new", "-repeat", "-lists")):
+            if col.endswith(("-new", "-repeat", "-lists", "-python")):
                 states[col] = (hc.last_stats["algorithm"], f"hits {hc.plan_cache.hits - hits}/{args.iterations}")
         rounds.append(result)
     for plan in plans.values():
@@ -271,7 +278,7 @@ def combine(flat_files: list, hier_files: list, out: str, command: str) -> dict:
         if key.startswith("hier"):
             kind = "miss" if key in HIER else "hit"
             cpu[key] = hier[key] * deflation[kind]
-            yardstick = "flat-new-lists'" if kind == "miss" or hit_by_miss else "flat_hit"
+            yardstick = "python_miss_s, the Python miss path," if kind == "miss" or hit_by_miss else "flat_hit"
             source[key] = (f"median over {len(hier_files)} runs on {hier_runs[0]['node_sizes']} of "
                            f"({CPU_FORMULA[key][0]} - {' - '.join(CPU_FORMULA[key][1])}), times {deflation[kind]:.3f} "
                            f"({yardstick} one rank per core / same on {hier_runs[0]['node_sizes']})")

@@ -220,9 +220,9 @@ def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm, node_p
 @pytest.mark.parametrize("algorithm", ["flat", "hier", "bruck", "hier_pairwise", "hier_bruck"])
 @pytest.mark.parametrize("node_phase", ["mpi", "shm"])
 def test_a_rank_on_the_python_miss_path_matches_the_compiled_ones(comm, algorithm, node_phase):
-    """Rank 0 passes its counts as lists, so its misses run in Python while the others' run
-    compiled: the MPI calls of the two paths match (a miss of new patterns, byte-exact), and a
-    kept pattern is then a hit everywhere."""
+    """Rank 0 passes its counts as int16 arrays, a form only the general reader takes, so its
+    misses run in Python while the others' run compiled: the MPI calls of the two paths match (a
+    miss of new patterns, byte-exact), and a kept pattern is then a hit everywhere."""
     hc = _made(comm, node_phase, ranks_per_node=2, cache_entries=4)
     size, me = comm.size, comm.rank
     sbuf = np.arange(3 * size, dtype=np.int32) + 1000 * me
@@ -232,8 +232,8 @@ def test_a_rank_on_the_python_miss_path_matches_the_compiled_ones(comm, algorith
         out, ref = np.zeros(call + 3 * size, np.int32), np.zeros(call + 3 * size, np.int32)
         comm.Alltoallv([sbuf, counts, displs, MPI.INT], [ref, counts, displs + call, MPI.INT])
         if me == 0:
-            spec = ([sbuf, counts.tolist(), displs.tolist(), MPI.INT],
-                    [out, counts.tolist(), (displs + call).tolist(), MPI.INT])
+            spec = ([sbuf, counts.astype(np.int16), displs.astype(np.int16), MPI.INT],
+                    [out, counts.astype(np.int16), (displs + call).astype(np.int16), MPI.INT])
         else:
             spec = ([sbuf, counts, displs, MPI.INT], [out, counts, displs + call, MPI.INT])
         hc.Alltoallv(*spec, algorithm=algorithm)
@@ -241,6 +241,30 @@ def test_a_rank_on_the_python_miss_path_matches_the_compiled_ones(comm, algorith
     assert hc._calls.compiled_misses == (0 if me == 0 else 5)
     hc.Alltoallv(*spec, algorithm=algorithm)  # the last pattern, kept by every rank
     assert out.tobytes() == ref.tobytes() and hc.plan_cache.hits == 1
+    hc.free()
+
+
+@pytest.mark.parametrize("algorithm", ["flat", "hier", "bruck"])
+def test_counts_given_as_lists_run_the_compiled_paths(comm, algorithm):
+    """Counts and displacements given as Python lists of integers are read as int64 arrays by the
+    compiled paths: new patterns are compiled misses, byte-exact; the same lists again hit the
+    plan cache; a list that is no integer list still gets the general reader's error everywhere."""
+    hc = HierComm(comm, ranks_per_node=2, cache_entries=4)
+    size = comm.size
+    sbuf = np.arange(3 * size, dtype=np.int32) + 1000 * comm.rank
+    for call in range(4):
+        counts = [1 + call % 3] * size
+        displs = [i * counts[0] for i in range(size)]
+        out, ref = np.zeros(call + 3 * size, np.int32), np.zeros(call + 3 * size, np.int32)
+        comm.Alltoallv([sbuf, counts, displs, MPI.INT], [ref, counts, [d + call for d in displs], MPI.INT])
+        hc.Alltoallv([sbuf, (counts, displs)], [out, (counts, [d + call for d in displs])], algorithm=algorithm)
+        assert out.tobytes() == ref.tobytes(), f"call {call}"
+    assert hc._calls.compiled_misses == 4
+    out.fill(0)
+    hc.Alltoallv([sbuf, (counts, displs)], [out, (counts, [d + call for d in displs])], algorithm=algorithm)
+    assert out.tobytes() == ref.tobytes() and hc.plan_cache.hits == 1
+    with pytest.raises(ExchangeError, match="rank 0: send counts"):
+        hc.Alltoallv([sbuf, [1.5] * size if comm.rank == 0 else [1] * size], [out, [1] * size], algorithm=algorithm)
     hc.free()
 
 

@@ -375,7 +375,7 @@ def test_combined_cpu_file_takes_flat_keys_as_measured_and_deflates_hier_keys(tm
     got = json.loads(out.read_text())
     assert got["deflation"] == {"miss": pytest.approx(0.25), "hit": pytest.approx(0.25)}
     assert got["cpu_s_per_call"]["hier_bruck_plan"] == pytest.approx(4.0 * i * 1e-6 * 0.25)
-    assert "flat-new-lists" in got["source"]["hier_bruck_plan"]
+    assert "Python miss path" in got["source"]["hier_bruck_plan"]
     bad = subprocess.run([sys.executable, script, "--combine-flat", *flat, "--json", str(out)],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "go together" in bad.stderr

@@ -33,12 +33,12 @@ from mpi4py import MPI
 from ..errors import CpuFileError, ExchangeError, HxmpiError, agree
 from . import transfer
 from ._agree import buffer_id, pattern_key
-from ._call import AGREED, DONE, KEEP, LANE_KINDS, BruckOnce, CallTable, HierOnce, Saved
+from ._call import AGREED, DONE, KEEP, LANE_KINDS, NOT_FOUND, BruckOnce, CallTable, HierOnce, Saved
 from .agreement import Agreed, Agreement
 from .bruck import TAG as BRUCK_TAG
 from .bruck import Bruck, Pairwise
 from .costmodel import ENV_TUNING, KIB_CAP, CostModel, CpuTimes, auto_pick, pattern_class
-from .msgspec import PREDEFINED, Side, int_vector, parse_alltoall, parse_alltoallv
+from .msgspec import PREDEFINED, Side, count_arrays, int_vector, parse_alltoall, parse_alltoallv
 from .plan import ALGORITHM_CHOICES, NODE_PHASES, Layout, bruck_rounds, exclusive_cumsum
 from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES, CacheEntry, PlanCache
 from .runs import (
@@ -170,6 +170,11 @@ class HierComm:
     def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather Vector, with mpi4py buffer specs (counts and displs in elements)."""
         done = self._calls.call(sendbuf, recvbuf, algorithm, validate, False, self.algorithm)
+        if done == NOT_FOUND:  # nothing communicated yet: counts given as lists, read again as arrays
+            s, r = count_arrays(sendbuf), count_arrays(recvbuf)
+            if s is not None or r is not None:
+                sendbuf, recvbuf = sendbuf if s is None else s, recvbuf if r is None else r
+                done = self._calls.call(sendbuf, recvbuf, algorithm, validate, False, self.algorithm)
         if done != DONE:
             self._general(parse_alltoallv, sendbuf, recvbuf, algorithm, validate, False, done)
 

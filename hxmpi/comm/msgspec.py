@@ -29,7 +29,7 @@ from mpi4py import MPI
 from ..errors import ExchangeError, ExchangeKeyError, ExchangeTypeError
 from ._packing import SideCheck, common_block, common_vector, side_bytes
 
-__all__ = ["PREDEFINED", "Problem", "Side", "int_vector", "parse_vector", "parse_uniform", "parse_alltoallv",
+__all__ = ["PREDEFINED", "Problem", "Side", "count_arrays", "int_vector", "parse_vector", "parse_uniform", "parse_alltoallv",
            "parse_alltoall"]
 
 
@@ -371,11 +371,20 @@ def _common_vector(spec, size: int, writable: bool) -> Optional[Side]:
     lists of integers are made arrays first. None: not that form, or not valid (the general reader
     then says why); same result as the general reader otherwise."""
     got = common_vector(spec, size, writable, PREDEFINED, MPI.Datatype)
-    if got is None and type(spec) in (list, tuple) and 2 <= len(spec) <= 4:
-        arrays = _lists_as_arrays(spec)
+    if got is None:
+        arrays = count_arrays(spec)
         if arrays is not None:
             got = common_vector(arrays, size, writable, PREDEFINED, MPI.Datatype)
     return None if got is None else Side(*got)
+
+
+def count_arrays(spec) -> Optional[list]:
+    """A vector spec (a list or tuple of 2 to 4 items) with its counts and displacements given as
+    lists of integers made int64 arrays, the form the compiled paths read; None if it has no such
+    list (then it is left as it is)."""
+    if type(spec) in (list, tuple) and 2 <= len(spec) <= 4:
+        return _lists_as_arrays(spec)
+    return None
 
 
 def _int_array(values):
