@@ -5,6 +5,7 @@ from hxmpi.train.update_policy import (
     auto_threshold,
     decide,
     gradient_coefficient,
+    lower_median,
     straggler_ratio,
 )
 
@@ -56,6 +57,19 @@ def test_auto_threshold_is_a_multiple_of_the_median():
     assert auto_threshold([1.0, 2.0, 3.0]) == pytest.approx(4.0)
     assert auto_threshold([1.0, 2.0, 3.0, 4.0], factor=2.0) == pytest.approx(4.0)  # lower median
     assert decide([1.0, 3.0], b1=0.5, b2=0.8).mode == "async"  # two ranks: the slow one is seen
+
+
+def test_balancing_sees_a_straggler_of_two_clear_of_its_threshold():
+    """Balancing re-splits when the slowest step exceeds 1 + REBALANCE_IMBALANCE times the lower
+    median: of two ranks, the fast one, so a rank x3 is twice the margin past it, where the plain
+    median (the pair's mean) would put it exactly on it and noise would decide."""
+    from hxmpi.train.update_engine import REBALANCE_IMBALANCE
+    times = [FAST, SLOW]
+    assert lower_median(times) == FAST and lower_median([SLOW, FAST, 2.0]) == 2.0
+    assert SLOW / ((1 + REBALANCE_IMBALANCE) * lower_median(times)) >= 2.0
+    assert SLOW == pytest.approx((1 + REBALANCE_IMBALANCE) * (FAST + SLOW) / 2)  # the edge it had
+    with pytest.raises(ValueError, match="no step times"):
+        lower_median([])
 
 
 def test_gradient_coefficient():

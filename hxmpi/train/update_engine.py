@@ -34,7 +34,7 @@ from ..errors import SettingError
 from ..schema import SETTINGS, Straggle, check, check_fields, default
 from .balance import balanced_counts, fit_costs, proportional_counts
 from .stall import WatchedComm
-from .update_policy import PolicyController, RoundDecision, Window, decide, gradient_coefficient
+from .update_policy import PolicyController, RoundDecision, Window, decide, gradient_coefficient, lower_median
 
 __all__ = ["BucketReducer", "UpdateConfig", "UpdateEngine", "LocalPool"]
 
@@ -113,7 +113,7 @@ class UpdateConfig:
 
 
 BALANCE_MODES = SETTINGS["balance"].choices
-# Re-split only when the slowest rank's step takes this much longer than the median one: the
+# Re-split only when the slowest rank's step takes this much longer than the (lower) median one: the
 # step times of ranks on a busy host jitter by tens of percent, and re-splitting on that noise
 # would move samples for nothing ...
 REBALANCE_IMBALANCE = 0.5
@@ -462,7 +462,9 @@ class UpdateEngine:
         refine = self._costs is not None and bool(np.any(np.abs(per_step - self._costs[0]) >= 1))
         fixed, per_sample = self._cost_model(times, per_step)
         allowed = REFINE_IMBALANCE if refine else REBALANCE_IMBALANCE
-        if times.min() <= 0 or times.max() <= (1 + allowed) * float(np.median(times)):
+        # The lower median: of two ranks, the faster one (the mean of two would put a rank x3
+        # exactly at 1 + REBALANCE_IMBALANCE times it, and noise would decide).
+        if times.min() <= 0 or times.max() <= (1 + allowed) * lower_median(times):
             return False  # balanced enough: keep the pieces where they are
         reference = max(self.cfg.batch_size, self.comm.size)
         target = balanced_counts(fixed, np.maximum(per_sample, 1e-12), reference)

@@ -28,7 +28,7 @@ from typing import Optional, Sequence
 
 from ..schema import SETTINGS
 
-__all__ = ["PolicyController", "Window", "Decision", "RoundDecision", "auto_threshold", "straggler_ratio",
+__all__ = ["PolicyController", "Window", "Decision", "RoundDecision", "auto_threshold", "lower_median", "straggler_ratio",
            "check_thresholds", "decide", "gradient_coefficient"]
 
 MODES = SETTINGS["update"].choices
@@ -66,15 +66,20 @@ class RoundDecision:
     record: dict
 
 
-def auto_threshold(step_times: Sequence[float], factor: float = AUTO_THRESHOLD_FACTOR) -> float:
-    """``factor`` times the lower median step time (seconds).
+def lower_median(step_times: Sequence[float]) -> float:
+    """The lower median step time (seconds): the smaller middle value for an even count.
 
-    The lower median (the smaller middle value for an even count) lets two ranks tell a straggler
-    from its partner; the plain median of two would sit between them.
+    It lets two ranks tell a straggler from its partner; the plain median of two would sit
+    between them (a rank x3 would then be exactly 1.5 times it, on the edge of every threshold).
     """
-    if not step_times:
+    if len(step_times) == 0:
         raise ValueError("no step times")
-    return factor * sorted(step_times)[(len(step_times) - 1) // 2]
+    return float(sorted(step_times)[(len(step_times) - 1) // 2])
+
+
+def auto_threshold(step_times: Sequence[float], factor: float = AUTO_THRESHOLD_FACTOR) -> float:
+    """``factor`` times the lower median step time (seconds; ``lower_median``)."""
+    return factor * lower_median(step_times)
 
 
 def straggler_ratio(step_times: Sequence[float], threshold: float) -> float:
