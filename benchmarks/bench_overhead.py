@@ -20,7 +20,7 @@ Columns (us per call, mean over ranks, median of the rounds):
   A-plan         a persistent ``HierComm.Alltoallv_init(algorithm=A)`` request, Start + Wait
   flat-new-lists flat-new with counts and displacements as Python lists of integers (made int64
                  arrays, then the compiled miss path)
-  flat-new-python flat-new with counts and displacements as int16 arrays, a form only the general
+  flat-new-python flat-new with counts and displacements as uint64 arrays, a form only the general
                  reader takes: the Python miss path
 
 ``--json`` also writes ``cpu_s_per_call``: hxmpi's own per-call work for each path, the path's time
@@ -155,7 +155,8 @@ def main(argv=None) -> int:
     displs = np.arange(size, dtype=np.int64) * block
     shifted = [displs + k for k in range(PATTERNS)]
     listed = [d.tolist() for d in shifted]  # flat-new-lists' specs
-    narrow = [d.astype(np.int16) for d in shifted]  # flat-new-python's: the general reader's alone
+    # flat-new-python's: uint64, which only the general reader takes (and any --block fits)
+    unsigned_counts, unsigned = counts.astype(np.uint64), [d.astype(np.uint64) for d in shifted]
     cint, dint = counts.astype(np.intc), displs.astype(np.intc)
     specs = ([sbuf, (cint, dint), MPI.BYTE], [rbuf, (cint, dint), MPI.BYTE])
     raw = comm.Alltoallv_init(*specs)
@@ -198,8 +199,8 @@ def main(argv=None) -> int:
                          [rbuf, (counts.tolist(), listed[tick[0] % PATTERNS]), MPI.BYTE], algorithm="flat")
         elif col == "flat-new-python":
             tick[0] += 1
-            hc.Alltoallv([sbuf, (counts.astype(np.int16), narrow[0]), MPI.BYTE],
-                         [rbuf, (counts.astype(np.int16), narrow[tick[0] % PATTERNS]), MPI.BYTE], algorithm="flat")
+            hc.Alltoallv([sbuf, (unsigned_counts, unsigned[0]), MPI.BYTE],
+                         [rbuf, (unsigned_counts, unsigned[tick[0] % PATTERNS]), MPI.BYTE], algorithm="flat")
         elif kind == "new":
             tick[0] += 1
             hc.Alltoallv(send_spec, [rbuf, (counts, shifted[tick[0] % PATTERNS]), MPI.BYTE], algorithm=algo)
