@@ -17,6 +17,9 @@ Columns (us per call, mean over ranks, median of the rounds):
                  the plan cache, which keeps every 8th pattern of a run of misses, has evicted it;
                  the JSON's ``paths`` gives the hits counted in the timed calls), for A in flat, hier, bruck, hier_pairwise, hier_bruck (radix ``--radix``)
   A-repeat       the same, one pattern and the same buffers every call (the plan cache hits)
+  A-rebound      the same pattern every call, into one of two receive buffers in turn: a hit on
+                 buffers other than the ones its cache entry last ran on (a training loop's fresh
+                 arrays), which runs the entry's plan without binding a persistent run
   A-plan         a persistent ``HierComm.Alltoallv_init(algorithm=A)`` request, Start + Wait
   flat-new-lists flat-new with counts and displacements as Python lists of integers (made int64
                  arrays, then the compiled miss path)
@@ -79,7 +82,7 @@ from hxmpi.comm.plan import bruck_rounds
 ALGORITHMS = ("flat", "hier", "bruck", "hier_pairwise", "hier_bruck")
 HIER = ("hier", "hier_pairwise", "hier_bruck")
 COLUMNS = ("bare", "bare-plan", "allreduce", "node-allgather", "bruck-p2p", "floor") + tuple(
-    f"{a}-{kind}" for a in ALGORITHMS for kind in ("new", "repeat", "plan")) + ("flat-new-lists", "flat-new-python")
+    f"{a}-{kind}" for a in ALGORITHMS for kind in ("new", "repeat", "rebound", "plan")) + ("flat-new-lists", "flat-new-python")
 PATTERNS = 1024
 #: cpu_s_per_call[key] = column - sum(subtracted columns): each path minus the MPI-only columns it contains.
 CPU_FORMULA = {
@@ -151,6 +154,7 @@ def main(argv=None) -> int:
     hc = hxmpi.HierComm(comm, ranks_per_node=args.ranks_per_node, radix=args.radix)
     sbuf = np.ones(size * block, np.uint8)
     rbuf = np.zeros(size * block + PATTERNS, np.uint8)  # room for the shifted patterns
+    other = np.zeros_like(rbuf)  # the rebound columns' second receive buffer
     counts = np.full(size, block, np.int64)
     displs = np.arange(size, dtype=np.int64) * block
     shifted = [displs + k for k in range(PATTERNS)]
@@ -201,6 +205,9 @@ def main(argv=None) -> int:
             tick[0] += 1
             hc.Alltoallv([sbuf, (unsigned_counts, unsigned[0]), MPI.BYTE],
                          [rbuf, (unsigned_counts, unsigned[tick[0] % PATTERNS]), MPI.BYTE], algorithm="flat")
+        elif kind == "rebound":
+            tick[0] += 1
+            hc.Alltoallv(send_spec, [other if tick[0] % 2 else rbuf, (counts, displs), MPI.BYTE], algorithm=algo)
         elif kind == "new":
             tick[0] += 1
             hc.Alltoallv(send_spec, [rbuf, (counts, shifted[tick[0] % PATTERNS]), MPI.BYTE], algorithm=algo)
@@ -221,7 +228,7 @@ def main(argv=None) -> int:
             for _ in range(args.iterations):
                 call(col)
             result[col] = comm.allreduce((MPI.Wtime() - t0) / args.iterations * 1e6) / size
-            if col.endswith(("-new", "-repeat", "-lists", "-python")):
+            if col.endswith(("-new", "-repeat", "-rebound", "-lists", "-python")):
                 states[col] = (hc.last_stats["algorithm"], f"hits {hc.plan_cache.hits - hits}/{args.iterations}")
         rounds.append(result)
     for plan in plans.values():

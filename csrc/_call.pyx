@@ -12,9 +12,11 @@ calls and without the GIL while MPI works. Every other call, and a recognised ca
 is not a clean hit, goes on in Python (``HierComm._general``), which also fills and empties the
 table.
 
-Misses of the common spec form (``CallTable.miss_path``) are parsed, agreed and run here too, flat
-(``MPI_Alltoallv``/``MPI_Alltoall``) or hierarchical with plain lanes (``HierOnce``: the node
-``MPI_Allgather``, the plan, ``MPI_Ialltoallv`` per lane, the node barrier or phase 2).
+Misses of the common spec form (``CallTable.miss_path``) are parsed, agreed and run here too: flat
+(``MPI_Alltoallv``/``MPI_Alltoall``), flat Bruck (``BruckOnce``), or hierarchical on plain,
+pairwise or Bruck lanes (``HierOnce``: the node ``MPI_Allgather``, the plan, the lanes, the node
+barrier or phase 2). So are hits of a cached pattern on new buffers, which run the entry's kept
+plan.
 
 MPI is reached through ``MPI_Start`` and ``MPI_Wait`` pointers that ``dlsym`` finds through the
 mpi4py extension that is loaded (``docs/performance/exchange.md``, "Reaching MPI from compiled
@@ -619,6 +621,15 @@ cdef class HierOnce:
             cnp.ndarray buf not None):
         """Run ``plan`` (a ``HierPlan``) once on these buffers (contiguous uint8: the caller's send
         and receive views, the pack/phase-2 scratch, and the phase-1 buffer or window)."""
+        for arr, writable in ((send, False), (recv, True), (a, True), (buf, True)):
+            if cnp.PyArray_TYPE(arr) != cnp.NPY_UINT8 or not cnp.PyArray_IS_C_CONTIGUOUS(arr) \
+                    or (writable and not cnp.PyArray_ISWRITEABLE(arr)):
+                raise ValueError("HierOnce.run: buffers must be contiguous uint8 (the targets writable)")
+        self.run_plan(plan, send, recv, a, buf)
+
+    cdef int run_plan(self, plan, cnp.ndarray send, cnp.ndarray recv, cnp.ndarray a, cnp.ndarray buf) except -1:
+        """``run`` on C-contiguous arrays of any item type (``recv`` writable; ``a`` and ``buf``
+        uint8), unchecked: a cached plan on the buffers a call's specs name."""
         cdef HierArrays h
         cdef Py_ssize_t n = self.nodes, g = self.g
         if plan.mode != self.mode:
@@ -635,12 +646,8 @@ cdef class HierOnce:
         p2 = plan.p2
         h.p2_sc, h.p2_sd = _i64(p2[0], g, "p2 send counts"), _i64(p2[1], g, "p2 send displs")
         h.p2_rc, h.p2_rd = _i64(p2[2], g, "p2 receive counts"), _i64(p2[3], g, "p2 receive displs")
-        for arr, writable in ((send, False), (recv, True), (a, True), (buf, True)):
-            if cnp.PyArray_TYPE(arr) != cnp.NPY_UINT8 or not cnp.PyArray_IS_C_CONTIGUOUS(arr) \
-                    or (writable and not cnp.PyArray_ISWRITEABLE(arr)):
-                raise ValueError("HierOnce.run: buffers must be contiguous uint8 (the targets writable)")
-        self.execute(&h, <const unsigned char*>cnp.PyArray_DATA(send), cnp.PyArray_NBYTES(send),
-                     <unsigned char*>cnp.PyArray_DATA(recv), cnp.PyArray_NBYTES(recv), a, buf)
+        return self.execute(&h, <const unsigned char*>cnp.PyArray_DATA(send), cnp.PyArray_NBYTES(send),
+                            <unsigned char*>cnp.PyArray_DATA(recv), cnp.PyArray_NBYTES(recv), a, buf)
 
     cdef int execute(self, HierArrays* h, const unsigned char* s, int64_t sn, unsigned char* r, int64_t rn,
                      cnp.ndarray a, cnp.ndarray buf) except -1:
@@ -828,7 +835,9 @@ cdef class CallTable:
     common form (``_common_form``, ``_uniform_form``) is parsed, agreed and, where it runs flat,
     run here too (``MPI_Alltoallv`` on reused count arrays, or ``MPI_Alltoall``): a pattern the
     cache does not hold (a miss), or one a flat entry holds, on new buffers (a hit, rebound). Once
-    ``hier_path`` has, a miss that runs "hier" runs here as well (``HierOnce``).
+    ``hier_path`` and ``bruck_path`` have, misses and rebound hits that run hierarchically
+    (``HierOnce``; a rebound hit runs its entry's kept plan) or as flat Bruck (``BruckOnce``) run
+    here as well.
     """
     cdef list _slots
     cdef object agreement, cache, scratch, window
@@ -844,7 +853,7 @@ cdef class CallTable:
     cdef readonly long long compiled
     #: misses this table parsed, agreed and ran itself (flat, from entry to return in compiled code)
     cdef readonly long long compiled_misses
-    #: hits on new buffers it parsed, agreed and ran itself (flat entries), the same way
+    #: hits on new buffers it parsed, agreed and ran itself (every entry off the large-count path), the same way
     cdef readonly long long compiled_rebound
     #: the verdict bits of the last ``KEEP`` call
     cdef readonly int last_flags
@@ -859,6 +868,7 @@ cdef class CallTable:
     # Hierarchical misses (``hier_path``): None until configured.
     cdef HierOnce _hier
     cdef object _hier_codes, _hier_once, _sides
+    cdef dict _onces            # ``_hier_once``'s runners by (algorithm, radix), asked once each
     cdef HierOnce _route_once   # the hierarchical run a miss takes (``_route``)
     # Bruck misses (``bruck_path``): None until configured.
     cdef object _bruck_codes, _bruck_stats, _bruck_once, _brucks
@@ -883,6 +893,7 @@ cdef class CallTable:
         self._pending_flags, self._pending_entry = -1, None
         self._choices = None
         self._hier = None
+        self._onces = {}
         self._brucks = None
 
     def hier_path(self, dict codes, long radix, once, int64_type):
@@ -896,7 +907,7 @@ cdef class CallTable:
             return
         n = self._size
         self._hier_codes, self._hier_once, self._radix = codes, once, radix
-        self._hier = once("hier", 2)
+        self._hier = self._once_of("hier", 2)
         self._int64 = <uint64_t>int64_type.handle
         self.rc_node = np.zeros((self._hier.g, n), np.int64)
         self._sides = tuple(self._parsed[i * n:(i + 1) * n] for i in range(4))
@@ -972,6 +983,10 @@ cdef class CallTable:
         cdef Slot slot = self._find(sendbuf, recvbuf, algorithm, validate, uniform)
         cdef Record* rec
         cdef int flags, err
+        if slot is not None and self._choices is not None and not self._same_buffers(slot):
+            # No run bound to these buffers: the miss path runs the entry's plan on them (a hit,
+            # rebound), or, the same buffers on every rank, leaves binding one to Python.
+            slot = None
         if slot is None:
             if self._choices is None:
                 return NOT_FOUND
@@ -987,7 +1002,7 @@ cdef class CallTable:
             return AGREED
         self.tick += 1
         self.misses = 0
-        self.cache.touch(slot.entry, self.tick)
+        self.touch(slot.entry)
         if slot.program is not None:
             slot.program.execute()
         else:
@@ -1027,6 +1042,7 @@ cdef class CallTable:
         cdef cnp.ndarray sa, ra
         cdef Py_ssize_t slot_no = 0
         cdef bint same = False
+        cdef int rebound = ROUTE_PYTHON
         entry = None
         got = self._codes.get(algorithm)
         if got is None:
@@ -1055,8 +1071,9 @@ cdef class CallTable:
             with nogil:
                 h = _hash_array(_hash_array(_hash_array(_hash_array(PATTERN_SEED, sc, n), sd, n), rc, n), rd, n)
             entry = self.cache.index.get(<int64_t>(h >> 1))
-            if entry is not None:  # cached here: on new buffers, a flat entry is run here too
-                if not self._rebinds(entry, code, validate, uniform):
+            if entry is not None:  # cached here: on new buffers, its plan is run here too
+                rebound = self._rebinds(entry, code, validate, uniform)
+                if rebound == ROUTE_PYTHON:
                     return NOT_FOUND  # the general path looks it up
                 slot_no = entry.slot
                 same = self._bound_to(entry.bound, sa, ra)
@@ -1070,47 +1087,58 @@ cdef class CallTable:
         # On in Python: a failed verdict, the large-count path, eviction, a hit on the buffers its
         # entry was last used with (bound for good there), a miss anywhere of a rank's cached
         # pattern, and auto's first pick for a pattern class, or a pick other than flat, hier or bruck.
-        route = ROUTE_FLAT if slot_no or flags & (_NOT_CLEAN | BIG) else self._route(code, uniform)
+        route = rebound if slot_no else ROUTE_FLAT if flags & (_NOT_CLEAN | BIG) else self._route(code, uniform)
         if flags & (_NOT_CLEAN | BIG) or (flags & _CLEAN != HIT if slot_no else route == ROUTE_PYTHON):
             self._pending, self._pending_flags, self._pending_entry = None, flags, entry
             return AGREED
-        if route == ROUTE_HIER:
+        if route == ROUTE_HIER and slot_no:  # the entry's plan, kept (detached) with it
+            plan = entry.plan
+            self._route_once.run_plan(plan, sa, ra, self._scratch_of("a", plan.a_bytes),
+                                      self._window_of(plan.buf_bytes) if self._route_once.shm
+                                      else self._scratch_of("b", plan.buf_bytes))
+            self.stats = self._entry_stats(entry)
+        elif route == ROUTE_HIER:
             self._run_hier(sa, ra)
-            self.tick += 1
             self._route_once.stats.copied = self._copied
             self.stats = self._route_once.stats
-            return self._missed(flags)
-        if route == ROUTE_BRUCK:
+        elif route == ROUTE_BRUCK:
             self._run_bruck(sa, ra)
-            self.tick += 1
             memcpy(cnp.PyArray_DATA(self._bruck_stats.flat_counts), sc, n * sizeof(int64_t))
             self._bruck_stats.radix = self._pick_radix
             self.stats = self._bruck_stats
-            return self._missed(flags)
-        with nogil:
-            # Counts and displacements below INT_LIMIT everywhere: the verdict has no BIG.
-            if uniform:
-                err = _alltoall(cnp.PyArray_DATA(sa), <int>block, cnp.PyArray_DATA(ra), <int>rblock, self._byte,
-                                self._comm)
-            else:
-                for i in range(4 * n):
-                    ints[i] = <int>sc[i]
-                err = _alltoallv(cnp.PyArray_DATA(sa), ints, ints + n, cnp.PyArray_DATA(ra), ints + 2 * n,
-                                 ints + 3 * n, self._byte, self._comm)
-        if err:
-            raise MPI.Exception(err)
+        else:
+            with nogil:
+                # Counts and displacements below INT_LIMIT everywhere: the verdict has no BIG.
+                if uniform:
+                    err = _alltoall(cnp.PyArray_DATA(sa), <int>block, cnp.PyArray_DATA(ra), <int>rblock,
+                                    self._byte, self._comm)
+                else:
+                    for i in range(4 * n):
+                        ints[i] = <int>sc[i]
+                    err = _alltoallv(cnp.PyArray_DATA(sa), ints, ints + n, cnp.PyArray_DATA(ra), ints + 2 * n,
+                                     ints + 3 * n, self._byte, self._comm)
+            if err:
+                raise MPI.Exception(err)
+            memcpy(cnp.PyArray_DATA(self._stats_counts), sc, n * sizeof(int64_t))
+            self.stats = self._miss_stats
         self.tick += 1
-        memcpy(cnp.PyArray_DATA(self._stats_counts), sc, n * sizeof(int64_t))
-        self.stats = self._miss_stats
         if slot_no:  # a hit on new buffers (``HierComm._run_entry``): its entry now names them
             self.misses = 0
-            self.cache.touch(entry, self.tick)
+            self.touch(entry)
             entry.bound = (<size_t>cnp.PyArray_DATA(sa), sn, <size_t>cnp.PyArray_DATA(ra), rn,
                            self.scratch.generation, self._window_generation())
             self.state = "hit-rebound"
             self.compiled_rebound += 1
             return DONE
         return self._missed(flags)
+
+    cpdef touch(self, entry):
+        """Count a hit of cache ``entry`` at the agreed call ``tick``: it becomes the cache's most
+        recently used (``PlanCache.entries`` is kept in order of use)."""
+        entries = self.cache.entries
+        entry.last_use = self.tick
+        entries[entry.slot] = entries.pop(entry.slot)
+        self.cache.hits += 1
 
     cdef int _missed(self, int flags) except -1:
         """Count a miss run here; ``KEEP`` where the cache keeps its pattern, else ``DONE``."""
@@ -1126,23 +1154,58 @@ cdef class CallTable:
         (auto's first pick for a pattern class, or a pick of another algorithm)."""
         if code == self._auto_code:
             pick = self._picked(uniform)
-            name = pick[0] if pick is not None else None
-            if name == "flat":
-                return ROUTE_FLAT
-            if name == "bruck" and self._brucks is not None:
-                self._pick_radix = pick[1]
-                return ROUTE_BRUCK
-            if name in LANE_KINDS and self._hier is not None:
-                self._route_once = self._hier_once(name, pick[1])
-                return ROUTE_HIER
-            return ROUTE_PYTHON
+            return self._route_of(pick[0], pick[1]) if pick is not None else ROUTE_PYTHON
         if code in self._flat_codes:
             return ROUTE_FLAT
         if self._brucks is not None and code in self._bruck_codes:
             self._pick_radix = self._radix
             return ROUTE_BRUCK
-        self._route_once = self._hier_once(self._hier_codes[code], self._radix)
-        return ROUTE_HIER
+        return self._route_of(self._hier_codes[code], self._radix)
+
+    cdef int _route_of(self, name, long radix) except -1:
+        """How a run of algorithm ``name`` at ``radix`` goes here (``ROUTE_PYTHON``: it does not),
+        with the Bruck radix or the hierarchical runner it takes."""
+        if name == "flat":
+            return ROUTE_FLAT
+        if name == "bruck" and self._brucks is not None:
+            self._pick_radix = radix
+            return ROUTE_BRUCK
+        if name in LANE_KINDS and self._hier is not None:
+            self._route_once = self._once_of(name, radix)
+            return ROUTE_HIER if self._route_once is not None else ROUTE_PYTHON
+        return ROUTE_PYTHON
+
+    cdef HierOnce _once_of(self, name, long radix):
+        """``_hier_once(name, radix)``, asked once per runner (None: none for this layout)."""
+        key = (name, radix if name == "hier_bruck" else 0)
+        if key in self._onces:
+            return self._onces[key]
+        once = self._onces[key] = self._hier_once(name, radix)
+        return once
+
+    cdef cnp.ndarray _scratch_of(self, str name, int64_t nbytes):
+        """``scratch.get(name, nbytes)``, with no call where the buffer is already large enough."""
+        buf = self.scratch.buffers.get(name)
+        if buf is not None and cnp.PyArray_DIMS(<cnp.ndarray>buf)[0] >= nbytes:
+            return <cnp.ndarray>buf
+        return self.scratch.get(name, nbytes)
+
+    cdef cnp.ndarray _window_of(self, int64_t nbytes):
+        """``window.ensure(nbytes)``, with no call where the window is already large enough (every
+        node rank sees the same window, so every one takes the same branch)."""
+        view = self.window.view
+        if self.window.win is not None and cnp.PyArray_DIMS(<cnp.ndarray>view)[0] >= nbytes:
+            return <cnp.ndarray>view
+        return self.window.ensure(nbytes)
+
+    cdef object _entry_stats(self, entry):
+        """What a run of hierarchical cache ``entry``'s plan leaves (``HierRun``'s stats: made
+        once per entry)."""
+        st = entry.stats
+        if st is None:
+            st = entry.stats = entry.plan.stats(entry.algorithm)
+            st.radix = entry.radix if entry.algorithm == "hier_bruck" else 0
+        return st
 
     cdef int _run_bruck(self, cnp.ndarray sa, cnp.ndarray ra) except -1:
         """A miss run as a flat Bruck exchange at radix ``_pick_radix`` (the sides are in ``_parsed``)."""
@@ -1168,27 +1231,28 @@ cdef class CallTable:
             raise MPI.Exception(err)
         base, pack_bytes, buf_bytes, p2_bytes, nrep, self._copied = h.planner.plan(
             h.mode, *self._sides, self.rc_node)
-        a = self.scratch.get("a", max(pack_bytes if base < 0 else 0, p2_bytes))
-        buf = self.window.ensure(buf_bytes) if h.shm else self.scratch.get("b", buf_bytes)
+        a = self._scratch_of("a", max(pack_bytes if base < 0 else 0, p2_bytes))
+        buf = self._window_of(buf_bytes) if h.shm else self._scratch_of("b", buf_bytes)
         return h.run_planned(base, nrep, sc, sc + n, sc + 3 * n, self._me, sa, ra, a, buf)
 
-    cdef bint _rebinds(self, entry, long code, bint validate, bint uniform) except -1:
-        """Whether a call of these settings and of the parsed pattern may run cached ``entry`` here:
-        a flat entry of the same settings and pattern, not on the large-count path, with no
-        persistent run (one the general path must free first)."""
+    cdef int _rebinds(self, entry, long code, bint validate, bint uniform) except -1:
+        """How a call of these settings and of the parsed pattern runs cached ``entry`` here
+        (``_route_of``), or ``ROUTE_PYTHON``: not here. It runs here when it has the same settings
+        and pattern, is not on the large-count path, has no persistent run (one the general path
+        must free first) and, if hierarchical, has its plan."""
         cdef Py_ssize_t n = self._size, i
         cdef const int64_t* mine = <const int64_t*>cnp.PyArray_DATA(self._parsed)
         cdef cnp.ndarray part
         settings, parts = entry.settings, entry.parts
-        if entry.algorithm != "flat" or entry.big or entry.run is not None or parts is None \
-                or settings != (code, validate, 0, uniform):
-            return False
+        if entry.big or entry.run is not None or parts is None or settings != (code, validate, 0, uniform) \
+                or (entry.algorithm in LANE_KINDS and entry.plan is None):
+            return ROUTE_PYTHON
         for i in range(4):
             part = <cnp.ndarray?>parts[i]
             if part.dtype != np.int64 or part.shape[0] != n or not cnp.PyArray_IS_C_CONTIGUOUS(part) \
                     or memcmp(cnp.PyArray_DATA(part), mine + i * n, n * sizeof(int64_t)) != 0:
-                return False
-        return True
+                return ROUTE_PYTHON
+        return self._route_of(entry.algorithm, entry.radix)
 
     cdef bint _bound_to(self, bound, cnp.ndarray sa, cnp.ndarray ra) except -1:
         """Whether ``bound`` (``HierComm._identity``) names these buffers and the scratch of now."""

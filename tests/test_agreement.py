@@ -1,4 +1,6 @@
 """One-shot calls: the one-Allreduce agreement and the agreed plan cache, against comm.Alltoallv."""
+import sys
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -6,7 +8,7 @@ from support import layouts
 
 from hxmpi import ExchangeError, HierComm
 from hxmpi.comm.msgspec import Side
-from hxmpi.comm.plan import exclusive_cumsum
+from hxmpi.comm.plan import ALGORITHMS, exclusive_cumsum
 
 pytestmark = pytest.mark.mpi
 
@@ -200,6 +202,13 @@ def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm, node_p
     if runs_here:
         assert hc._calls.compiled_misses == 8 and hc.last_stats["algorithm"] == ran
         assert hc.last_stats.get("radix", 0) == (hc.radix if ran.endswith("bruck") else 0)
+        # A miss past the ones the cache keeps (its first 2 x 4) runs with no Python frame but the entry's.
+        late, late_ref = np.zeros(counts.sum() + 99), np.zeros(counts.sum() + 99)
+        specs = [sbuf, counts], [late, (counts, displs + 99)]
+        comm.Alltoallv(*specs[:1], [late_ref, (counts, displs + 99)])
+        frames = _python_frames(lambda: hc.Alltoallv(*specs, algorithm=algorithm))
+        assert frames == ["<lambda>", "Alltoallv"] and late.tobytes() == late_ref.tobytes()
+        assert hc._calls.compiled_misses == 9
         if not ran.startswith("hier"):
             assert hc.last_stats["flat"]["bytes"] == 8 * (2 + 7 % 3) * (size - 1)
         else:  # what crosses node boundaries: this rank's blocks to every rank of another node
@@ -317,31 +326,70 @@ def test_new_alltoall_blocks_run_the_compiled_miss_path(comm, algorithm):
     hc.free()
 
 
-@pytest.mark.parametrize("layout", ["irregular", "one_node"])
-def test_new_buffers_of_a_cached_pattern_run_compiled(comm, layout):
+def _python_frames(call) -> list:
+    """The names of the Python functions that run during ``call()`` (``sys.setprofile``'s "call"
+    events: compiled code and builtins make none)."""
+    names = []
+
+    def seen(frame, event, arg):
+        if event == "call":
+            names.append(frame.f_code.co_name)
+
+    sys.setprofile(seen)
+    try:
+        call()
+    finally:
+        sys.setprofile(None)
+    return names
+
+
+@pytest.mark.parametrize("layout,algorithm,node_phase",
+                         [("irregular", a, p) for a in ALGORITHMS for p in ("mpi", "shm")]
+                         + [("one_node", "flat", "mpi")])
+def test_new_buffers_of_a_cached_pattern_run_compiled(comm, layout, algorithm, node_phase):
     """One pattern on new arrays every call (a training loop's fresh activations): a hit of its
-    flat entry, rebound, runs in compiled code, byte-exact; the same buffers twice then bind a
-    persistent run, which the compiled hit path runs."""
-    hc = HierComm(comm, **layouts(comm.size)[layout], node_phase="mpi", cache_entries=4)
+    entry, rebound, runs in compiled code (its kept plan for the hierarchical ones), byte-exact,
+    with no Python frame but the entry's; the same buffers twice then bind a persistent run,
+    which the compiled hit path runs."""
+    hc = _made(comm, node_phase, **layouts(comm.size)[layout], cache_entries=4)
     rng = np.random.default_rng(5 + comm.rank)
     sc, rc, sbuf, ref = _case(comm, rng)
     keep = []  # every array stays alive, so no two calls share an address by chance
-    for call in range(6):
+    for call in range(7):
         send, out = sbuf.copy(), np.zeros_like(ref)
         keep += [send, out]
-        hc.Alltoallv([send, sc], [out, rc], algorithm="flat")
+
+        def one():
+            hc.Alltoallv([send, sc], [out, rc], algorithm=algorithm)
+
+        frames = _python_frames(one) if call == 6 else one()
         assert out.tobytes() == ref.tobytes(), f"call {call}"
         assert hc.last_stats["plan_cache"] == ("miss" if call == 0 else "hit-rebound")
-    assert hc._calls.compiled_misses == 1 and hc._calls.compiled_rebound == 5 and hc.plan_cache.hits == 5
+    assert frames == ["one", "Alltoallv"], f"Python frames of a rebound hit: {frames}"
+    ran = hc.last_stats["algorithm"]  # a hierarchical one runs flat where the layout has no hierarchy
+    assert ran == ("flat" if algorithm.startswith("hier") and not hc.layout.hier_possible else algorithm)
+    assert hc._calls.compiled_misses == 1 and hc._calls.compiled_rebound == 6 and hc.plan_cache.hits == 6
     before = hc._calls.compiled
     for call in range(4):
         out.fill(0)
-        hc.Alltoallv([send, sc], [out, rc], algorithm="flat")
+        frames = _python_frames(one) if call == 3 else one()
         assert out.tobytes() == ref.tobytes() and hc.last_stats["plan_cache"] == "hit"
+        assert hc.last_stats["algorithm"] == ran
     # The last call above left its entry on these buffers: the first call here binds the
     # persistent run (the general path, which lets the compiled path recognise the specs), the
     # other three run compiled.
     assert hc._calls.compiled - before == 3
+    assert frames == ["one", "Alltoallv"], f"Python frames of a hit: {frames}"
+    # Two receive arrays in turn, one of which had the bound run: the first call frees it (in
+    # Python), every later one is a rebound hit in compiled code, also where a slot recognises
+    # the specs but holds no run bound to them.
+    rebound, second = hc._calls.compiled_rebound, np.zeros_like(ref)
+    for call in range(6):
+        target = out if call % 2 else second
+        target.fill(0)
+        hc.Alltoallv([send, sc], [target, rc], algorithm=algorithm)
+        assert target.tobytes() == ref.tobytes() and hc.last_stats["plan_cache"] == "hit-rebound"
+    assert hc._calls.compiled_rebound - rebound == 5
     hc.free()
 
 

@@ -331,7 +331,7 @@ class HierComm:
         # of this call is the only one, that entry after the call.
         drop_after = agreed.over_budget and not cache.evict_one(keep=agreed.slot)
         if agreed.slot:
-            cache.touch(entry, calls.tick)
+            calls.touch(entry)
             calls.misses = 0
             try:
                 self._run_entry(entry, s, r, agreed.same_buffers)

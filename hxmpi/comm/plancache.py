@@ -40,6 +40,7 @@ class CacheEntry:
     key: int = 0
     pinned: int = 0            # bytes of caller buffers the persistent run keeps alive
     radix: int = 2             # the Bruck radix ("bruck", "hier_bruck"), as agreed
+    stats: Any = None          # what a compiled run of ``plan`` on new buffers leaves (made at its first)
 
     @property
     def nbytes(self) -> int:
@@ -78,12 +79,6 @@ class PlanCache:
         """Record that ``entry``'s persistent run keeps ``nbytes`` of caller buffers alive (0: none)."""
         self.held += nbytes - entry.pinned
         entry.pinned = nbytes
-
-    def touch(self, entry: CacheEntry, tick: int) -> None:
-        """Mark ``entry`` used by the agreed call ``tick``."""
-        entry.last_use = tick
-        self.entries[entry.slot] = self.entries.pop(entry.slot)  # now the most recently used
-        self.hits += 1
 
     def insert(self, entry: CacheEntry, tick: int) -> CacheEntry:
         """Put a new entry in the next slot (collective by construction: call on every rank at the
@@ -125,7 +120,8 @@ class PlanCache:
             self._drop(slot)
 
     def _lru(self, keep: int = 0) -> Optional[CacheEntry]:
-        # ``entries`` is kept in order of use (touch and insert move an entry to the end).
+        # ``entries`` is kept in order of use (insert and ``_call.CallTable.touch``, a hit, move an
+        # entry to the end).
         return next((e for e in self.entries.values() if e.slot != keep), None)
 
     def _drop(self, slot: int) -> None:
