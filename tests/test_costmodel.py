@@ -1,5 +1,6 @@
 """Cost model: fitting recovers known parameters, decisions follow predictions, bad files fail."""
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -102,6 +103,13 @@ def test_whole_call_parts():
     # Bruck pays one latency per round: ceil(log_k 512) rounds.
     for k, rounds in ((2, 9), (8, 3), (16, 3), (512, 1)):
         assert predict_call(m, "bruck", "bare", 64, 8, 8, radix=k) == pytest.approx(rounds * 1e-6)
+    # A round of k messages each way costs max(L + (k + 1) o, 2 k o) (LogP): the rank posts its k
+    # sends, and receives each arrival as it comes; only where posting outlasts the latency is it
+    # 2 k o of CPU. 8 ranks, radix 8: one round of 7 messages.
+    with_o = replace(m, msg_overhead=0.1e-6)
+    assert predict_call(with_o, "bruck", "bare", 1, 8, 8, radix=8) == pytest.approx(1e-6 + 8 * 0.1e-6)
+    cpu_bound = replace(with_o, alpha_inter=0.5e-6)
+    assert predict_call(cpu_bound, "bruck", "bare", 1, 8, 8, radix=8) == pytest.approx(14 * 0.1e-6)
     # A one-shot call is its plan plus the agreement (9 recursive-doubling steps at 512 ranks) and
     # the CPU difference between the two paths.
     cpu = {"hier": 30e-6, "hier_plan": 10e-6}.get
@@ -150,11 +158,12 @@ def test_auto_pick_is_choose_call_per_pattern_class():
     from hxmpi.sim.simulate import PRESETS
     hdr = PRESETS["hdr"]
     small = Pattern.even(512, 8)
-    # 64 x 8 at 8 B: Bruck at a radix above 2 as a plan; one-shot uniform, MPI_Alltoall = hxmpi's flat.
+    # 64 x 8 at 8 B: Bruck at a radix above 2 as a plan. 4 KiB blocks one-shot: MPI_Alltoall, which
+    # is hxmpi's flat for uniform counts.
     algo, radix = auto_pick(hdr, "plan", 64, 8, small)
     assert algo == "bruck" and radix > 2 and radix == choose_call(hdr, "plan", 64, 8, small)[1]
-    assert choose_call(hdr, "oneshot", 64, 8, small)[0] == "alltoall"
-    assert auto_pick(hdr, "oneshot", 64, 8, small) == ("flat", 2)
+    assert choose_call(hdr, "oneshot", 64, 8, Pattern.even(512, 4096))[0] == "alltoall"
+    assert auto_pick(hdr, "oneshot", 64, 8, Pattern.even(512, 4096)) == ("flat", 2)
     # Mid blocks go hierarchical, large ones flat; without a hierarchy, never a hier algorithm.
     assert auto_pick(hdr, "plan", 32, 8, Pattern.even(256, 512))[0] == "hier"
     assert auto_pick(hdr, "plan", 32, 8, Pattern.even(256, 512), hier_possible=False)[0] in ("flat", "bruck")

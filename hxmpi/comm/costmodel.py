@@ -369,7 +369,12 @@ def _bruck_exchange(m: "CostModel", size: int, per_node: int, block: float, radi
     for msgs in _rounds_profile(size, radix):
         nbytes = [s * block + (HEADER_BYTES * s if header else 0) for _, s in msgs]
         link = sum(min(d, per_node) * b for (d, _), b in zip(msgs, nbytes))
-        t += m.alpha_inter + 2 * len(msgs) * m.msg_overhead + link * beta + sum(nbytes) * m.beta_copy
+        # k messages each way (LogP): a rank posts its k sends, and takes each arrival as it comes,
+        # so the round ends one overhead after the last arrival, L after the last send was posted;
+        # only where posting outlasts the latency do all 2 k overheads line up.
+        k = len(msgs)
+        t += max(m.alpha_inter + (k + 1) * m.msg_overhead, 2 * k * m.msg_overhead) + link * beta \
+            + sum(nbytes) * m.beta_copy
     return t + size * block * m.beta_copy
 
 
