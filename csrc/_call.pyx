@@ -857,6 +857,11 @@ cdef class CallTable:
     cdef readonly long long compiled_rebound
     #: the verdict bits of the last ``KEEP`` call
     cdef readonly int last_flags
+    #: what the last ``KEEP`` call leaves for its cache entry: its send and receive arrays, and for
+    #: a hierarchical run what the planner returned (its arrays still hold that plan), else None;
+    #: its sides are ``parsed``
+    cdef readonly tuple kept
+    cdef object _planned
     cdef public object stats, state
     # The miss path (``miss_path``): None until configured.
     cdef object _choices, _codes, _flat_codes, _predefined, _datatype_type, _limits, _miss_stats
@@ -1130,7 +1135,13 @@ cdef class CallTable:
             self.state = "hit-rebound"
             self.compiled_rebound += 1
             return DONE
-        return self._missed(flags)
+        return self._missed(flags, sa, ra, route == ROUTE_HIER)
+
+    @property
+    def parsed(self):
+        """The sides the last miss read here, bytes (int64: send counts, send displacements,
+        receive counts, receive displacements, one per rank each; the next miss overwrites them)."""
+        return self._parsed
 
     cpdef touch(self, entry):
         """Count a hit of cache ``entry`` at the agreed call ``tick``: it becomes the cache's most
@@ -1140,12 +1151,14 @@ cdef class CallTable:
         entries[entry.slot] = entries.pop(entry.slot)
         self.cache.hits += 1
 
-    cdef int _missed(self, int flags) except -1:
-        """Count a miss run here; ``KEEP`` where the cache keeps its pattern, else ``DONE``."""
+    cdef int _missed(self, int flags, sa, ra, bint hier) except -1:
+        """Count a miss run here on arrays ``sa`` and ``ra`` (``hier``: run hierarchically);
+        ``KEEP`` where the cache keeps its pattern (``kept``), else ``DONE``."""
         self.state = "miss" if self.cache.max_entries else "off"
         self.compiled_misses += 1
         if self.count_miss() and self.cache.max_entries:
             self.last_flags = flags
+            self.kept = (sa, ra, self._planned if hier else None)
             return KEEP
         return DONE
 
@@ -1229,8 +1242,8 @@ cdef class CallTable:
             err = _allgather(sc + 2 * n, <int>n, cnp.PyArray_DATA(self.rc_node), self._int64, h.intra)
         if err:
             raise MPI.Exception(err)
-        base, pack_bytes, buf_bytes, p2_bytes, nrep, self._copied = h.planner.plan(
-            h.mode, *self._sides, self.rc_node)
+        self._planned = h.planner.plan(h.mode, *self._sides, self.rc_node)
+        base, pack_bytes, buf_bytes, p2_bytes, nrep, self._copied = self._planned
         a = self._scratch_of("a", max(pack_bytes if base < 0 else 0, p2_bytes))
         buf = self._window_of(buf_bytes) if h.shm else self._scratch_of("b", buf_bytes)
         return h.run_planned(base, nrep, sc, sc + n, sc + 3 * n, self._me, sa, ra, a, buf)

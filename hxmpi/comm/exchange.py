@@ -198,17 +198,10 @@ class HierComm:
                                               s.counts, r.counts, slot.no)
             self._conclude(agreed, s, r, entry, entry.key, entry.settings, True, (sendbuf, recvbuf), algorithm)
             return
-        s, r, problem = parse(sendbuf, recvbuf, self.comm.size)  # the same sides the compiled path read
         if done == KEEP:
-            settings = (self._code(algorithm), bool(validate), 0, uniform)
-            agreed = Agreed(self._calls.last_flags, 0, self._agreement.sums)
-            algo, radix = self._resolve(settings[0], agreed, uniform)
-            parts = (s.counts, s.displs, r.counts, r.displs)
-            fresh = CacheEntry(0, parts, settings, algo, agreed.big, key=pattern_key(parts), radix=radix)
-            if algo in _HIER:  # planned again from the node counts the compiled run gathered
-                fresh.plan = HierPlan(self._planner, self._mode, s, r, self._calls.rc_node, self.comm.rank)
-            self._keep(fresh, s, r)
+            self._keep_miss(algorithm, validate, uniform)
             return
+        s, r, problem = parse(sendbuf, recvbuf, self.comm.size)  # the same sides the compiled path read
         self._one_shot(s, r, problem, algorithm, validate, uniform, sendbuf is not MPI.IN_PLACE,
                        specs=(sendbuf, recvbuf), agreed_as=None if flags is None else (flags, entry))
 
@@ -350,6 +343,21 @@ class HierComm:
         self._run_once(fresh, s, r)
         if calls.count_miss() and cache.max_entries:  # on every rank at this agreed miss, findable or not
             self._keep(fresh, s, r)
+
+    def _keep_miss(self, algorithm, validate, uniform: bool) -> None:
+        """Cache the pattern of a miss the compiled path ran and kept (``KEEP``), from the sides it
+        read and, for a hierarchical run, the plan it made: nothing is parsed or planned again."""
+        send, recv, planned = self._calls.kept
+        parts = tuple(self._calls.parsed.reshape(4, self.comm.size).copy())  # the next miss overwrites them
+        s = Side(send.reshape(-1).view(np.uint8), parts[0], parts[1])
+        r = Side(recv.reshape(-1).view(np.uint8), parts[2], parts[3])
+        settings = (self._code(algorithm), bool(validate), 0, uniform)
+        agreed = Agreed(self._calls.last_flags, 0, self._agreement.sums)
+        algo, radix = self._resolve(settings[0], agreed, uniform)
+        fresh = CacheEntry(0, parts, settings, algo, agreed.big, key=pattern_key(parts), radix=radix)
+        if algo in _HIER:
+            fresh.plan = HierPlan(self._planner, self._mode, s, r, self._calls.rc_node, self.comm.rank, planned)
+        self._keep(fresh, s, r)
 
     def _keep(self, fresh: CacheEntry, s: Side, r: Side) -> None:
         """Cache the entry of an agreed miss that ran on these sides (collective by construction)."""

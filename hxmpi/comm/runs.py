@@ -220,9 +220,12 @@ class HierPlan:
     _ARRAYS = ("own", "out", "self_copy", "pack", "rep", "unp", "node_bytes", "send_displs", "lane_rc",
                "lane_rd", "p2")
 
-    def __init__(self, planner, mode: int, s: Side, r: Side, rc_node: np.ndarray, me: int):
+    def __init__(self, planner, mode: int, s: Side, r: Side, rc_node: Optional[np.ndarray], me: int,
+                 planned: Optional[tuple] = None):
         pl = planner
-        base, pack_bytes, buf_bytes, p2_bytes, nrep, copied = pl.plan(
+        # ``planned``: what ``planner.plan`` returned for these sides just now (a miss the compiled
+        # path ran), whose arrays the planner still holds: not planned again.
+        base, pack_bytes, buf_bytes, p2_bytes, nrep, copied = planned if planned is not None else pl.plan(
             mode, s.counts, s.displs, r.counts, r.displs, rc_node)
         self.mode, self.base, self.copied = mode, int(base), int(copied)
         self.buf_bytes = int(buf_bytes)
