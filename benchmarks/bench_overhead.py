@@ -21,8 +21,8 @@ Columns (us per call, mean over ranks, median of the rounds):
                  buffers other than the ones its cache entry last ran on (a training loop's fresh
                  arrays), which runs the entry's plan without binding a persistent run
   A-plan         a persistent ``HierComm.Alltoallv_init(algorithm=A)`` request, Start + Wait
-  flat-new-lists flat-new with counts and displacements as Python lists of integers (made int64
-                 arrays, then the compiled miss path)
+  flat-new-lists flat-new with counts and displacements as Python lists of integers (read as
+                 such by the compiled miss path)
   flat-new-python flat-new with counts and displacements as uint64 arrays, a form only the general
                  reader takes: the Python miss path
 

@@ -869,7 +869,7 @@ cdef class CallTable:
     cdef Py_ssize_t _me
     cdef uint64_t _key_a, _key_b, _byte, _comm
     cdef int64_t _kib_cap
-    cdef cnp.ndarray _parsed, _ints, _stats_counts
+    cdef cnp.ndarray _parsed, _ints, _lists, _stats_counts
     # Hierarchical misses (``hier_path``): None until configured.
     cdef HierOnce _hier
     cdef object _hier_codes, _hier_once, _sides
@@ -947,6 +947,7 @@ cdef class CallTable:
         self._comm, self._byte = <uint64_t>comm.handle, <uint64_t>byte.handle
         self._parsed = np.zeros(4 * n, np.int64)   # send counts, displs; receive counts, displs (bytes)
         self._ints = np.zeros(4 * n, np.intc)      # the same, as MPI reads them
+        self._lists = np.zeros(2 * n, np.int64)    # counts and displacements given as lists of ints
         self._miss_stats, self._stats_counts = stats, stats.flat_counts
         if self._stats_counts.dtype != np.int64 or self._stats_counts.shape[0] != n:
             raise ValueError("miss_path: stats.flat_counts must be int64, one per rank")
@@ -1039,6 +1040,7 @@ cdef class CallTable:
         cdef int64_t* rd = rc + n
         cdef int* ints = <int*>cnp.PyArray_DATA(self._ints)
         cdef int64_t elem, sent, received, sn, rn, limit, block = 0, rblock = 0
+        cdef int64_t* lists
         cdef uint64_t h
         cdef long code
         cdef int flags, err, route
@@ -1067,8 +1069,10 @@ cdef class CallTable:
                 sc[i], sd[i], rc[i], rd[i] = block, i * block, rblock, i * rblock
             sent = n * block
         else:  # blocks out of order on the receive side too go to the general reader (overlap)
-            sa = _read_vector(sendbuf, n, False, self._predefined, self._datatype_type, sc, sd, &elem, &sent)
-            ra = _read_vector(recvbuf, n, True, self._predefined, self._datatype_type, rc, rd, &elem, &received)
+            lists = <int64_t*>cnp.PyArray_DATA(self._lists)
+            sa = _read_vector(sendbuf, n, False, self._predefined, self._datatype_type, sc, sd, &elem, &sent, lists)
+            ra = _read_vector(recvbuf, n, True, self._predefined, self._datatype_type, rc, rd, &elem, &received,
+                              lists)
             if sa is None or ra is None:
                 return NOT_FOUND
             sn, rn = cnp.PyArray_NBYTES(sa), cnp.PyArray_NBYTES(ra)

@@ -2,6 +2,7 @@
 # counts and displacements to checked bytes. Included by ``_packing.pyx`` (``side_bytes`` and
 # ``common_vector``, what ``msgspec`` calls) and ``_call.pyx`` (the compiled miss path), so that
 # both compile the one definition.
+from cpython.long cimport PyLong_AsLongLongAndOverflow
 from libc.stdint cimport int64_t
 
 cimport numpy as cnp
@@ -66,11 +67,33 @@ cdef SideCheck _scale_side(IntVec cnt, IntVec d, Py_ssize_t n, int64_t elem, int
     return kind
 
 
-cdef inline bint _int_vector(object values, Py_ssize_t size, IntVec* out):
-    """Whether ``values`` is a contiguous 1-D int64 or C int array of ``size`` entries (read in ``out``)."""
+cdef bint _int_list(list values, Py_ssize_t size, int64_t* into):
+    """Whether ``values`` is a list of ``size`` Python ints (not bools) that fit in int64, copied
+    ``into`` (the caller's scratch of ``size``)."""
+    cdef Py_ssize_t i
+    cdef int overflow
+    if len(values) != size:
+        return False
+    for i in range(size):
+        item = values[i]
+        if type(item) is not int:
+            return False
+        into[i] = PyLong_AsLongLongAndOverflow(item, &overflow)
+        if overflow:
+            return False
+    return True
+
+
+cdef inline bint _int_vector(object values, Py_ssize_t size, IntVec* out, int64_t* lists):
+    """Whether ``values`` is a contiguous 1-D int64 or C int array of ``size`` entries (read in
+    ``out``) or, where ``lists`` (scratch of ``size``) is given, a list of ``size`` Python ints,
+    copied there."""
     cdef cnp.ndarray a
     cdef int t
     if type(values) is not cnp.ndarray:
+        if lists != NULL and type(values) is list and _int_list(<list>values, size, lists):
+            out.data, out.wide = lists, True
+            return True
         return False
     a = <cnp.ndarray>values
     t = cnp.PyArray_TYPE(a)
@@ -82,13 +105,14 @@ cdef inline bint _int_vector(object values, Py_ssize_t size, IntVec* out):
 
 
 cdef object _common_form(object spec, Py_ssize_t size, bint writable, dict predefined, object datatype_type,
-                         IntVec* counts, IntVec* displs, int64_t* elem):
+                         IntVec* counts, IntVec* displs, int64_t* elem, int64_t* lists):
     """The data array of a spec of the form hot loops pass, ``[ndarray, counts, displs, datatype]``
     or ``[ndarray, counts or (counts, displs)(, datatype)]`` (a list or tuple; counts and displs
-    contiguous int64 or C int arrays, one per rank; a predefined datatype, or none for the
-    buffer's items; a non-empty C-contiguous buffer, writable for a receive side), with its parts
-    read into ``counts``, ``displs`` and ``elem``; None for any other spec (the general reader then
-    parses it, and says what is wrong)."""
+    contiguous int64 or C int arrays, one per rank, or lists of Python ints where ``lists``, scratch
+    of 2 x ``size`` int64, is given; a predefined datatype, or none for the buffer's items; a
+    non-empty C-contiguous buffer, writable for a receive side), with its parts read into
+    ``counts``, ``displs`` and ``elem``; None for any other spec (the general reader then parses
+    it, and says what is wrong)."""
     cdef Py_ssize_t n
     cdef cnp.ndarray a
     counts.data = displs.data = NULL
@@ -124,9 +148,9 @@ cdef object _common_form(object spec, Py_ssize_t size, bint writable, dict prede
         got = predefined.get(datatype.handle)
         if got is None:
             return None
-    if not _int_vector(cnt, size, counts):
+    if not _int_vector(cnt, size, counts, lists):
         return None
-    if dis is not None and not _int_vector(dis, size, displs):
+    if dis is not None and not _int_vector(dis, size, displs, lists + size if lists != NULL else NULL):
         return None
     elem[0] = <int64_t>got
     return a
@@ -134,15 +158,16 @@ cdef object _common_form(object spec, Py_ssize_t size, bint writable, dict prede
 
 
 cdef object _read_vector(object spec, Py_ssize_t size, bint writable, dict predefined, object datatype_type,
-                         int64_t* oc, int64_t* od, int64_t* elem, int64_t* total):
-    """The data array of a vector spec of the common form (``_common_form``), its counts and
-    displacements in bytes in ``oc``/``od`` (every block in the buffer; a receive side's in
-    ascending order), or None: not that form, or not valid (the general reader says why)."""
+                         int64_t* oc, int64_t* od, int64_t* elem, int64_t* total, int64_t* lists=NULL):
+    """The data array of a vector spec of the common form (``_common_form``; ``lists``: its scratch
+    for counts and displacements given as lists, or NULL), its counts and displacements in bytes
+    in ``oc``/``od`` (every block in the buffer; a receive side's in ascending order), or None: not
+    that form, or not valid (the general reader says why)."""
     cdef IntVec c, d
     cdef Py_ssize_t where
     cdef int64_t nbytes
     cdef SideCheck check
-    a = _common_form(spec, size, writable, predefined, datatype_type, &c, &d, elem)
+    a = _common_form(spec, size, writable, predefined, datatype_type, &c, &d, elem, lists)
     if a is None:
         return None
     nbytes = cnp.PyArray_NBYTES(<cnp.ndarray>a)

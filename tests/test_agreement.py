@@ -269,14 +269,26 @@ def test_counts_given_as_lists_run_the_compiled_paths(comm, algorithm):
         displs = [i * counts[0] for i in range(size)]
         out, ref = np.zeros(call + 3 * size, np.int32), np.zeros(call + 3 * size, np.int32)
         comm.Alltoallv([sbuf, counts, displs, MPI.INT], [ref, counts, [d + call for d in displs], MPI.INT])
-        hc.Alltoallv([sbuf, (counts, displs)], [out, (counts, [d + call for d in displs])], algorithm=algorithm)
+        specs = [sbuf, (counts, displs)], [out, (counts, [d + call for d in displs])]
+        frames = _python_frames(lambda: hc.Alltoallv(*specs, algorithm=algorithm))
         assert out.tobytes() == ref.tobytes(), f"call {call}"
+        assert "count_arrays" not in frames, frames  # the compiled reader takes the lists itself
     assert hc._calls.compiled_misses == 4
+    # Lists of numpy integers: made int64 arrays in Python, then offered to the compiled path again.
+    numpy_ints = [np.int64(2)] * size  # a pattern not seen above (packed blocks of 2)
+    one, one_ref = np.zeros(2 * size, np.int32), np.zeros(2 * size, np.int32)
+    comm.Alltoallv([sbuf, [2] * size], [one_ref, [2] * size])
+    frames = _python_frames(lambda: hc.Alltoallv([sbuf, numpy_ints], [one, numpy_ints], algorithm=algorithm))
+    assert one.tobytes() == one_ref.tobytes() and "count_arrays" in frames
+    assert hc._calls.compiled_misses == 5
     out.fill(0)
     hc.Alltoallv([sbuf, (counts, displs)], [out, (counts, [d + call for d in displs])], algorithm=algorithm)
     assert out.tobytes() == ref.tobytes() and hc.plan_cache.hits == 1
     with pytest.raises(ExchangeError, match="rank 0: send counts"):
         hc.Alltoallv([sbuf, [1.5] * size if comm.rank == 0 else [1] * size], [out, [1] * size], algorithm=algorithm)
+    with pytest.raises(ExchangeError, match="rank 0: send counts"):  # past int64: not read as a count
+        hc.Alltoallv([sbuf, [2 ** 70] * size if comm.rank == 0 else [1] * size], [out, [1] * size],
+                     algorithm=algorithm)
     hc.free()
 
 

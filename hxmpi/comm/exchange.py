@@ -170,7 +170,8 @@ class HierComm:
     def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather Vector, with mpi4py buffer specs (counts and displs in elements)."""
         done = self._calls.call(sendbuf, recvbuf, algorithm, validate, False, self.algorithm)
-        if done == NOT_FOUND:  # nothing communicated yet: counts given as lists, read again as arrays
+        if done == NOT_FOUND:  # nothing communicated yet: lists the compiled reader does not take (of numpy
+            # integers, say) are read again as int64 arrays
             s, r = count_arrays(sendbuf), count_arrays(recvbuf)
             if s is not None or r is not None:
                 sendbuf, recvbuf = sendbuf if s is None else s, recvbuf if r is None else r
