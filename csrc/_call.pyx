@@ -851,7 +851,7 @@ cdef class CallTable:
     cdef public long long tick, misses
     #: calls this table finished itself (clean hits, from entry to return in compiled code)
     cdef readonly long long compiled
-    #: misses this table parsed, agreed and ran itself (flat, from entry to return in compiled code)
+    #: misses this table parsed, agreed and ran itself (from entry to return in compiled code)
     cdef readonly long long compiled_misses
     #: hits on new buffers it parsed, agreed and ran itself (every entry off the large-count path), the same way
     cdef readonly long long compiled_rebound
@@ -873,7 +873,7 @@ cdef class CallTable:
     # Hierarchical misses (``hier_path``): None until configured.
     cdef HierOnce _hier
     cdef object _hier_codes, _hier_once, _sides
-    cdef dict _onces            # ``_hier_once``'s runners by (algorithm, radix), asked once each
+    cdef dict _onces            # where ``_hier_once`` keeps its runners, by (algorithm, radix)
     cdef HierOnce _route_once   # the hierarchical run a miss takes (``_route``)
     # Bruck misses (``bruck_path``): None until configured.
     cdef object _bruck_codes, _bruck_stats, _bruck_once, _brucks
@@ -898,20 +898,21 @@ cdef class CallTable:
         self._pending_flags, self._pending_entry = -1, None
         self._choices = None
         self._hier = None
-        self._onces = {}
+        self._onces = None
         self._brucks = None
 
-    def hier_path(self, dict codes, long radix, once, int64_type):
+    def hier_path(self, dict codes, long radix, once, dict onces, int64_type):
         """Let the miss path also run misses hierarchically (call after ``miss_path``): those of
         ``codes`` (algorithm code: name, for "hier", "hier_pairwise" and "hier_bruck", the last
         at radix ``radix``) and auto's picks of them, through the ``HierOnce`` that
-        ``once(name, radix)`` gives (kept by the caller; its ``stats`` is what such a run
-        leaves); ``int64_type``: ``MPI.INT64_T``, the node ``Allgather``'s datatype
+        ``once(name, radix)`` gives (kept by the caller in ``onces``, by (name, radix for
+        "hier_bruck" else 0), read here first; its ``stats`` is what such a run leaves);
+        ``int64_type``: ``MPI.INT64_T``, the node ``Allgather``'s datatype
         (``HierComm._hier_plan``'s)."""
         if self._choices is None:
             return
         n = self._size
-        self._hier_codes, self._hier_once, self._radix = codes, once, radix
+        self._hier_codes, self._hier_once, self._onces, self._radix = codes, once, onces, radix
         self._hier = self._once_of("hier", 2)
         self._int64 = <uint64_t>int64_type.handle
         self.rc_node = np.zeros((self._hier.g, n), np.int64)
@@ -1193,12 +1194,12 @@ cdef class CallTable:
         return ROUTE_PYTHON
 
     cdef HierOnce _once_of(self, name, long radix):
-        """``_hier_once(name, radix)``, asked once per runner (None: none for this layout)."""
+        """``_hier_once(name, radix)`` (None: no runner for this layout), from where it keeps its
+        runners once it has made one: no Python call then."""
         key = (name, radix if name == "hier_bruck" else 0)
         if key in self._onces:
             return self._onces[key]
-        once = self._onces[key] = self._hier_once(name, radix)
-        return once
+        return self._hier_once(name, radix)
 
     cdef cnp.ndarray _scratch_of(self, str name, int64_t nbytes):
         """``scratch.get(name, nbytes)``, with no call where the buffer is already large enough."""

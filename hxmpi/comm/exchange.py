@@ -127,7 +127,8 @@ class HierComm:
                               transfer, self.comm.rank, key, KIB_CAP, self.comm, MPI.BYTE,
                               ExchangeStats("flat", flat_counts=np.zeros(self.comm.size, dtype=np.int64)))
         if self._hier_once("hier", radix) is not None:  # and hierarchical ones too
-            self._calls.hier_path({_ALGO_CODE[a]: a for a in _HIER}, radix, self._hier_once, MPI.INT64_T)
+            self._calls.hier_path({_ALGO_CODE[a]: a for a in _HIER}, radix, self._hier_once, self._onces,
+                                  MPI.INT64_T)
         size = self.comm.size
         self._calls.bruck_path(frozenset((_ALGO_CODE["bruck"],)), radix,  # and flat Bruck ones
                                lambda k: BruckOnce(self.comm, bruck_rounds(size, k), BRUCK_TAG, MPI.BYTE),
