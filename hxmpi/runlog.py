@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Optional, TextIO
 
-__all__ = ["Progress", "RunLog", "time_to_target", "time_to_target_interpolated", "epoch_text"]
+__all__ = ["Progress", "RunLog", "accuracy_points", "time_to_target", "time_to_target_interpolated", "epoch_text"]
 
 
 class Progress:
@@ -110,33 +110,45 @@ class RunLog:
             self._file = None
 
 
-def time_to_target(epochs: list[dict], target: float) -> tuple[Optional[float], Optional[int]]:
-    """(training seconds, epoch) at the first ``"epoch"`` record whose test accuracy is at least
-    ``target``, summing ``train_time_s`` (evaluation excluded); (None, None) if none reaches it."""
-    elapsed = 0.0
-    for r in epochs:
-        elapsed += r["train_time_s"]
-        if r["test_accuracy"] >= target:
-            return elapsed, r["epoch"]
+def accuracy_points(records: list[dict]) -> list[tuple[float, float, int]]:
+    """(training seconds, test accuracy, epoch) at every evaluation in ``records``, in order:
+    each ``"epoch"`` record (its ``train_time_s`` summed, evaluation excluded) and each
+    ``"evaluation"`` record within an epoch (``--eval-every``: ``epoch_train_s`` seconds into its
+    epoch). Records without an ``event`` key count as epoch records; other events are skipped."""
+    done, points = 0.0, []
+    for r in records:
+        kind = r.get("event", "epoch")
+        if kind == "evaluation":
+            points.append((done + r["epoch_train_s"], r["test_accuracy"], r["epoch"]))
+        elif kind == "epoch":
+            done += r["train_time_s"]
+            points.append((done, r["test_accuracy"], r["epoch"]))
+    return points
+
+
+def time_to_target(records: list[dict], target: float) -> tuple[Optional[float], Optional[int]]:
+    """(training seconds, epoch) at the first evaluation (``accuracy_points``) whose test accuracy
+    is at least ``target``; (None, None) if none reaches it."""
+    for elapsed, acc, epoch in accuracy_points(records):
+        if acc >= target:
+            return elapsed, epoch
     return None, None
 
 
-def time_to_target_interpolated(epochs: list[dict], target: float) -> Optional[float]:
-    """Training seconds at which the test accuracy reached ``target``, read between evaluations:
-    the line between the last epoch below it and the first at or above it (cumulative
-    ``train_time_s``, evaluation excluded), so a run is not charged a whole epoch for crossing
-    the target early in it. Reached at the first evaluation: that epoch's time (no point before
-    it). None if no epoch reaches it."""
-    elapsed, before = 0.0, None
-    for r in epochs:
-        t0 = elapsed
-        elapsed += r["train_time_s"]
-        acc = r["test_accuracy"]
+def time_to_target_interpolated(records: list[dict], target: float) -> Optional[float]:
+    """Training seconds at which the test accuracy reached ``target``, read between evaluations
+    (``accuracy_points``: every epoch's, and with ``--eval-every`` those within epochs): the line
+    between the last evaluation below it and the first at or above it, so a run is not charged
+    the whole gap for crossing the target early in it. Reached at the first evaluation: that
+    evaluation's time (no point before it). None if no evaluation reaches it."""
+    before = None
+    for elapsed, acc, _ in accuracy_points(records):
         if acc >= target:
-            if before is None or acc <= before:
+            if before is None or acc <= before[1]:
                 return elapsed
-            return t0 + (target - before) / (acc - before) * (elapsed - t0)
-        before = acc
+            t0, a0 = before
+            return t0 + (target - a0) / (acc - a0) * (elapsed - t0)
+        before = (elapsed, acc)
     return None
 
 

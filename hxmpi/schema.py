@@ -308,6 +308,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _S("target_accuracy", float, None, "the summary reports time_to_target_s and epoch_at_target; after each "
        "epoch the step size is scaled by the gradient coefficient (docs/method.md); with --pretrain-time, the "
        "switch criterion", rule="in [0, 1]", metavar="A", default_text="none"),
+    _S("eval_every", int, 0, "also evaluate the test split every this many schedule steps within an epoch (0: only "
+       "after each epoch), logged as evaluation records: time to target is read from every evaluation. While "
+       "async rounds hold the ranks apart the ranks' mean model is evaluated, their own parameters kept; "
+       "evaluation time is never training time", rule=">= 0", metavar="N"),
     _S("straggle", object, None, "testing aid: these ranks (comma-separated) sleep SECONDS per step, or take F "
        "times as long for their compute (they sleep the extra time); :UNTIL ends it after that fraction of the "
        "schedule's steps. A sleep emulates a slower rank only while every rank has a core of its own: on a host "

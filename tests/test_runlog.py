@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from hxmpi.runlog import Progress, RunLog, time_to_target, time_to_target_interpolated
+from hxmpi.runlog import Progress, RunLog, accuracy_points, time_to_target, time_to_target_interpolated
 
 
 def test_plain_progress_lines_off_a_terminal():
@@ -57,3 +57,19 @@ def test_time_to_target_is_interpolated_between_evaluations():
     assert time_to_target_interpolated(epochs, 0.8) == 3.0   # at epoch 2's evaluation
     assert time_to_target_interpolated(epochs, 0.5) == 1.0   # at the first evaluation: no point before it
     assert time_to_target_interpolated(epochs, 0.95) is None
+
+
+def test_evaluations_within_epochs_are_points_of_time_to_target():
+    """``--eval-every`` records (seconds into their epoch) sit between the epochs' own points;
+    other events are skipped."""
+    records = [{"event": "policy"},
+               {"event": "evaluation", "epoch": 1, "epoch_train_s": 0.5, "test_accuracy": 0.6},
+               {"event": "epoch", "epoch": 1, "train_time_s": 1.0, "test_accuracy": 0.7},
+               {"event": "evaluation", "epoch": 2, "epoch_train_s": 0.25, "test_accuracy": 0.9},
+               {"event": "epoch", "epoch": 2, "train_time_s": 1.0, "test_accuracy": 0.85}]
+    assert accuracy_points(records) == [(0.5, 0.6, 1), (1.0, 0.7, 1), (1.25, 0.9, 2), (2.0, 0.85, 2)]
+    assert time_to_target(records, 0.65) == (1.0, 1)
+    assert time_to_target(records, 0.8) == (1.25, 2)     # the evaluation within epoch 2, not its end
+    assert time_to_target_interpolated(records, 0.8) == pytest.approx(1.125)  # half way from 0.7 to 0.9
+    assert time_to_target_interpolated(records, 0.55) == 0.5
+    assert time_to_target_interpolated(records, 0.95) is None

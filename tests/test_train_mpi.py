@@ -99,6 +99,52 @@ def test_time_to_target(comm):
     assert "time_to_target_s" not in Trainer(args_for("--epochs", "1"), comm).run()
 
 
+def test_evaluations_within_epochs_leave_training_alone(comm):
+    """``--eval-every``: evaluation records at every multiple of N steps within an epoch, the same
+    on every rank; the run's parameters are those of a run without them (sync: bit for bit), and
+    the time to target is read from the first evaluation at it."""
+    extra = ("--dtype", "float64", "--batch-size", "32", "--epochs", "2")
+    plain, every = Trainer(args_for(*extra), comm), Trainer(args_for(*extra, "--eval-every", "7"), comm)
+    every.run()
+    plain.run()
+    steps = every.shuffle.steps(0)
+    evaluations = [e for e in every.events if e["event"] == "evaluation"]
+    assert [e["round"] for e in evaluations] == [r for r in range(7, 2 * steps, 7) if r != steps]
+    assert [e["epoch"] for e in evaluations] == [1 + (r > steps) for r in range(7, 2 * steps, 7) if r != steps]
+    epochs = [e for e in every.events if e["event"] == "epoch"]
+    assert all(0 < e["epoch_train_s"] <= epochs[e["epoch"] - 1]["train_time_s"] for e in evaluations)
+    assert comm.allgather([e["test_accuracy"] for e in evaluations]) == [[e["test_accuracy"] for e in evaluations]] * comm.size
+    assert np.array_equal(every.flat.params, plain.flat.params)
+    # A target (it scales steps by a coefficient of timed steps: no longer bit-reproducible).
+    targeted = Trainer(args_for(*extra, "--eval-every", "7", "--target-accuracy", "0.5"), comm)
+    summary = targeted.run()
+    done, hit = 0.0, None
+    for e in targeted.events:
+        if e["event"] == "epoch":
+            done += e["train_time_s"]
+        if e["event"] in ("epoch", "evaluation") and e["test_accuracy"] >= 0.5:
+            hit = e, done + e.get("epoch_train_s", 0.0)
+            break
+    assert hit[0]["event"] == "evaluation"  # digits passes 0.5 well within its first epoch
+    assert (summary["time_to_target_s"], summary["epoch_at_target"]) == (hit[1], hit[0]["epoch"])
+
+
+def test_evaluation_amid_async_rounds_scores_the_mean_model(comm):
+    """While async rounds hold the ranks apart, evaluate() scores the mean of their parameters
+    and gives every rank its own back."""
+    t = Trainer(args_for("--dtype", "float64", "--epochs", "1"), comm)
+    dense = t.flat.params[:t.opt.flat.dense_size]
+    dense += np.random.default_rng(comm.rank).standard_normal(dense.size) * 0.05
+    own = t.flat.params.copy()
+    t.updates.diverged = True
+    apart = t.evaluate()
+    assert np.array_equal(t.flat.params, own)
+    mean = comm.allreduce(dense.copy()) / comm.size
+    dense[:] = mean
+    t.updates.diverged = False
+    assert apart == t.evaluate()
+
+
 @pytest.mark.parametrize("shuffle", ["hier", "flat"])
 def test_shuffle_modes_agree(comm, shuffle):
     """hier and flat exchanges produce the same training trajectory."""

@@ -107,6 +107,10 @@ class Trainer:
     def _emit(self, record: dict) -> None:
         self.log.emit(record)
 
+    def _accuracy_records(self) -> list[dict]:
+        """This run's epoch and evaluation records, in order (``runlog.accuracy_points``)."""
+        return [e for e in self.events if e["event"] in ("epoch", "evaluation")]
+
     # ------------------------------------------------------------------ data
     def _stage(self, staging: StagingConfig, epochs: range) -> None:
         """Stage the store at ``cfg.dataset`` (collective): sets ``data`` and ``staging_info``."""
@@ -189,13 +193,37 @@ class Trainer:
 
     # ------------------------------------------------------------------ training
     def evaluate(self) -> tuple[float, float]:
-        """Test loss and accuracy over the whole test split (collective)."""
-        X, y = self.data.X_test, self.data.y_test
-        lo, hi = self.rank * len(y) // self.size, (self.rank + 1) * len(y) // self.size
-        loss, correct, _ = softmax_xent(self.model.logits(X[lo:hi]), y[lo:hi], 1.0)
+        """Test loss and accuracy over the whole test split (collective). While async rounds hold
+        the ranks' parameters apart (within a window) it evaluates their mean, the model a
+        ``settle`` would give, and keeps each rank's own parameters."""
+        own = None
+        if self.updates.diverged:
+            dense = self.flat.params[:self.opt.flat.dense_size]
+            own = dense.copy()
+            self.comm.Allreduce(MPI.IN_PLACE, dense, op=MPI.SUM)
+            dense /= self.size
+        try:
+            X, y = self.data.X_test, self.data.y_test
+            lo, hi = self.rank * len(y) // self.size, (self.rank + 1) * len(y) // self.size
+            loss, correct, _ = softmax_xent(self.model.logits(X[lo:hi]), y[lo:hi], 1.0)
+        finally:
+            if own is not None:
+                dense[:] = own
         sums = np.array([loss, correct], dtype=np.float64)
         self.comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
         return float(sums[0] / len(y)), float(sums[1] / len(y))
+
+    def _evaluate_within(self, epoch: int, trained: float) -> float:
+        """``--eval-every``: evaluate now, within ``epoch`` (0-based), after ``trained`` seconds of
+        its training on this rank, and log an ``"evaluation"`` record with the slowest rank's
+        seconds (collective); returns the seconds the evaluation took here, which are not
+        training time."""
+        t0 = time.perf_counter()
+        trained = self.comm.allreduce(trained, op=MPI.MAX)
+        test_loss, test_acc = self.evaluate()
+        self._emit({"event": "evaluation", "epoch": epoch + 1, "round": self.rounds, "epoch_train_s": trained,
+                    "test_loss": test_loss, "test_accuracy": test_acc})
+        return time.perf_counter() - t0
 
     def lr_at(self, step: int) -> float:
         """Learning rate of optimizer step ``step``."""
@@ -219,6 +247,8 @@ class Trainer:
         bad_step = None  # the first step whose loss was not finite on this rank
         busy = np.array([*self.updates.busy(), 0.0])  # subtracted below
         rounds_before = self.updates.rounds_run
+        every, epoch_end = self.cfg.eval_every, self.rounds + self.shuffle.steps(epoch)
+        evaluating = 0.0  # this rank's seconds in evaluations within the epoch (not training time)
         windows = self._timed(self.watch.iterate(self.shuffle.epoch_windows(epoch), "shuffle exchange",
                                                  lambda: self.rounds))
         for parts in windows:
@@ -269,6 +299,9 @@ class Trainer:
                     self._emit({"event": "rebalance", "epoch": epoch, "round": self.rounds,
                                 "counts": [int(c) for c in self.updates.shares(self.cfg.batch_size)],
                                 "weights": decision.balance_weights, "samples_moved": moved})
+                if every and self.rounds // every > (self.rounds - advance) // every and self.rounds < epoch_end:
+                    # The same rounds on every rank; the epoch's own evaluation follows its last step.
+                    evaluating += self._evaluate_within(epoch, time.perf_counter() - t0 - evaluating)
                 if self.pretrain_deadline is not None:
                     # Rank 0's clock decides, so every rank leaves after the same step.
                     expired = self.comm.bcast(time.perf_counter() > self.pretrain_deadline if self.rank == 0
@@ -281,7 +314,7 @@ class Trainer:
                 break
         busy = np.array([*self.updates.busy(), self.exchange_s]) - busy
         self.exchange_s = 0.0
-        elapsed = self.comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
+        elapsed = self.comm.allreduce(time.perf_counter() - t0 - evaluating, op=MPI.MAX)
         self.comm.Allreduce(MPI.IN_PLACE, stats, op=MPI.SUM)
         self.comm.Allreduce(MPI.IN_PLACE, busy, op=MPI.SUM)
         bad_step = self.comm.allreduce(np.inf if bad_step is None else bad_step, op=MPI.MIN)
@@ -411,7 +444,7 @@ class Trainer:
                    "shuffle": c.shuffle, "batch_size": c.batch_size, "train_time_s": train_time,
                    **({"target_accuracy": c.target_accuracy,
                        **dict(zip(("time_to_target_s", "epoch_at_target"),
-                                  time_to_target(epochs_run, c.target_accuracy)))}
+                                  time_to_target(self._accuracy_records(), c.target_accuracy)))}
                       if c.target_accuracy is not None else {}),
                    **figures, "rebalances": sum(e["event"] == "rebalance" for e in self.events),
                    "time_to_first_batch_s": first_batch,
