@@ -1,7 +1,7 @@
 """Build the compiled kernels in csrc/ into the exchange engine, beside their owners
 (hxmpi.comm._packing: copies; hxmpi.comm._plan: the hier planner; hxmpi.comm._agree: the agreement's
 fingerprint and pattern keys; hxmpi.comm._call: the one-shot call's compiled paths, runs and
-Bruck first runs).
+Bruck first runs) and the optimizer's fused update (hxmpi.train._sgd).
 
 Metadata lives in pyproject.toml."""
 import os
@@ -19,6 +19,9 @@ extensions = [Extension(f"hxmpi.comm.{name}", [f"csrc/{name}.pyx"], extra_compil
                         include_dirs=[numpy.get_include()],
                         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")])
               for name in ("_packing", "_plan", "_agree", "_call")]
+# The optimizer's fused update must round each operation as numpy does (bit-equal to the numpy
+# form), so no contraction of a * b + c into one fused multiply-add.
+extensions.append(Extension("hxmpi.train._sgd", ["csrc/_sgd.pyx"], extra_compile_args=_flags + ["-ffp-contract=off"]))
 
 setup(
     ext_modules=cythonize(

@@ -7,7 +7,8 @@ from hxmpi.comm.exchange import HierComm
 from hxmpi.data import load_dataset, load_digits
 from hxmpi.data.shuffle import epoch_order
 from hxmpi.models import MLP, MoE, build_model
-from hxmpi.train.optim import learning_rate
+from hxmpi.train._sgd import sgd_update
+from hxmpi.train.optim import SGD, learning_rate
 
 
 def numeric_check(model, X, y, n_checks=25, eps=1e-6):
@@ -55,6 +56,38 @@ def test_schedules():
     assert learning_rate(5, 0.3, "constant", 100) == 0.3
     with pytest.raises(ValueError, match="schedule"):
         learning_rate(0, 1.0, "linear", 10)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("weight_decay", [0.0, 1e-4])
+def test_sgd_step_is_the_numpy_form_bit_for_bit(dtype, weight_decay):
+    """The fused compiled update gives what g += wd * p; v = m * v + g; p -= lr * v gives in
+    numpy, to the last bit, over several steps; the gradient is left as it was."""
+    rng = np.random.default_rng(7)
+    model = MLP(40, 10, [33], seed=0, dtype=dtype)
+    opt = SGD(model.flat, MPI.COMM_SELF, 0.1, momentum=0.9, weight_decay=weight_decay)
+    p, v = model.flat.params.copy(), np.zeros_like(model.flat.params)
+    for lr in (0.1, 0.05, 0.0123):
+        model.flat.grads[:] = rng.standard_normal(model.flat.grads.size)
+        g = model.flat.grads.copy()
+        opt.step(lr)
+        if weight_decay:
+            g += weight_decay * p
+        v *= 0.9
+        v += g
+        p -= lr * v
+        assert np.array_equal(model.flat.params, p) and np.array_equal(opt.velocity, v)
+        assert not weight_decay or not np.array_equal(model.flat.grads, g)  # grads not written
+
+
+def test_sgd_update_refuses_mismatched_buffers():
+    a = np.zeros(5)
+    with pytest.raises(ValueError, match="one length, got params 5, grads 4, velocity 5"):
+        sgd_update(a, np.zeros(4), np.zeros(5), 0.1, 0.9, 0.0)
+    with pytest.raises(ValueError, match="contiguous"):
+        sgd_update(np.zeros(10)[::2], np.zeros(5), np.zeros(5), 0.1, 0.9, 0.0)
+    with pytest.raises(ValueError, match="dtype mismatch"):
+        sgd_update(a, np.zeros(5, np.float32), np.zeros(5), 0.1, 0.9, 0.0)
 
 
 def test_digits_bundled_and_split():

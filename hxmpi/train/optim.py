@@ -7,6 +7,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..schema import SETTINGS
+from ._sgd import sgd_update
 
 __all__ = ["learning_rate", "SGD"]
 
@@ -53,9 +54,6 @@ class SGD:
             norm = self.global_grad_norm()
             if norm > self.clip_norm:
                 g *= self.clip_norm / norm
-        if self.weight_decay:
-            g += self.weight_decay * self.flat.params
-        self.velocity *= self.momentum
-        self.velocity += g
-        self.flat.params -= lr * self.velocity
+        # One compiled pass (GIL released), bit-equal to g += wd * p; v = m * v + g; p -= lr * v.
+        sgd_update(self.flat.params, g, self.velocity, lr, self.momentum, self.weight_decay)
         self.steps += 1
