@@ -195,20 +195,11 @@ class Trainer:
     def evaluate(self) -> tuple[float, float]:
         """Test loss and accuracy over the whole test split (collective). While async rounds hold
         the ranks' parameters apart (within a window) it evaluates their mean, the model a
-        ``settle`` would give, and keeps each rank's own parameters."""
-        own = None
-        if self.updates.diverged:
-            dense = self.flat.params[:self.opt.flat.dense_size]
-            own = dense.copy()
-            self.comm.Allreduce(MPI.IN_PLACE, dense, op=MPI.SUM)
-            dense /= self.size
-        try:
-            X, y = self.data.X_test, self.data.y_test
-            lo, hi = self.rank * len(y) // self.size, (self.rank + 1) * len(y) // self.size
+        ``settle`` would give, and keeps each rank's own parameters (``UpdateEngine.mean_model``)."""
+        X, y = self.data.X_test, self.data.y_test
+        lo, hi = self.rank * len(y) // self.size, (self.rank + 1) * len(y) // self.size
+        with self.updates.mean_model():
             loss, correct, _ = softmax_xent(self.model.logits(X[lo:hi]), y[lo:hi], 1.0)
-        finally:
-            if own is not None:
-                dense[:] = own
         sums = np.array([loss, correct], dtype=np.float64)
         self.comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
         return float(sums[0] / len(y)), float(sums[1] / len(y))

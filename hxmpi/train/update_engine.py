@@ -24,6 +24,7 @@ averages, the policy gather) is a wait of the run's stall watch without wrapping
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional
 
@@ -304,6 +305,11 @@ class UpdateEngine:
         self._account(compute, samples, max(steps, 1), loss_sum)
         return loss_sum, correct_sum, samples
 
+    def _mean_over_ranks(self, values: np.ndarray) -> None:
+        """Replace ``values`` by their mean over the ranks, in place (collective)."""
+        self.comm.Allreduce(MPI.IN_PLACE, values, op=MPI.SUM)
+        values /= self.comm.size
+
     def settle(self) -> None:
         """After async rounds: average the parameters and momentum over the ranks, so that every
         rank holds the same model again (collective; a no-op after sync steps). The trainer calls
@@ -312,10 +318,25 @@ class UpdateEngine:
             return
         n = self.opt.flat.dense_size
         both = np.concatenate([self.opt.flat.params[:n], self.opt.velocity[:n]])
-        self.comm.Allreduce(MPI.IN_PLACE, both, op=MPI.SUM)
-        both /= self.comm.size
+        self._mean_over_ranks(both)
         self.opt.flat.params[:n], self.opt.velocity[:n] = both[:n], both[n:]
         self.diverged = False
+
+    @contextmanager
+    def mean_model(self):
+        """Within the block every rank holds the mean of the ranks' dense parameters, the model
+        ``settle`` would give, and after it its own again (collective; nothing to do after sync
+        steps). Evaluation amid async rounds scores this model without ending the window."""
+        if not self.diverged:
+            yield
+            return
+        dense = self.opt.flat.params[:self.opt.flat.dense_size]
+        own = dense.copy()
+        self._mean_over_ranks(dense)
+        try:
+            yield
+        finally:
+            dense[:] = own
 
     def _account(self, compute: float, samples: int, steps: int, loss: float) -> None:
         self.compute_s += compute
