@@ -78,6 +78,7 @@ from mpi4py import MPI
 import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
 from hxmpi.cli import command_line
 from hxmpi.comm.plan import bruck_rounds
+from hxmpi.provenance import provenance
 
 ALGORITHMS = ("flat", "hier", "bruck", "hier_pairwise", "hier_bruck")
 HIER = ("hier", "hier_pairwise", "hier_bruck")
@@ -251,7 +252,8 @@ def main(argv=None) -> int:
                 print(f"{k:<28}{v:10.2f}")
         if args.json:
             with open(args.json, "w") as fh:
-                json.dump({"benchmark": "overhead", "command": command_line("benchmarks/bench_overhead.py", size),
+                command = command_line("benchmarks/bench_overhead.py", size)
+                json.dump({"benchmark": "overhead", "command": command, "provenance": provenance(command),
                            "world_size": size, "block": block, "radix": hc.radix,
                            "node_sizes": list(hc.topology.node_sizes), "node_phase": hc.node_phase,
                            "median_us": m, "rounds_us": rounds, "paths": states,
