@@ -51,7 +51,7 @@ from ..comm.costmodel import (
     predict_agreement,
     predict_call,
 )
-from ..comm.plan import ALGORITHMS, Layout
+from ..comm.plan import ALGORITHM, ALGORITHMS, Layout
 from ..errors import CpuFileError, HxmpiError
 from .schedule import Collective, Copy, Exchange, rank_schedule
 
@@ -139,12 +139,13 @@ class Call:
 
     @property
     def hier(self) -> bool:
-        return self.algorithm.startswith("hier")
+        return self.algorithm in ALGORITHM and ALGORITHM[self.algorithm].hierarchical
 
     @property
     def label(self) -> str:
         """Name in tables and JSON: the algorithm, with its radix for the Bruck ones."""
-        return f"{self.algorithm}/{self.radix}" if "bruck" in self.algorithm else self.algorithm
+        radixed = self.algorithm in ALGORITHM and ALGORITHM[self.algorithm].radixed
+        return f"{self.algorithm}/{self.radix}" if radixed else self.algorithm
 
     @property
     def cpu_key(self) -> str:
@@ -466,7 +467,7 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
            "model_flat_s": model_s("flat", "oneshot"), "model_hier_s": model_s("hier", "oneshot") if hier_ok else None,
            "model_bare_alltoallv_s": model_s("flat", "bare"),
            "model_bare_alltoall_s": model_s("alltoall", "bare") if pattern.uniform else None,
-           "model_agreement_s": predict_agreement(model, n, g, auto[0].startswith("hier"), numpy),
+           "model_agreement_s": predict_agreement(model, n, g, Call(auto[0]).hier, numpy),
            "model_bruck_s": model_s("bruck", "oneshot", bruck_k), "model_bruck_plan_s": model_s("bruck", "plan", bruck_k),
            "model_hier_plan_s": model_s("hier", "plan") if hier_ok else None,
            "model_hier_bruck_s": model_s("hier_bruck", "oneshot", hb_k) if hier_ok else None,
