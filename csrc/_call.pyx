@@ -564,6 +564,15 @@ cdef class Runner:
         """Scratch its Bruck exchanges hold (bytes; the others hold none beyond the caller's)."""
         return sum([(<BruckOnce>b).scratch_bytes for b in self.brucks.values()])
 
+    def bruck_once(self, int64_t comm, int64_t radix):
+        """The ``BruckOnce`` of communicator ``comm`` (``Comm`` or a lane number) at ``radix``,
+        made at its first use and kept (with its scratch) for every later run."""
+        once = self.brucks.get((comm, radix))
+        if once is None:
+            group = self.comms[comm]
+            once = self.brucks[(comm, radix)] = BruckOnce(group, self.rounds_of(group.size, radix), self.tag, MPI.BYTE)
+        return once
+
     def trace(self, cnp.ndarray events=None):
         """Note what the runs from now on execute in ``events`` (an (k, 4) int64 array, filled
         from its first row until it is full; None stops), and keep a copy of each run's program
@@ -698,8 +707,7 @@ cdef class Runner:
                                      f"expects {w[r.v2 + peers.rank]} B")
             elif r.rounds == ROUNDS_BRUCK:
                 if (r.comm, r.radix) not in self.brucks:
-                    self.brucks[(r.comm, r.radix)] = BruckOnce(self.comms[r.comm], self.rounds_of(r.n, r.radix),
-                                                              self.tag, MPI.BYTE)
+                    self.bruck_once(r.comm, r.radix)
             else:
                 raise ValueError(f"Runner: step {i} has no rounds {r.rounds}")
         if need_ints > self.ints_cap:
@@ -944,7 +952,7 @@ cdef class CallTable:
     def bruck_path(self, frozenset codes, long radix, once, stats):
         """Let the miss path also run flat Bruck misses (call after ``miss_path``): those of
         ``codes`` at radix ``radix``, and auto's picks of "bruck" at theirs, through the
-        ``BruckOnce`` that ``once(radix)`` makes (one per radix, kept). ``stats``: the
+        ``BruckOnce`` that ``once(radix)`` gives (the runner's: one per radix, kept). ``stats``: the
         ``ExchangeStats`` such a run leaves (``flat_counts`` and ``radix`` overwritten by each)."""
         if self._choices is None or _mpi_isend == NULL or _mpi_mprobe == NULL or _mpi_imrecv == NULL \
                 or _mpi_get_count == NULL:
@@ -1308,11 +1316,6 @@ cdef class CallTable:
                _quarter_log2(<double>t.messages), _quarter_log2(<double>t.recv_kib_sq),
                _quarter_log2(<double>t.pairwise))
         return self._choices.get(key)
-
-    @property
-    def scratch_bytes(self):
-        """Scratch of the Bruck runs of misses run here (bytes)."""
-        return sum([(<BruckOnce>b).scratch_bytes for b in self._brucks.values()]) if self._brucks is not None else 0
 
     def count_miss(self):
         """Count an agreed miss; whether the cache keeps its pattern. A long run of misses (a new

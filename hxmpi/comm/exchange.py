@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import secrets
 import zlib
+from functools import partial
 from typing import Optional
 
 import numpy as np
@@ -32,7 +33,7 @@ from mpi4py import MPI
 from ..errors import CpuFileError, ExchangeError, HxmpiError, agree
 from . import transfer
 from ._agree import buffer_id, pattern_key
-from ._call import AGREED, DONE, KEEP, NOT_FOUND, BruckOnce, CallTable, Runner, Saved
+from ._call import AGREED, DONE, KEEP, NOT_FOUND, CallTable, Runner, Saved
 from .agreement import Agreed, Agreement
 from .bruck import TAG as BRUCK_TAG
 from .costmodel import ENV_TUNING, KIB_CAP, CostModel, CpuTimes, auto_pick, pattern_class
@@ -40,6 +41,7 @@ from .msgspec import PREDEFINED, Side, count_arrays, int_vector, parse_alltoall,
 from .plan import (
     ALGORITHM,
     ALGORITHM_CHOICES,
+    COMM_WORLD,
     MODE_SHM,
     NODE_PHASES,
     Algorithm,
@@ -137,9 +139,10 @@ class HierComm:
             self._calls.hier_path(hier, radix, self._runner, {"lanes": self._planner}, self._mode,
                                   self._mode == MODE_SHM, _stats_of, MPI.INT64_T)
         size = self.comm.size
-        self._calls.bruck_path(frozenset((_ALGO_CODE["bruck"],)), radix,  # and flat Bruck ones
-                               lambda k: BruckOnce(self.comm, bruck_rounds(size, k), BRUCK_TAG, MPI.BYTE),
-                               ExchangeStats("bruck", flat_counts=np.zeros(size, dtype=np.int64)))
+        if self._runner is not None:  # and flat Bruck ones, whose first runs the runner keeps
+            self._calls.bruck_path(frozenset((_ALGO_CODE["bruck"],)), radix,
+                                   partial(self._runner.bruck_once, COMM_WORLD),
+                                   ExchangeStats("bruck", flat_counts=np.zeros(size, dtype=np.int64)))
         self._node_of = np.asarray(t.node_of, dtype=np.int64)
         self._members = self.layout.members[t.node]
         self._count_send = np.empty(size, dtype=np.int64)  # alltoallv's count exchange, reused
@@ -260,11 +263,11 @@ class HierComm:
 
     @property
     def scratch_bytes(self) -> int:
-        """Scratch memory of one-shot calls on this rank: private buffers, the compiled Bruck runs'
-        send buffers and arenas, plus its share of the window (bytes)."""
+        """Scratch memory of one-shot calls on this rank: private buffers, the compiled runner's
+        Bruck send buffers and arenas, plus its share of the window (bytes)."""
         window = self._window.view.shape[0] // self.topology.intra.size if self._window else 0
         runner = self._runner.scratch_bytes if self._runner is not None else 0
-        return self._scratch.nbytes + self._calls.scratch_bytes + runner + window
+        return self._scratch.nbytes + runner + window
 
     # ------------------------------------------------------------------ core
     def _exchange_counts(self, counts: Optional[np.ndarray]) -> np.ndarray:

@@ -75,6 +75,8 @@ __all__ = ["exclusive_cumsum", "dense_node_ids", "Layout", "Algorithm", "ALGORIT
 
 #: The node phase's implementations: shared memory ("shm") or message passing ("mpi").
 NODE_PHASES = {"shm": MODE_SHM, "mpi": MODE_MPI}
+#: The world's communicator in a program (the node's is ``Comm.COMM_NODE``; lanes are numbered).
+COMM_WORLD = int(Comm.COMM_WORLD)
 
 
 def exclusive_cumsum(x: np.ndarray) -> np.ndarray:
