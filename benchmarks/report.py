@@ -3,17 +3,17 @@
     python benchmarks/report.py OUT_DIR [--results DIR]
 
 writes one fragment per JSON file (and one for the packaged CPU file, ``hxmpi/comm/overhead.json``,
-when DIR is the default), ``OUT_DIR/<stem>.md`` (a heading, the command that produced the
-file, its tables, and its committed plot if there is one, copied beside the fragment). The docs'
-performance pages include these fragments, so every number on them is one a run wrote; the Sphinx
-extension ``docs/_ext/hxmpi_docs.py`` runs this at build time. The command comes from the file
-when the benchmark recorded it (``command``, ``commands`` or ``args``); otherwise from the README
-of the commit before the docs site (645fd19), and the fragment says so.
+when DIR is the default), ``OUT_DIR/<stem>.md``: a heading, the file's provenance (the command
+that made it, commit, date, version, MPI library, cores), its tables, and its committed plot if
+there is one, copied beside the fragment. The docs' performance pages include these fragments, so
+every number on them is one a run wrote; the Sphinx extension ``docs/_ext/hxmpi_docs.py`` runs
+this at build time. A file without a provenance record, or of a kind no renderer knows, is refused.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -22,47 +22,6 @@ from statistics import median
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The measured CPU per path that ships with the package (package data, not under results/).
 PACKAGED_CPU = Path(__file__).resolve().parent.parent / "hxmpi" / "comm" / "overhead.json"
-
-#: Commands the README at 645fd19 gave for files that do not record their own (module paths
-#: updated to the current layout: ``python -m hxmpi.sim``, ``python -m hxmpi.sim.cluster``).
-README_COMMANDS = {
-    "osu_1host_np4": "mpirun --allow-run-as-root --oversubscribe -np 4 python benchmarks/osu_alltoallv.py "
-                     "-m 8:1048576 -i 500 --iterations-large 100 -c --ranks-per-node 2",
-    "osu_cluster_221": "python -m hxmpi.sim.cluster up --hosts 3 --slots 2,2,1; python -m hxmpi.sim.cluster run -n 5 "
-                       "-- python benchmarks/osu_alltoallv.py -m 8:1048576 -i 200 --iterations-large 50 -c",
-    "osu_cluster_221_algos": "python -m hxmpi.sim.cluster run -n 5 -- python benchmarks/osu_alltoallv.py "
-                             "-m 8:262144 -i 300 -x 100 --iterations-large 50 -c --json osu.json",
-    "osu_cluster_2x2": "python -m hxmpi.sim.cluster up --hosts 2 --slots 2,2; python -m hxmpi.sim.cluster run -n 4 "
-                       "-x HXMPI_TUNING=benchmarks/results/tuning_cluster_2x2.json -- python benchmarks/osu_alltoallv.py "
-                       "-m 8:1048576 -i 100 -x 10 -c",
-    "calibrate_cluster_221": "python -m hxmpi.sim.cluster run -n 5 -- python benchmarks/calibrate.py --node-phase shm "
-                             "-m 8:262144 -i 50 --out tuning.json --json calibrate.json",
-    "tuning_cluster_221": "python -m hxmpi.sim.cluster run -n 5 -- python benchmarks/calibrate.py --node-phase shm "
-                          "-m 8:262144 -i 50 --out tuning.json --json calibrate.json",
-    "calibrate_cluster_221_loaded": "python -m hxmpi.sim.cluster run -n 5 -- python benchmarks/calibrate.py "
-                                    "--node-phase mpi -m 8:262144 -i 50 --json ...",
-    "sim_vs_cluster_221": "python -m hxmpi.sim --compare osu.json --tuning tuning.json --overhead overhead.json "
-                          "--json sim_vs.json",
-    "sim_vs_cluster_221_calibrate": "python -m hxmpi.sim --compare benchmarks/results/calibrate_cluster_221.json",
-    "sim_vs_cluster_221_loaded": "python -m hxmpi.sim --compare benchmarks/results/calibrate_cluster_221_loaded.json",
-    "sim_vs_cluster_2x2": "python -m hxmpi.sim --compare benchmarks/results/calibrate_cluster_2x2.json --node-phase mpi",
-    "simulate_call_even": "python -m hxmpi.sim --nodes 8,32 --ranks-per-node 8 -m 8:65536 --factor 8 --json ...",
-    "simulate_call_uneven": "python -m hxmpi.sim --nodes 8,32 --ranks-per-node 8 -m 8:65536 --factor 8 --uneven "
-                            "--json ...",
-    "simulate_call_64x8": "python -m hxmpi.sim --nodes 64 --ranks-per-node 8 -m 8:8 --json ...",
-    "simulate_call_64x8_uneven": "python -m hxmpi.sim --nodes 64 --ranks-per-node 8 -m 8:8 --uneven --json ...",
-    "simulate_call_model_2048_4096": "python -m hxmpi.sim --nodes 256,512 --ranks-per-node 8 -m 8:65536 --factor 8 "
-                                     "--json ...",
-    "pack": "python benchmarks/bench_pack.py",
-    "msg_accounting_221": "python -m hxmpi.sim.cluster run -n 5 -- python benchmarks/msg_accounting.py --block 65536",
-    "memory_np2": "python -m hxmpi.data make --out /tmp/big --samples 1500000 --features 64 --shard-mb 32; "
-                  "mpirun -np 2 python benchmarks/bench_memory.py /tmp/big",
-    "memory_np4": "python -m hxmpi.data make --out /tmp/big --samples 1500000 --features 64 --shard-mb 32; "
-                  "mpirun -np 4 python benchmarks/bench_memory.py /tmp/big",
-}
-
-SCRIPTS = {"train": "bench_train.py", "straggler": "bench_straggler.py", "staging": "bench_staging.py"}
-
 
 # ----------------------------------------------------------------------------------------- helpers
 def table(header, rows) -> str:
@@ -107,23 +66,33 @@ def pct(v) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
-def command_text(stem: str, data: dict) -> str:
-    """Where the file came from: its recorded command, or the old README's, said which."""
-    if isinstance(data.get("command"), str):
-        return f"Command (recorded in the file):\n\n```text\n{data['command']}\n```\n"
-    if isinstance(data.get("commands"), list):
-        return "Commands (recorded in the file):\n\n```text\n" + "\n".join(data["commands"]) + "\n```\n"
-    if isinstance(data.get("args"), dict) and data.get("benchmark") in SCRIPTS:
-        flags = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
-                         for k, v in data["args"].items() if v not in (None, False))
-        return (f"Arguments (recorded in the file; launcher not recorded, {data.get('world_size')} ranks):\n\n"
-                f"```text\nbenchmarks/{SCRIPTS[data['benchmark']]} {flags}\n```\n")
-    if stem in README_COMMANDS:
-        return ("Command (not recorded in the file; as the README at 645fd19 gave it, module paths "
-                f"updated):\n\n```text\n{README_COMMANDS[stem]}\n```\n")
-    if data.get("benchmark") in ("simulate", "simulate-compare") and data.get("source"):
-        return f"Command: not recorded; a `python -m hxmpi.sim` run from {data['source']}.\n"
-    return "Command: not recorded in the file, nor in the README at 645fd19.\n"
+#: A wrapper that only serialised timing runs on the machine that made a file (a lock), not part
+#: of what ran: left out of the command shown.
+_LOCK_WRAPPER = re.compile(r"\bflock (?:-\w+ )*\S+ ")
+
+
+def shown_command(command: str) -> str:
+    """A recorded command as the pages show it: without lock wrappers."""
+    return _LOCK_WRAPPER.sub("", command)
+
+
+def provenance_text(name: str, data: dict) -> str:
+    """Where a result came from (its ``provenance`` record, ``hxmpi.provenance``): the command that
+    made it, then the commit, date, hxmpi version, MPI library and cores. A file without one is
+    refused: every result says where it came from."""
+    prov = data.get("provenance")
+    if not isinstance(prov, dict) or not prov.get("command") or not prov.get("commit"):
+        raise SystemExit(f"report.py: {name} has no provenance (command and commit); "
+                         "rerun it with a script that writes one (hxmpi.provenance)")
+    commit = prov["commit"]
+    facts = [f"commit `{commit[:12]}`" + (" (uncommitted changes)" if prov.get("dirty") is True else "")
+             if commit != "unknown" else "commit unknown",
+             f"{prov.get('date', 'unknown')[:10]}", f"hxmpi {prov.get('version', 'unknown')}",
+             str(prov.get("mpi", "unknown")).split(",")[0].strip(), f"{prov.get('cores', 'unknown')} cores"]
+    head = ("Made by (recorded in the file before provenance records existed: commit, version and MPI "
+            "not recorded; the date is when the file was first committed):" if prov.get("backfilled")
+            else "Made by:")
+    return f"{head}\n\n```text\n{shown_command(prov['command'])}\n```\n\n" + "; ".join(facts) + ".\n"
 
 
 # --------------------------------------------------------------------------------------- renderers
@@ -165,8 +134,9 @@ def render_overhead_combined(d):
                      [(k, us(v), src.get(k, "")) for k, v in d["cpu_s_per_call"].items()]))
     inputs = d.get("inputs", [])
     if inputs:
-        out.append("Input runs (commands recorded in the file):")
-        out.append("```text\n" + "\n".join(i.get("command", i.get("file", "")) for i in inputs) + "\n```")
+        out.append("Input runs (as the file records them):")
+        out.append("```text\n" + "\n".join(shown_command((i.get("provenance") or {}).get("command") or i["file"])
+                                            for i in inputs) + "\n```")
         keys = list(d["cpu_s_per_call"])
         rows = [(k, *[us(i.get("cpu_s_per_call", {}).get(k)) for i in inputs]) for k in keys]
         out.append("Each input run's own CPU per path, us:")
@@ -423,7 +393,7 @@ def render(path: Path) -> str:
     renderer = RENDERERS.get(kind, render_tuning if kind == "tuning" else None)
     if renderer is None:
         raise SystemExit(f"report.py: no renderer for {path.name} (benchmark {kind!r})")
-    parts = [f"### `{path.name}`\n", command_text(path.stem, data), renderer(data)]
+    parts = [f"### `{path.name}`\n", provenance_text(path.name, data), renderer(data)]
     if path.with_suffix(".png").exists():
         parts.append(f"![{path.stem}]({path.stem}.png)")
     return "\n\n".join(parts).rstrip() + "\n"

@@ -213,7 +213,7 @@ def test_fragments_hold_the_result_files_numbers(fragments):
     d, md = load("simulate_call_model_2048_4096")
     assert f"{d['records'][0]['model_auto_plan_s'] * 1e6:.1f}" in md and "| model |" in md
     d, md = load("overhead")
-    assert f"| flat | {d['cpu_s_per_call']['flat'] * 1e6:.1f} |" in md and d["command"] in md
+    assert f"| flat | {d['cpu_s_per_call']['flat'] * 1e6:.1f} |" in md and "--combine-flat" in md
     d, md = load("staging")
     assert f"{d['results'][1]['time_to_first_batch_s']:.2f}" in md
     d, md = load("straggler_lasting_np4")
@@ -222,10 +222,51 @@ def test_fragments_hold_the_result_files_numbers(fragments):
     assert f"{d['results'][-1]['hxmpi_gbps']:.2f}" in md
     for f in result_files():
         text = (fragments / f"{f.stem}.md").read_text()
-        assert text.startswith(f"### `{f.name}`") and ("Command" in text or "Arguments" in text), f.name
+        assert text.startswith(f"### `{f.name}`") and "Made by" in text, f.name
         assert text.count("\n| ") >= 2, f.name  # every file gives at least one table
         if f.with_suffix(".png").exists():
             assert f"]({f.stem}.png)" in text and (fragments / f"{f.stem}.png").is_file()
+
+
+def test_every_result_file_says_where_it_came_from():
+    """Every result file (and the packaged CPU file) holds a ``provenance`` record with every key
+    of ``hxmpi.provenance``: the command and the commit ("unknown" only where a file made before
+    provenance records existed was backfilled from the command it recorded, and says so)."""
+    from hxmpi.provenance import PROVENANCE_KEYS
+    problems = []
+    for f in result_files():
+        prov = json.loads(f.read_text()).get("provenance")
+        if not isinstance(prov, dict):
+            problems.append(f"{f.name}: no provenance")
+            continue
+        problems += [f"{f.name}: no {k}" for k in PROVENANCE_KEYS if prov.get(k) in (None, "")]
+        if prov.get("commit") == "unknown" and prov.get("backfilled") is not True:
+            problems.append(f"{f.name}: commit unknown but not marked backfilled")
+        if prov.get("commit") not in (None, "unknown") and not re.fullmatch(r"[0-9a-f]{40}", prov["commit"]):
+            problems.append(f"{f.name}: commit {prov['commit']!r} is not a commit")
+        if not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", str(prov.get("date"))):
+            problems.append(f"{f.name}: date {prov.get('date')!r}")
+    assert problems == []
+
+
+def test_report_renders_each_files_provenance(fragments):
+    """Each table's fragment says how it was made: the command (lock wrappers left out) and the
+    commit, date, version, MPI library and cores."""
+    for f in result_files():
+        prov = json.loads(f.read_text())["provenance"]
+        text = (fragments / f"{f.stem}.md").read_text()
+        command = re.sub(r"\bflock (?:-\w+ )*\S+ ", "", prov["command"])
+        assert command in text and prov["date"][:10] in text, f.name
+        assert (f"commit `{prov['commit'][:12]}`" if prov["commit"] != "unknown" else "commit unknown") in text
+        assert "flock" not in text and ("before provenance records existed" in text) == bool(prov.get("backfilled"))
+
+
+def test_report_refuses_a_result_without_provenance(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "old.json").write_text('{"benchmark": "pack", "total_bytes": 1, "results": []}')
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report.py"), str(tmp_path / "out"),
+                           "--results", str(tmp_path / "in")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "old.json has no provenance" in proc.stderr
 
 
 def test_report_refuses_a_result_it_cannot_render(tmp_path):
