@@ -43,7 +43,7 @@ the plan (``_plan``):
 A one-shot Bruck miss sends its first run's length headers through ``Mprobe``; bruck-p2p has
 neither (8 B per slot and one probe per message more), so a little MPI time stays in ``bruck``.
 Degenerate layouts (one node, or one rank per node) run the hier paths flat: their hier keys are
-flat's. JSON: ``command`` (this run's argv), ``radix``, ``cpu_formula``, ``python_miss_s``
+flat's. JSON: ``provenance`` (this run's command line, commit, date, version, MPI, cores), ``radix``, ``cpu_formula``, ``python_miss_s``
 (flat-new-python - allreduce - bare: the Python miss path's CPU, seconds).
 
 ``--combine-flat A.json ... --combine-hier B.json ... --json OUT`` runs nothing: it writes the CPU file

@@ -1,6 +1,7 @@
 """Render every committed benchmark result (benchmarks/results/*.json) as Markdown for the docs.
 
     python benchmarks/report.py OUT_DIR [--results DIR]
+    python benchmarks/report.py --readme README.md      # the README's results block
 
 writes one fragment per JSON file (and one for the packaged CPU file, ``hxmpi/comm/overhead.json``,
 when DIR is the default), ``OUT_DIR/<stem>.md``: a heading, the file's provenance (the command
@@ -311,20 +312,6 @@ def render_train(d):
     return "\n\n".join(out)
 
 
-def render_straggler(d):
-    rows = []
-    for cfg, r in d["results"].items():
-        b = r.get("step_breakdown_s", {})
-        rows.append((cfg, num(r.get("epoch_time_s")), f"{num(r.get('time_to_target_s'))} ({r.get('epoch_at_target')})",
-                     num(b.get("compute", 0) * 1e3), num(b.get("gradient_wait", 0) * 1e3),
-                     num(b.get("exchange", 0) * 1e3), "x" + num(r.get("measured_slowdown"))))
-    out = [table(["config (update/straggler)", "epoch s", "to target s (epoch)", "compute ms", "wait ms",
-                  "exchange ms", "straggler measured"], rows)]
-    if d.get("ratios"):
-        out.append(table(["measure", "value"], [(k, f"{v:.3g}") for k, v in d["ratios"].items()]))
-    return "\n\n".join(out)
-
-
 def render_staging(d):
     a = d["args"]
     rows = [(r["mode"], num(r["time_to_first_batch_s"], 2), num(r["train_time_s"], 2), num(r["data_wait_s"], 2),
@@ -334,11 +321,6 @@ def render_staging(d):
             f"{a.get('epochs')} epochs, cache limit {a.get('cache_limit')}, prefetch {a.get('prefetch')}.\n\n"
             + table(["mode", "first batch s", "train s", "waiting s", "waiting %", "wall s", "test acc",
                      "MB fetched", "consumed MB/s"], rows))
-
-
-def render_tuning(d):
-    return (f"A tuning file (`HXMPI_TUNING`) for layout {layout(d['layout']['node_sizes'])}: mean error of the fit "
-            f"{pct(d['mean_abs_rel_error'])}, `auto` right at {d['auto_right']} sizes.\n\n" + _model_rows(d["model"]))
 
 
 def render_straggler_card(d):
@@ -380,17 +362,30 @@ def render_mpi_call(d):
     return "\n\n".join(out)
 
 
-RENDERERS = {"osu_alltoallv": render_osu, "mpi_call": render_mpi_call, "overhead": render_overhead,
+def render_suite(d):
+    """bench_suite.py: what the README's test command cost, per run of tests/run.py."""
+    total = d.get("total") or {}
+    head = (f"{'The README' + chr(39) + 's test command' if d.get('readme_command') else 'The command'} "
+            f"(`{d['measured_command']}`): exit {d['exit_code']} after {d['wall_s']:.0f} s, "
+            f"{d['tests_s']:.0f} s of them in tests/run.py's runs; peak memory of the whole job "
+            f"{d['peak_pss_bytes'] / 2**30:.2f} GiB (proportional set size); "
+            f"{total.get('passed', '?')} passed, {total.get('failed', '?')} failed, {total.get('skipped', 0)} skipped.")
+    rows = [(r["run"], r["status"], num(r["seconds"]), r.get("passed", 0), r.get("failed", 0) + r.get("errors", 0),
+             r.get("skipped", 0)) for r in d["runs"]]
+    return head + "\n\n" + table(["run", "status", "seconds", "passed", "failed", "skipped"], rows)
+
+
+RENDERERS = {"suite": render_suite, "osu_alltoallv": render_osu, "mpi_call": render_mpi_call, "overhead": render_overhead,
              "overhead-combined": render_overhead_combined, "pack": render_pack, "msg_accounting": render_msg_accounting, "memory": render_memory,
              "calibrate": render_calibrate, "simulate-compare": render_compare, "simulate": render_simulate,
-             "train": render_train, "straggler": render_straggler, "straggler_card": render_straggler_card, "staging": render_staging}
+             "train": render_train, "straggler_card": render_straggler_card, "staging": render_staging}
 
 
 def render(path: Path) -> str:
     """One result file as a Markdown fragment (heading level 3)."""
     data = json.loads(path.read_text())
-    kind = data.get("benchmark", "tuning" if "model" in data else None)
-    renderer = RENDERERS.get(kind, render_tuning if kind == "tuning" else None)
+    kind = data.get("benchmark")
+    renderer = RENDERERS.get(kind)
     if renderer is None:
         raise SystemExit(f"report.py: no renderer for {path.name} (benchmark {kind!r})")
     parts = [f"### `{path.name}`\n", provenance_text(path.name, data), renderer(data)]
@@ -399,20 +394,174 @@ def render(path: Path) -> str:
     return "\n\n".join(parts).rstrip() + "\n"
 
 
+# ------------------------------------------------------------------------------ headline numbers
+# The README's results and the performance index's summary: each sentence's numbers are read from
+# its result file here, so the text cannot drift from the file (tests/test_docs.py compares the
+# README with this output; ``--readme README.md`` rewrites its block).
+
+def _marks(name: str) -> tuple[str, str]:
+    """The markers around a generated README block."""
+    return (f"<!-- {name}: written from benchmarks/results by python benchmarks/report.py --readme README.md; "
+            "do not edit -->", f"<!-- end of {name} -->")
+
+
+def _load(results: Path, name: str) -> dict:
+    return json.loads((results / name).read_text())
+
+
+def _sim_record(d: dict, nodes: int, per_node: int, block: int) -> dict:
+    return next(r for r in d["records"] if (r["nodes"], r["ranks_per_node"], r["block_bytes"]) == (nodes, per_node, block))
+
+
+def _sim_even(results: Path) -> tuple[str, str]:
+    d = _load(results, "simulate_call_even.json")
+    r = _sim_record(d, 32, 8, 512)
+    plan, best = r["auto_plan_sim_s"], r["best_bare_sim_s"]
+    bare = "MPI_Alltoall" if r["bare_alltoall_sim_s"] <= r["bare_alltoallv_sim_s"] else "MPI_Alltoallv"
+    return (f"**Simulated 256 ranks (32 nodes x 8), 512 B blocks, even counts** (SimGrid, "
+            f"{d['source'].replace('preset ', '')} preset, hxmpi's measured CPU per call): `auto`'s persistent "
+            f"plan ({r['auto_plan_pick']}) takes **{plan / best:.2f}x** the best bare MPI call ({plan * 1e6:.1f} "
+            f"against {best * 1e6:.1f} us for `{bare}`).", "scale")
+
+
+def _sim_skewed(results: Path) -> tuple[str, str]:
+    d = _load(results, "simulate_call_64x8_uneven.json")
+    r = _sim_record(d, 64, 8, 8)
+    plan, one, bare = r["auto_plan_sim_s"], r["auto_sim_s"], r["bare_alltoallv_sim_s"]
+    return (f"**Simulated 512 ranks (64 nodes x 8), 8 B blocks, skewed (Zipf-like) counts**: `auto`'s plan "
+            f"({r['auto_plan_pick']}) takes **{plan / bare:.2f}x** a bare `MPI_Alltoallv` ({plan * 1e6:.1f} against "
+            f"{bare * 1e6:.1f} us); a one-shot call, agreement included, {one / bare:.2f}x ({one * 1e6:.1f} us).",
+            "scale")
+
+
+def _osu_row(d: dict, size: int) -> dict:
+    return next(r for r in d["results"] if r["size"] == size)
+
+
+def _cluster(results: Path) -> tuple[str, str]:
+    d = _load(results, "osu_cluster_221.json")
+    r = _osu_row(d, 8)
+    plan, bare, flat = r["hier-plan"]["avg_us"], r["bare"]["avg_us"], r["flat"]["avg_us"]
+    return (f"**Emulated 3-host cluster (2+2+1 ranks over TCP), 8 B blocks**: the hierarchical persistent "
+            f"request takes **{plan / bare:.2f}x** a bare `MPI_Alltoallv` ({plan:.2f} against {bare:.2f} us); a "
+            f"one-shot call pays the agreement on top (flat, same pattern every call, {flat:.2f} us).", "exchange")
+
+
+def _overhead(results: Path) -> tuple[str, str]:
+    d = _load(results, "overhead_np4.json")
+    m = d["median_us"]
+    return (f"**One host, {layout(d['node_sizes'])} ranks (oversubscribed), 8 B blocks**: a one-shot `Alltoallv` "
+            f"runs whole in compiled code, agreement included. With a new count pattern every call, flat takes "
+            f"**{m['flat-new'] / m['bare']:.2f}x** a bare `MPI_Alltoallv` ({m['flat-new']:.2f} against {m['bare']:.2f} "
+            f"us), with the same pattern every call {m['flat-repeat'] / m['bare']:.2f}x ({m['flat-repeat']:.2f} us; one "
+            f"persistent Allreduce and one persistent Alltoallv take {m['floor']:.2f} us); a hierarchical call with a "
+            f"new pattern {m['hier-new']:.2f} us.", "exchange")
+
+
+def _ddp(results: Path) -> tuple[str, str]:
+    small, lasting = _load(results, "train_np2_120k.json"), _load(results, "train_lasting_np2_fused_sgd.json")
+
+    def times(d):
+        return d["results"]["hxmpi"]["time_to_target_s"]["median"], d["results"]["ddp"]["time_to_target_s"]["median"]
+    (h1, d1), (h2, d2) = times(small), times(lasting)
+    a, b = small["args"], lasting["args"]
+    return (f"**Training against PyTorch DDP, np 2, medians of {a['repeats']} runs**: on a 120,000-sample store (MLP "
+            f"{a['hidden']}, runs of about {d1:.0f} s) hxmpi reaches the target accuracy **{d1 / h1:.2f}x** sooner "
+            f"({h1:.1f} against {d1:.1f} s); on a lasting workload (MLP {b['hidden']}, runs of about {h2:.0f} s) "
+            f"{d2 / h2:.2f}x ({h2:.1f} against {d2:.1f} s), where numpy's matrix products, slower than torch's, set "
+            f"the pace.", "training")
+
+
+def _card(results: Path) -> tuple[str, str]:
+    d = _load(results, "straggler_card_np2_120k_eval25.json")
+    row, a = d["card"]["x3"], d["args"]
+    auto, best = row["cells"]["auto"], row["cells"][row["best_forced"]]
+    t_auto, t_best = auto["time_to_target_s"]["median"], best["time_to_target_s"]["median"]
+    return (f"**The update policy's report card, np 2, one rank x{a['factor']:g}**: `--update auto` reaches the "
+            f"target in **{row['auto_time_ratio']:.2f}x** the time of the best forced mode ({row['best_forced']}; "
+            f"{t_auto:.2f} against {t_best:.2f} s), its final accuracy {row['auto_accuracy_diff']:+.4f} from it; "
+            f"balanced sync's epoch is {row['balanced_over_sync_epoch']:.2f}x sync's.", "training")
+
+
+def _staging(results: Path) -> tuple[str, str]:
+    d = _load(results, "staging.json")
+    by, a = {r["mode"]: r for r in d["results"]}, d["args"]
+    dist, mem = by["distributed"], by["memory"]
+    return (f"**Staging from a store capped at {a['bandwidth']:g} MB/s** ({d['world_size']} nodes, "
+            f"{dist['train_bytes'] / 1e6:.0f} MB train split): distributed staging has its first batch after "
+            f"**{dist['time_to_first_batch_s'] / mem['time_to_first_batch_s']:.2f}x** the time of staging "
+            f"everything in memory first ({dist['time_to_first_batch_s']:.2f} against "
+            f"{mem['time_to_first_batch_s']:.2f} s), waiting for data {pct(dist['data_wait_fraction'])} of the "
+            f"training time.", "training")
+
+
+HEADLINES = (_sim_even, _sim_skewed, _cluster, _overhead, _ddp, _card, _staging)
+#: The performance index's fragment of the headline numbers (``OUT_DIR/headlines.md``).
+HEADLINES_STEM = "headlines"
+PAGE_TITLES = {"scale": "At scale", "exchange": "The exchange", "training": "Training and staging"}
+
+
+def headlines(results: Path = RESULTS, pages: str = "docs/performance/") -> str:
+    """The headline results as Markdown bullets, each linking to the performance page (under
+    ``pages``) that renders its file."""
+    bullets = []
+    for make in HEADLINES:
+        text, page = make(results)
+        bullets.append(f"- {text} [{PAGE_TITLES[page]}]({pages}{page}.md).")
+    return "\n".join(bullets) + "\n"
+
+
+def test_cost(results: Path = RESULTS) -> str:
+    """What the README's test command costs, from ``suite.json`` (``benchmarks/bench_suite.py``)."""
+    d = _load(results, "suite.json")
+    by = {r["run"]: r for r in d["runs"]}
+    mpi = [r for r in d["runs"] if r["run"].startswith("mpi")]
+    total, prov = d["total"], d["provenance"]
+    return (f"Measured on a {prov['cores']}-core Linux machine shared with other work ({prov['mpi'].split(',')[0]}): "
+            f"the whole command took **{d['wall_s'] / 60:.0f} minutes**, of which the serial tests "
+            f"{by['serial']['seconds'] / 60:.0f} minutes and the MPI runs at {mpi[0]['run'][-1]} to "
+            f"{mpi[-1]['run'][-1]} ranks {sum(r['seconds'] for r in mpi) / 60:.0f} minutes; the whole job peaked at "
+            f"**{d['peak_pss_bytes'] / 2**30:.1f} GiB** of memory; it ended with {total['passed']} passed, "
+            f"{total['failed']} failed, {total['skipped']} skipped ([the run](docs/contributing.md#tests)).\n")
+
+
+#: The README's generated blocks: name -> what fills it.
+README_BLOCKS = {"results": headlines, "test cost": test_cost}
+
+
+def write_readme(path: Path, results: Path = RESULTS) -> None:
+    """Rewrite every generated block of the README at ``path`` (``README_BLOCKS``)."""
+    text = path.read_text()
+    for name, make in README_BLOCKS.items():
+        begin, end = _marks(name)
+        start, stop = text.index(begin) + len(begin), text.index(end)
+        text = text[:start] + "\n" + make(results) + text[stop:]
+    path.write_text(text)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="report.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("out", type=Path, help="directory for the Markdown fragments (created)")
+    p.add_argument("out", type=Path, nargs="?", help="directory for the Markdown fragments (created)")
     p.add_argument("--results", type=Path, default=RESULTS, help="directory of the result JSON files")
+    p.add_argument("--readme", type=Path, default=None, help="rewrite this README's results block "
+                   "(the headline numbers, read from the result files)")
     args = p.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    files = sorted(args.results.glob("*.json")) + ([PACKAGED_CPU] if args.results == RESULTS else [])
-    for f in files:
-        (args.out / f"{f.stem}.md").write_text(render(f))
-        if f.with_suffix(".png").exists():
-            shutil.copyfile(f.with_suffix(".png"), args.out / f"{f.stem}.png")
-    print(f"report.py: {len(files)} result files rendered into {args.out}", file=sys.stderr)
+    if args.out is None and args.readme is None:
+        p.error("give OUT_DIR, --readme README.md, or both")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        files = sorted(args.results.glob("*.json")) + ([PACKAGED_CPU] if args.results == RESULTS else [])
+        for f in files:
+            (args.out / f"{f.stem}.md").write_text(render(f))
+            if f.with_suffix(".png").exists():
+                shutil.copyfile(f.with_suffix(".png"), args.out / f"{f.stem}.png")
+        if args.results == RESULTS:  # the headline numbers, for the performance index
+            (args.out / f"{HEADLINES_STEM}.md").write_text(headlines(args.results, pages=""))
+        print(f"report.py: {len(files)} result files rendered into {args.out}", file=sys.stderr)
+    if args.readme is not None:
+        write_readme(args.readme, args.results)
+        print(f"report.py: the results block of {args.readme} rewritten", file=sys.stderr)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
