@@ -85,14 +85,14 @@ def provenance_text(name: str, data: dict) -> str:
     if not isinstance(prov, dict) or not prov.get("command") or not prov.get("commit"):
         raise SystemExit(f"report.py: {name} has no provenance (command and commit); "
                          "rerun it with a script that writes one (hxmpi.provenance)")
-    commit = prov["commit"]
-    facts = [f"commit `{commit[:12]}`" + (" (uncommitted changes)" if prov.get("dirty") is True else "")
+    commit, mpi = prov["commit"], str(prov.get("mpi", "unknown")).split(",")[0].strip()
+    facts = [f"commit `{commit[:12]}`" + (" (with uncommitted code changes)" if prov.get("dirty") is True else "")
              if commit != "unknown" else "commit unknown",
-             f"{prov.get('date', 'unknown')[:10]}", f"hxmpi {prov.get('version', 'unknown')}",
-             str(prov.get("mpi", "unknown")).split(",")[0].strip(), f"{prov.get('cores', 'unknown')} cores"]
-    head = ("Made by (recorded in the file before provenance records existed: commit, version and MPI "
-            "not recorded; the date is when the file was first committed):" if prov.get("backfilled")
-            else "Made by:")
+             f"{prov.get('date', 'unknown')[:10]}", f"hxmpi {prov.get('version', 'unknown')}".replace(
+                 "hxmpi unknown", "hxmpi version unknown"),
+             mpi if mpi not in ("unknown", "none") else f"MPI {mpi}", f"{prov.get('cores', 'unknown')} cores"]
+    head = ("Made by (a file from before provenance records: the command it recorded; commit, version and "
+            "MPI library not recorded; dated when git recorded it):" if prov.get("backfilled") else "Made by:")
     return f"{head}\n\n```text\n{shown_command(prov['command'])}\n```\n\n" + "; ".join(facts) + ".\n"
 
 
