@@ -511,9 +511,17 @@ def headlines(results: Path = RESULTS, pages: str = "docs/performance/") -> str:
     return "\n".join(bullets) + "\n"
 
 
-def test_cost(results: Path = RESULTS) -> str:
+#: The measured run of the README's test command (``benchmarks/bench_suite.py``); the contributing
+#: page includes its fragment, which says so where no run is committed yet.
+SUITE_STEM = "suite"
+NOT_MEASURED = "No measured run of the test command is committed yet (`benchmarks/bench_suite.py` makes one).\n"
+
+
+def suite_cost(results: Path = RESULTS) -> str:
     """What the README's test command costs, from ``suite.json`` (``benchmarks/bench_suite.py``)."""
-    d = _load(results, "suite.json")
+    if not (results / f"{SUITE_STEM}.json").exists():
+        return NOT_MEASURED
+    d = _load(results, f"{SUITE_STEM}.json")
     by = {r["run"]: r for r in d["runs"]}
     mpi = [r for r in d["runs"] if r["run"].startswith("mpi")]
     total, prov = d["total"], d["provenance"]
@@ -526,7 +534,7 @@ def test_cost(results: Path = RESULTS) -> str:
 
 
 #: The README's generated blocks: name -> what fills it.
-README_BLOCKS = {"results": headlines, "test cost": test_cost}
+README_BLOCKS = {"results": headlines, "test cost": suite_cost}
 
 
 def write_readme(path: Path, results: Path = RESULTS) -> None:
@@ -557,6 +565,8 @@ def main(argv=None) -> int:
                 shutil.copyfile(f.with_suffix(".png"), args.out / f"{f.stem}.png")
         if args.results == RESULTS:  # the headline numbers, for the performance index
             (args.out / f"{HEADLINES_STEM}.md").write_text(headlines(args.results, pages=""))
+            if not (args.results / f"{SUITE_STEM}.json").exists():
+                (args.out / f"{SUITE_STEM}.md").write_text(NOT_MEASURED)
         print(f"report.py: {len(files)} result files rendered into {args.out}", file=sys.stderr)
     if args.readme is not None:
         write_readme(args.readme, args.results)
