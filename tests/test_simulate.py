@@ -1,6 +1,7 @@
 """hxmpi.sim.simulate: replays of tiny layouts in SimGrid, traces built from hxmpi.comm.plan, clean CLI errors."""
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 from hxmpi.comm.costmodel import CPU_KEYS, CostModel, CpuTimes
 from hxmpi.comm.plan import Layout
 from hxmpi.errors import CpuFileError
+from hxmpi.provenance import PROVENANCE_KEYS
 from hxmpi.sim.simulate import (
     PRESETS,
     Call,
@@ -186,7 +188,13 @@ def test_cli_json(tmp_path):
     proc = cli("--nodes", "2", "--ranks-per-node", "2", "--layout", "1+1", "-m", "8:64", "--factor", "8",
                "--json", str(out))
     assert proc.returncode == 0, proc.stderr
-    records = json.loads(out.read_text())["records"]
+    result = json.loads(out.read_text())
+    records = result["records"]
+    # Where it came from: this command, and SimGrid in place of an MPI library.
+    prov = result["provenance"]
+    assert prov["command"] == shlex.join(["python", "-m", "hxmpi.sim", "--nodes", "2", "--ranks-per-node", "2",
+                                          "--layout", "1+1", "-m", "8:64", "--factor", "8", "--json", str(out)])
+    assert prov["mpi"].startswith("SimGrid version ") and set(PROVENANCE_KEYS) <= set(prov)
     keys = {"nodes", "ranks_per_node", "block_bytes", "flat_sim_s", "hier_sim_s", "model_flat_s",
             "model_hier_s", "model_pick"}
     assert len(records) == 4 and all(keys <= set(r) for r in records)
@@ -326,8 +334,10 @@ def test_compare_replays_an_osu_report(tmp_path):
     PRESETS["hdr"].save(str(tuning))
     proc = cli("--compare", str(src), "--tuning", str(tuning), "--overhead", str(cpu), "--json", str(out))
     assert proc.returncode == 0, proc.stderr
-    rows = {r["algorithm"]: r for r in json.loads(out.read_text())["rows"]}
+    result = json.loads(out.read_text())
+    rows = {r["algorithm"]: r for r in result["rows"]}
     assert set(rows) == {"bare", "bruck-plan"}
+    assert "--compare" in result["provenance"]["command"] and result["provenance"]["mpi"].startswith("SimGrid")
     from hxmpi.sim.simulate import replay
     layout, counts = Layout(node_of_sizes([2, 2])), make_counts(4, 64, False)
     want = [replay(layout, counts, Call("bruck", "plan", 2), "shm", PRESETS["hdr"], Network(), str(tmp_path / d),
@@ -364,6 +374,7 @@ def test_combined_cpu_file_takes_flat_keys_as_measured_and_deflates_hier_keys(tm
     assert cpu["hier_bruck_plan"] == pytest.approx(4.0 * i * 1e-6 * 0.5)
     assert cpu["hier"] == pytest.approx(4.0 * (keys.index("hier") + 1) * 1e-6 * 0.25)
     assert "times 0.250" in got["source"]["hier"] and len(got["inputs"]) == 4
+    assert "--combine-flat" in got["provenance"]["command"] and got["provenance"]["commit"]
     assert CpuTimes.load(str(out)).seconds == cpu  # what the simulator and auto read
     # A 2x2 set whose compiled flat hit measured 0: hits and plans take the miss ratio instead.
     zero = json.loads(open(hier[0]).read())

@@ -51,14 +51,16 @@ from ..comm.costmodel import (
     predict_agreement,
     predict_call,
 )
+from ..cli import command_line
 from ..comm.plan import ALGORITHMS, Layout
 from ..errors import CpuFileError, HxmpiError
+from ..provenance import provenance
 from .schedule import Collective, Copy, Exchange, rank_schedule
 
 __all__ = ["SimulateError", "Network", "oversubscription", "oversubscribe", "node_of_sizes", "make_counts",
            "Call", "agreement_steps", "call_steps", "CpuTimes", "phase_algorithm", "exchange_actions",
            "barrier_actions", "collective_actions", "rank_trace", "trace_stats", "platform_xml",
-           "smpirun_path", "replay", "ReplayTimeout", "simulate_point", "summarize", "crossover",
+           "smpirun_path", "simgrid_version", "replay", "ReplayTimeout", "simulate_point", "summarize", "crossover",
            "osu_calls", "compare_measured", "block_sizes", "print_layout", "plot", "build_parser", "main"]
 
 REPLAY_MAIN = "/usr/lib/x86_64-linux-gnu/simgrid/smpireplaymain"
@@ -345,6 +347,22 @@ def smpirun_path() -> str:
     if path is None or not os.path.exists(REPLAY_MAIN):
         raise SimulateError(f"smpirun or {REPLAY_MAIN} not found: {INSTALL_HINT}")
     return path
+
+
+def simgrid_version() -> str:
+    """What ``smpirun --version`` says (``SimGrid version 3.32``): the "MPI library" of a
+    simulated result's provenance; "unknown" where it says nothing."""
+    try:
+        proc = subprocess.run([smpirun_path(), "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    return lines[0].strip() if proc.returncode == 0 and lines else "unknown"
+
+
+def _provenance() -> dict:
+    """The provenance record of a result this run writes (``hxmpi.provenance``)."""
+    return provenance(command_line("-m hxmpi.sim"), mpi=simgrid_version())
 
 
 _TIME = re.compile(r"^\[(\d+\.\d+)\] Simulation time")
@@ -829,7 +847,7 @@ def main(argv=None) -> int:
               f"one-shot minus agreement {summary['oneshot_minus_agreement_vs_best_bare_max']:.2f}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "simulate", "source": source, "network": args.network,
+            json.dump({"benchmark": "simulate", "provenance": _provenance(), "source": source, "network": args.network,
                        "oversubscription": oversubscription(model), "node_phase": args.node_phase,
                        "uneven": args.uneven, "model": model.__dict__, "summary": summary,
                        "overhead": cpu.source, "cpu_s_per_call": dict(cpu.seconds),
@@ -877,7 +895,7 @@ def _main_compare(args) -> int:
     print("# mean |simulated - measured| / measured: " + ", ".join(f"{a} {e:.1%}" for a, e in summary.items()))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "simulate-compare", "source": args.compare, "node_phase": node_phase,
+            json.dump({"benchmark": "simulate-compare", "provenance": _provenance(), "source": args.compare, "node_phase": node_phase,
                        "layout": report.get("layout", {"node_sizes": sizes}), "tuning": args.tuning if osu else None,
                        "overhead": cpu.source if osu else None,
                        "cpu_s_per_call": dict(cpu.seconds) if osu else None,
