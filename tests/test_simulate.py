@@ -12,6 +12,7 @@ import pytest
 from hxmpi.comm.costmodel import CPU_KEYS, CostModel, CpuTimes
 from hxmpi.comm.plan import Layout
 from hxmpi.errors import CpuFileError
+from hxmpi.sim import simulate
 from hxmpi.sim.simulate import (
     PRESETS,
     Call,
@@ -90,12 +91,41 @@ def test_bruck_trace_rounds_and_headers():
 
 
 def test_pairwise_and_linear_follow_open_mpi_rule():
-    """64 ranks: pairwise rounds (one message each way, then wait); 8 ranks: every message, one wait."""
-    for p, expect_waits in ((64, 63), (8, 1)):
-        layout = Layout(node_of_sizes([p // 2, p // 2]))
-        lines = rank_trace(layout, make_counts(p, 8, False), 5, "flat", "shm", plain_model())
-        assert sum(ln.endswith("waitall") for ln in lines) == expect_waits
-        assert trace_stats(lines) == {"flat": {"messages": p - 1, "bytes": 8 * (p - 1)}}
+    """64 ranks: pairwise rounds (one message each way, then wait); 8 ranks: every message posted,
+    then a wait for each of the 14 requests (more than WAITALL_MAX), naming it."""
+    layout = Layout(node_of_sizes([32, 32]))
+    lines = rank_trace(layout, make_counts(64, 8, False), 5, "flat", "shm", plain_model())
+    assert sum(ln.endswith("waitall") for ln in lines) == 63
+    assert trace_stats(lines) == {"flat": {"messages": 63, "bytes": 8 * 63}}
+    layout = Layout(node_of_sizes([4, 4]))
+    lines = rank_trace(layout, make_counts(8, 8, False), 5, "flat", "shm", plain_model())
+    assert trace_stats(lines) == {"flat": {"messages": 7, "bytes": 8 * 7}}
+    verbs = [ln.split()[1] for ln in lines]
+    first_wait = verbs.index("wait")
+    assert {"isend", "irecv"}.isdisjoint(verbs[first_wait:]) and "waitall" not in verbs
+    posted = {(v, int(ln.split()[2]), int(ln.split()[3])) for v, ln in zip(verbs, lines) if v in ("isend", "irecv")}
+    waits = [ln.split()[2:] for v, ln in zip(verbs, lines) if v == "wait"]
+    waited = {("irecv", int(src), int(tag)) if int(dst) == 5 else ("isend", int(dst), int(tag))
+              for src, dst, tag in waits}
+    assert waited == posted and len(waits) == 14
+
+
+@needs_simgrid
+def test_waits_end_when_waitall_ends(tmp_path):
+    """A linear phase replayed with a wait per request ends when one waitall would (2 x 4 ranks,
+    one 100 KB message and the rest 8 B: the waits are not in completion order)."""
+    layout = Layout(node_of_sizes([4, 4]))
+    counts = make_counts(8, 8, False)
+    counts[3, 6] = counts[6, 1] = 100_000
+    model = plain_model(alpha_inter=2e-6, beta_inter=1 / 1e9, msg_overhead=0.3e-6)
+    times = []
+    for limit in (simulate.WAITALL_MAX, 10**6):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(simulate, "WAITALL_MAX", limit)
+            traces = [rank_trace(layout, counts, r, Call("flat", "bare"), "shm", model) for r in range(8)]
+        assert any(" waitall" in ln for ln in traces[0]) == (limit > 100)
+        times.append(simulate.replay_traces(layout, traces, model, Network(), str(tmp_path / str(limit))))
+    assert times[0] == times[1] and times[0] > 100_000 / 1e9
 
 
 @needs_simgrid

@@ -29,7 +29,6 @@ import json
 import math
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -52,8 +51,12 @@ from ..comm.costmodel import (
     predict_call,
 )
 from ..comm.plan import ALGORITHMS, Layout
+from ..cli import command_line
 from ..errors import CpuFileError, HxmpiError
+from ..provenance import provenance
 from .schedule import Collective, Copy, Exchange, rank_schedule
+from .simgrid import SimGrid, SimGridError
+from .simgrid import find as find_simgrid
 
 __all__ = ["SimulateError", "Network", "oversubscription", "oversubscribe", "node_of_sizes", "make_counts",
            "Call", "agreement_steps", "call_steps", "CpuTimes", "phase_algorithm", "exchange_actions",
@@ -61,8 +64,6 @@ __all__ = ["SimulateError", "Network", "oversubscription", "oversubscribe", "nod
            "smpirun_path", "replay", "ReplayTimeout", "simulate_point", "summarize", "crossover",
            "osu_calls", "compare_measured", "block_sizes", "print_layout", "plot", "build_parser", "main"]
 
-REPLAY_MAIN = "/usr/lib/x86_64-linux-gnu/simgrid/smpireplaymain"
-INSTALL_HINT = "install SimGrid's SMPI: apt-get install libsimgrid-dev (it ships smpirun and smpireplaymain)"
 
 # Presets: CostModel numbers of a cluster node (seconds, seconds per byte). Sources of each number
 # are in docs/tools.md, "Presets". Fixed per-call costs and copy bandwidth stay the built-in defaults.
@@ -221,8 +222,8 @@ def exchange_actions(rank: int, step, layout: Layout, tags: Optional[_Tags] = No
         return []
     schedule = step.schedule or phase_algorithm(step.phase, layout, rank)
     if schedule == "linear":
-        return [ln for v in recvs.values() for ln in v] + [ln for v in sends.values() for ln in v] + \
-            [f"{rank} waitall"]
+        posted = [ln for v in recvs.values() for ln in v] + [ln for v in sends.values() for ln in v]
+        return posted + wait_lines(posted)
     members = list(step.members) if step.members else _comm_of(step.phase, layout, rank).tolist()
     pos, size, lines = members.index(rank), len(members), []
     for k in range(1, size):
@@ -231,6 +232,31 @@ def exchange_actions(rank: int, step, layout: Layout, tags: Optional[_Tags] = No
         if round_:
             lines += round_ + [f"{rank} waitall"]
     return lines
+
+
+#: Posted requests above which a linear phase waits for each one in turn instead of one waitall.
+WAITALL_MAX = 8
+
+
+def wait_lines(posted: Sequence[str]) -> list[str]:
+    """Lines that wait for every request of ``posted`` (irecv/isend lines of one rank).
+
+    Few requests: one ``waitall``. Many: a ``wait SRC DST TAG`` for each, which costs SMPI O(n)
+    where its waitall, a loop of waitany over every pending request, costs O(n^2) per rank (1023
+    peers at 1024 ranks). SMPI charges a small message's receive overhead when its wait finishes
+    it, so the waits go in the order the messages are expected to arrive, as a waitall would take
+    them: receives by size (the smallest arrive first; posting order among equals), then sends.
+    """
+    if len(posted) <= WAITALL_MAX:
+        return [f"{posted[0].split()[0]} waitall"] if posted else []
+    parts = [ln.split() for ln in posted]
+    order = sorted(range(len(parts)), key=lambda i: (parts[i][1] != "irecv", int(parts[i][4]), i))
+    out = []
+    for i in order:
+        rank, verb, peer, tag, _ = parts[i]
+        src, dst = (peer, rank) if verb == "irecv" else (rank, peer)
+        out.append(f"{rank} wait {src} {dst} {tag}")
+    return out
 
 
 def _dissemination(rank: int, layout: Layout, phase: str, nbytes) -> list[str]:
@@ -339,12 +365,18 @@ def platform_xml(layout: Layout, model: CostModel, network: Network) -> str:
             f"<platform version=\"4.1\">\n  <cluster {attr_text}/>\n</platform>\n")
 
 
-def smpirun_path() -> str:
-    """Path of smpirun, or SimulateError saying what to install."""
-    path = shutil.which("smpirun")
-    if path is None or not os.path.exists(REPLAY_MAIN):
-        raise SimulateError(f"smpirun or {REPLAY_MAIN} not found: {INSTALL_HINT}")
-    return path
+def simgrid(smpirun: Optional[str] = None) -> SimGrid:
+    """The SimGrid replays use (``hxmpi.sim.simgrid.find``: ``smpirun``, env HXMPI_SMPIRUN, the
+    source build in the cache prefix, else PATH's), or SimulateError saying what to install."""
+    try:
+        return find_simgrid(smpirun)
+    except SimGridError as exc:
+        raise SimulateError(str(exc)) from None
+
+
+def smpirun_path(smpirun: Optional[str] = None) -> str:
+    """Path of the smpirun replays use (``simgrid``), or SimulateError saying what to install."""
+    return simgrid(smpirun).smpirun
 
 
 _TIME = re.compile(r"^\[(\d+\.\d+)\] Simulation time")
@@ -352,16 +384,25 @@ _TIME = re.compile(r"^\[(\d+\.\d+)\] Simulation time")
 
 def replay(layout: Layout, counts: np.ndarray, algorithm, node_phase: str, model: CostModel,
            network: Network, workdir: str, timeout: Optional[float] = None,
-           cpu: Optional[CpuTimes] = None) -> float:
+           cpu: Optional[CpuTimes] = None, sg: Optional[SimGrid] = None) -> float:
     """Simulated seconds of one call (a ``Call`` or an algorithm name: one-shot): write every
-    rank's trace, run smpirun, read the end time."""
-    smpirun = smpirun_path()
+    rank's trace, run smpirun (``sg``, default ``simgrid()``), read the end time."""
+    traces = (rank_trace(layout, counts, rank, algorithm, node_phase, model, cpu) for rank in range(layout.size))
+    return replay_traces(layout, traces, model, network, workdir, timeout, sg,
+                         getattr(algorithm, "label", algorithm))
+
+
+def replay_traces(layout: Layout, traces, model: CostModel, network: Network, workdir: str,
+                  timeout: Optional[float] = None, sg: Optional[SimGrid] = None, what: str = "a call") -> float:
+    """Simulated seconds of every rank's trace (an iterable of line lists, rank order) on the
+    platform of ``model`` and ``network``; ``what`` names the replay in a timeout's message."""
+    smpirun = (sg or simgrid()).smpirun
     os.makedirs(workdir, exist_ok=True)
     names = []
-    for rank in range(layout.size):
+    for rank, lines in enumerate(traces):
         name = os.path.join(workdir, f"rank{rank}.txt")
         with open(name, "w") as fh:
-            fh.write("\n".join(rank_trace(layout, counts, rank, algorithm, node_phase, model, cpu)) + "\n")
+            fh.write("\n".join(lines) + "\n")
         names.append(name)
     files = {"traces.txt": "\n".join(names) + "\n",
              "hosts.txt": "".join(f"node-{i}:{g}\n" for i, g in enumerate(layout.node_sizes)),
@@ -391,7 +432,7 @@ def replay(layout: Layout, counts: np.ndarray, algorithm, node_phase: str, model
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        raise ReplayTimeout(f"replay of {getattr(algorithm, 'label', algorithm)} on {layout.size} ranks took over {timeout:g} s") from None
+        raise ReplayTimeout(f"replay of {what} on {layout.size} ranks took over {timeout:g} s") from None
     for line in (proc.stdout + proc.stderr).splitlines():
         m = _TIME.match(line)
         if m and proc.returncode == 0:
@@ -414,7 +455,7 @@ class ReplayTimeout(SimulateError):
     """A replay that did not finish within ``--timeout``."""
 
 
-def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec: dict):
+def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec: dict, sg: SimGrid):
     """Replay each distinct Call once (cached); wall seconds go to ``rec["replay_s"]``, and a replay
     that times out gives None and is named in ``rec["timed_out"]`` (the sweep goes on)."""
     done: dict = {}
@@ -426,7 +467,8 @@ def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, re
             name = f"{call.label} {call.mode}"
             try:
                 done[key] = replay(layout, counts, call, node_phase, model, network,
-                                   os.path.join(base, f"{call.label.replace('/', '-')}-{call.mode}"), timeout, cpu)
+                                   os.path.join(base, f"{call.label.replace('/', '-')}-{call.mode}"), timeout, cpu,
+                                   sg)
             except ReplayTimeout:
                 done[key] = None
                 rec["timed_out"].append(name)
@@ -438,7 +480,8 @@ def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, re
 def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: Network,
                    node_phase: str = "shm", uneven: bool = False, workdir: Optional[str] = None,
                    timeout: Optional[float] = None, cpu: Optional[CpuTimes] = None, numpy: bool = False,
-                   max_replay_ranks: int = DEFAULT_MAX_REPLAY_RANKS, only: Optional[Sequence[str]] = None) -> dict:
+                   max_replay_ranks: int = DEFAULT_MAX_REPLAY_RANKS, only: Optional[Sequence[str]] = None,
+                   sg: Optional[SimGrid] = None) -> dict:
     """One JSON record: whole calls replayed (one-shot and plan), the bare MPI baselines, the model.
 
     One-shot calls pay the agreement (``agreement_steps``) and hxmpi's CPU per call (``cpu``);
@@ -446,7 +489,8 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
     degenerate (hxmpi runs flat there); ``bare_alltoall_sim_s`` is None for uneven counts. Worlds
     above ``max_replay_ranks`` are not replayed: every ``*_sim_s`` is None and ``by_model`` is true.
     ``only``: replay just these fields (``REPLAYED`` names, e.g. "auto"); the others stay None and
-    are listed in ``not_run``.
+    are listed in ``not_run``. ``sg``: the SimGrid to replay with (default ``simgrid()``), named in
+    the record's ``simgrid``.
     """
     layout = Layout(node_of_sizes(sizes))
     counts = make_counts(layout.size, block, uneven)
@@ -474,11 +518,14 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
            "model_pick": auto[0], "flat_schedule": alltoallv_algorithm(p), "numpy_call": numpy}
     rec.update({f"{k}_sim_s": None for k in REPLAYED})
     rec["replay_s"], rec["timed_out"], rec["not_run"] = {}, [], []
+    rec["simgrid"] = None
     if rec["by_model"]:
         return rec
+    sg = sg or simgrid()
+    rec["simgrid"] = sg.version
     tmp = tempfile.TemporaryDirectory(prefix="hxmpi-sim-") if workdir is None else None
     base = tmp.name if tmp else workdir
-    replayer = _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec)
+    replayer = _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec, sg)
     rec["not_run"] = [k for k in REPLAYED if only is not None and k not in only]
 
     def run(call: Call, field: str) -> Optional[float]:
@@ -584,7 +631,7 @@ def osu_calls(report: dict) -> dict:
 
 
 def compare_measured(report: dict, model: CostModel, network: Network, node_phase: str,
-                     cpu: Optional[CpuTimes] = None) -> list[dict]:
+                     cpu: Optional[CpuTimes] = None, sg: Optional[SimGrid] = None) -> list[dict]:
     """Simulate the layout and block sizes of a measured report; rows with both times.
 
     ``report``: a ``calibrate.py --json`` report (its flat and hier rows, one-shot calls, with its
@@ -601,7 +648,7 @@ def compare_measured(report: dict, model: CostModel, network: Network, node_phas
     for col, call, block, measured_us in todo:
         with tempfile.TemporaryDirectory(prefix="hxmpi-sim-") as tmp:
             sim = replay(layout, make_counts(layout.size, block, False), call, node_phase, model, network, tmp,
-                         cpu=cpu)
+                         cpu=cpu, sg=sg)
         rows.append({"algorithm": col, "block_bytes": block, "measured_s": measured_us * 1e-6,
                      "sim_s": sim, "rel_error": abs(sim - measured_us * 1e-6) / (measured_us * 1e-6)})
     return rows
@@ -771,6 +818,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "model and print simulated vs measured (the layout flags are then not needed); or an "
                    "osu_alltoallv.py --json report: every hxmpi column (one-shot hits, -new misses, -plan) and "
                    "bare, on --tuning's platform with --overhead's CPU per path")
+    p.add_argument("--smpirun", help="the SimGrid smpirun to replay with (default: env HXMPI_SMPIRUN, else the "
+                   "source build of python -m hxmpi.sim.simgrid build, else smpirun on PATH)")
     p.add_argument("--json", help="write the records (and the summary) here")
     p.add_argument("--plot", help="write a PNG of auto / best bare MPI per layout here (needs matplotlib)")
     return p
@@ -797,19 +846,19 @@ def main(argv=None) -> int:
                 raise SimulateError(f"--oversubscription must be >= 1, got {args.oversubscription:g}")
             model = oversubscribe(model, args.oversubscription)
         network = Network(args.network)
-        smpirun_path()
+        sg = simgrid(args.smpirun)
         if args.plot:
             try:
                 import matplotlib  # noqa: F401  (checked before hours of replay, not after)
             except ImportError:
                 raise SimulateError("--plot needs matplotlib: pip install -e '.[bench]'") from None
         records = []
-        print(f"# hxmpi.sim: SimGrid SMPI replay, {source}, {args.network} network, "
+        print(f"# hxmpi.sim: {sg.label} SMPI replay ({sg.smpirun}), {source}, {args.network} network, "
               f"node phase {args.node_phase}{', uneven counts' if args.uneven else ''}", flush=True)
         for lay in layouts:
             rows = [simulate_point(lay, b, model, network, args.node_phase, args.uneven, timeout=args.timeout,
                                    cpu=cpu, numpy=args.numpy_call, max_replay_ranks=args.max_replay_ranks,
-                                   only=only)
+                                   only=only, sg=sg)
                     for b in sizes]
             print_layout(rows)
             sys.stdout.flush()
@@ -829,7 +878,8 @@ def main(argv=None) -> int:
               f"one-shot minus agreement {summary['oneshot_minus_agreement_vs_best_bare_max']:.2f}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "simulate", "source": source, "network": args.network,
+            json.dump({"benchmark": "simulate", "provenance": provenance(command_line("-m hxmpi.sim"), sg.label),
+                       "simgrid": sg.version, "source": source, "network": args.network,
                        "oversubscription": oversubscription(model), "node_phase": args.node_phase,
                        "uneven": args.uneven, "model": model.__dict__, "summary": summary,
                        "overhead": cpu.source, "cpu_s_per_call": dict(cpu.seconds),
@@ -858,8 +908,8 @@ def _main_compare(args) -> int:
         cpu = _cpu(args) if osu else None
         network = Network(args.network)
         node_phase = report.get("node_phase", args.node_phase)
-        smpirun_path()
-        rows = compare_measured(report, model, network, node_phase, cpu)
+        sg = simgrid(args.smpirun)
+        rows = compare_measured(report, model, network, node_phase, cpu, sg)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"error: --compare {args.compare}: {exc}", file=sys.stderr)
         return 2
@@ -877,7 +927,8 @@ def _main_compare(args) -> int:
     print("# mean |simulated - measured| / measured: " + ", ".join(f"{a} {e:.1%}" for a, e in summary.items()))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "simulate-compare", "source": args.compare, "node_phase": node_phase,
+            json.dump({"benchmark": "simulate-compare", "provenance": provenance(command_line("-m hxmpi.sim"), sg.label),
+                       "simgrid": sg.version, "source": args.compare, "node_phase": node_phase,
                        "layout": report.get("layout", {"node_sizes": sizes}), "tuning": args.tuning if osu else None,
                        "overhead": cpu.source if osu else None,
                        "cpu_s_per_call": dict(cpu.seconds) if osu else None,
