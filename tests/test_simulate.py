@@ -203,11 +203,13 @@ def test_bad_flags_give_one_error_line(args, needle):
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], proc.stderr
 
 
-def test_without_smpirun_says_what_to_install():
-    env = {**os.environ, "PATH": "/nonexistent"}
+def test_without_smpirun_says_what_to_install(tmp_path):
+    env = {**os.environ, "PATH": "/nonexistent", "HXMPI_SIMGRID_PREFIX": str(tmp_path / "none")}
+    env.pop("HXMPI_SMPIRUN", None)
     proc = cli("--nodes", "2", "--ranks-per-node", "2", env=env)
     assert proc.returncode == 2
-    assert "apt-get install libsimgrid-dev" in proc.stderr and proc.stderr.startswith("error:")
+    assert "python -m hxmpi.sim.simgrid build" in proc.stderr and "apt-get install libsimgrid-dev" in proc.stderr
+    assert proc.stderr.startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
 
 
 @needs_simgrid
@@ -216,11 +218,16 @@ def test_cli_json(tmp_path):
     proc = cli("--nodes", "2", "--ranks-per-node", "2", "--layout", "1+1", "-m", "8:64", "--factor", "8",
                "--json", str(out))
     assert proc.returncode == 0, proc.stderr
-    records = json.loads(out.read_text())["records"]
+    doc = json.loads(out.read_text())
+    records = doc["records"]
+    assert doc["provenance"]["mpi"] == f"SimGrid {doc['simgrid']}" and doc["provenance"]["command"].startswith(
+        "python -m hxmpi.sim --nodes 2")
+    assert all(r["simgrid"] == doc["simgrid"] for r in records)
     keys = {"nodes", "ranks_per_node", "block_bytes", "flat_sim_s", "hier_sim_s", "model_flat_s",
-            "model_hier_s", "model_pick"}
+            "model_hier_s", "model_pick", "hier_pairwise_sim_s", "hier_pairwise_plan_sim_s", "model_hier_pairwise_s"}
     assert len(records) == 4 and all(keys <= set(r) for r in records)
     assert [r["hier_sim_s"] is None for r in records] == [False, False, True, True]
+    assert [r["hier_pairwise_plan_sim_s"] is None for r in records] == [False, False, True, True]
     assert "model's pick within 5% of the fastest replayed algorithm at 4/4 points" in proc.stdout
     new = {"bare_alltoallv_sim_s", "bare_alltoall_sim_s", "agreement_sim_s", "auto_sim_s", "hier_plan_sim_s",
            "auto_plan_sim_s", "auto_pick", "model_auto_s"}

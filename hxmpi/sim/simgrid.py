@@ -96,13 +96,13 @@ def _inspect(smpirun: str, found_by: str) -> SimGrid:
             text = fh.read()
     except OSError as exc:
         raise SimGridError(f"smpirun {path} ({found_by}): cannot read it: {exc.strerror}") from None
+    version = re.search(r'^SIMGRID_VERSION="SimGrid version ([^"]+)"', text, re.M)
+    if version is None:
+        raise SimGridError(f"smpirun {path} ({found_by}): no SIMGRID_VERSION line; is it SimGrid's smpirun?")
     main = re.search(r'^\s*EXEC="([^"$]*smpireplaymain)"', text, re.M)
     if main is None or not os.path.isfile(main.group(1)):
         raise SimGridError(f"smpirun {path} ({found_by}): its replay program "
                            f"{main.group(1) if main else 'smpireplaymain'} is missing: {INSTALL_HINT}")
-    version = re.search(r'^SIMGRID_VERSION="SimGrid version ([^"]+)"', text, re.M)
-    if version is None:
-        raise SimGridError(f"smpirun {path} ({found_by}): no SIMGRID_VERSION line; is it SimGrid's smpirun?")
     return SimGrid(path, main.group(1), version.group(1).strip(), found_by)
 
 

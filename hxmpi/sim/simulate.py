@@ -25,10 +25,12 @@ columns and errors show what the model's structure misses, not a difference in p
 from __future__ import annotations
 
 import argparse
+import importlib.resources
 import json
 import math
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -51,7 +53,6 @@ from ..comm.costmodel import (
     predict_call,
 )
 from ..comm.plan import ALGORITHMS, Layout
-from ..cli import command_line
 from ..errors import CpuFileError, HxmpiError
 from ..provenance import provenance
 from .schedule import Collective, Copy, Exchange, rank_schedule
@@ -65,10 +66,27 @@ __all__ = ["SimulateError", "Network", "oversubscription", "oversubscribe", "nod
            "osu_calls", "compare_measured", "block_sizes", "print_layout", "plot", "build_parser", "main"]
 
 
+#: The calibrated preset's file (``benchmarks/fit_slingshot.py --preset-out``), package data.
+SLINGSHOT_FILE = "slingshot.json"
+#: The CostModel fields a calibrated preset sets: the platform's, not hxmpi's own per-call costs.
+PLATFORM_FIELDS = ("alpha_intra", "beta_intra", "alpha_inter", "beta_inter", "beta_copy", "msg_overhead",
+                   "beta_backbone")
+
+
+def calibrated_preset(name: str = SLINGSHOT_FILE) -> tuple[CostModel, dict]:
+    """(CostModel, the whole file) of a calibrated preset shipped with hxmpi.sim: its platform
+    fields over the built-in defaults (hxmpi's fixed per-call costs are not the platform's)."""
+    data = json.loads(importlib.resources.files(__package__).joinpath(name).read_text())
+    return replace(CostModel(), **{k: float(data["model"][k]) for k in PLATFORM_FIELDS}), data
+
+
 # Presets: CostModel numbers of a cluster node (seconds, seconds per byte). Sources of each number
-# are in docs/tools.md, "Presets". Fixed per-call costs and copy bandwidth stay the built-in defaults.
+# are in docs/tools.md, "Presets". Fixed per-call costs and copy bandwidth stay the built-in defaults,
+# except in "slingshot", whose platform is fitted to published measurements (docs/performance/scale.md).
 _BASE = CostModel()
 PRESETS = {
+    # Slingshot-11, 48-core AMD nodes, Open MPI btl/ofi + sm (benchmarks/fit_slingshot.py).
+    "slingshot": calibrated_preset()[0],
     # 100 Gb/s InfiniBand port (HDR100 / EDR): 12.5 GB/s, ~1 us MPI latency, ~0.2 us CPU per message.
     "hdr": replace(_BASE, alpha_inter=1.0e-6, beta_inter=1 / 12.5e9, msg_overhead=0.2e-6,
                    alpha_intra=0.4e-6, beta_intra=1 / 8e9),
@@ -447,8 +465,19 @@ DEFAULT_MAX_REPLAY_RANKS = 1024
 
 
 #: The replayed fields of a record (``<name>_sim_s``), in replay order; ``--only`` picks among them.
-REPLAYED = ("bare_alltoallv", "bare_alltoall", "flat", "bruck", "bruck_plan", "hier", "hier_plan", "hier_bruck",
-            "hier_bruck_plan", "auto", "auto_plan", "agreement")
+REPLAYED = ("bare_alltoallv", "bare_alltoall",
+            *(f for a in ALGORITHMS for f in ((a,) if a == "flat" else (a, f"{a}_plan"))),
+            "auto", "auto_plan", "agreement")
+
+
+def needs_hierarchy(algorithm: str) -> bool:
+    """Whether an algorithm of hxmpi's works through nodes (and runs flat where the layout has none)."""
+    return algorithm not in ("flat", "bruck")
+
+
+def has_radix(algorithm: str) -> bool:
+    """Whether an algorithm takes the Bruck radix (the simulator picks it by the model, per point)."""
+    return "bruck" in algorithm
 
 
 class ReplayTimeout(SimulateError):
@@ -500,22 +529,23 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
     hier_ok = layout.hier_possible
     pick = lambda mode: choose_call(model, mode, n, g, pattern, node_phase, cpu, numpy)  # noqa: E731
     auto, auto_plan = pick("oneshot"), pick("plan")
-    bruck_k = min(RADICES, key=lambda k: predict_call(model, "bruck", "plan", n, g, pattern, node_phase, k, cpu))
-    hb_k = min(RADICES, key=lambda k: predict_call(model, "hier_bruck", "plan", n, g, pattern, node_phase, k, cpu))
+    radix = {a: min(RADICES, key=lambda k: predict_call(model, a, "plan", n, g, pattern, node_phase, k, cpu))
+             if has_radix(a) else 2 for a in ALGORITHMS}
     model_s = lambda algo, mode, k=2: predict_call(model, algo, mode, n, g, pattern, node_phase, k, cpu, numpy)  # noqa: E731
+    usable = [a for a in ALGORITHMS if hier_ok or not needs_hierarchy(a)]
     rec = {"nodes": n, "ranks_per_node": g, "node_sizes": list(layout.node_sizes), "block_bytes": block,
-           "uneven": uneven, "by_model": p > max_replay_ranks, "bruck_radix": bruck_k, "hier_bruck_radix": hb_k,
+           "uneven": uneven, "by_model": p > max_replay_ranks,
+           **{f"{a}_radix": radix[a] for a in ALGORITHMS if has_radix(a)},
            "auto_pick": Call(auto[0], radix=auto[1]).label, "auto_plan_pick": Call(auto_plan[0], radix=auto_plan[1]).label,
            "model_auto_s": auto[2], "model_auto_plan_s": auto_plan[2],
-           "model_flat_s": model_s("flat", "oneshot"), "model_hier_s": model_s("hier", "oneshot") if hier_ok else None,
            "model_bare_alltoallv_s": model_s("flat", "bare"),
            "model_bare_alltoall_s": model_s("alltoall", "bare") if pattern.uniform else None,
-           "model_agreement_s": predict_agreement(model, n, g, auto[0].startswith("hier"), numpy),
-           "model_bruck_s": model_s("bruck", "oneshot", bruck_k), "model_bruck_plan_s": model_s("bruck", "plan", bruck_k),
-           "model_hier_plan_s": model_s("hier", "plan") if hier_ok else None,
-           "model_hier_bruck_s": model_s("hier_bruck", "oneshot", hb_k) if hier_ok else None,
-           "model_hier_bruck_plan_s": model_s("hier_bruck", "plan", hb_k) if hier_ok else None,
-           "model_pick": auto[0], "flat_schedule": alltoallv_algorithm(p), "numpy_call": numpy}
+           "model_agreement_s": predict_agreement(model, n, g, auto[0].startswith("hier"), numpy)}
+    for a in ALGORITHMS:
+        rec[f"model_{a}_s"] = model_s(a, "oneshot", radix[a]) if a in usable else None
+        if a != "flat":
+            rec[f"model_{a}_plan_s"] = model_s(a, "plan", radix[a]) if a in usable else None
+    rec.update({"model_pick": auto[0], "flat_schedule": alltoallv_algorithm(p), "numpy_call": numpy})
     rec.update({f"{k}_sim_s": None for k in REPLAYED})
     rec["replay_s"], rec["timed_out"], rec["not_run"] = {}, [], []
     rec["simgrid"] = None
@@ -536,17 +566,13 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
             rec["bare_alltoall_sim_s"] = run(Call("alltoall", "bare"), "bare_alltoall")
         # flat's exchange timed out bare: flat calls (the same exchange and more) are not repeated
         slow = "flat bare" in rec["timed_out"]
-        if not slow:
-            rec["flat_sim_s"] = run(Call("flat", numpy=numpy), "flat")
-        else:
-            rec["timed_out"].append("flat oneshot (not run: its exchange timed out bare)")
-        rec["bruck_sim_s"] = run(Call("bruck", radix=bruck_k, numpy=numpy), "bruck")
-        rec["bruck_plan_sim_s"] = run(Call("bruck", "plan", bruck_k), "bruck_plan")
-        if hier_ok:
-            rec["hier_sim_s"] = run(Call("hier", numpy=numpy), "hier")
-            rec["hier_plan_sim_s"] = run(Call("hier", "plan"), "hier_plan")
-            rec["hier_bruck_sim_s"] = run(Call("hier_bruck", radix=hb_k, numpy=numpy), "hier_bruck")
-            rec["hier_bruck_plan_sim_s"] = run(Call("hier_bruck", "plan", hb_k), "hier_bruck_plan")
+        for a in usable:
+            if a == "flat" and slow:
+                rec["timed_out"].append("flat oneshot (not run: its exchange timed out bare)")
+                continue
+            rec[f"{a}_sim_s"] = run(Call(a, radix=radix[a], numpy=numpy), a)
+            if a != "flat":
+                rec[f"{a}_plan_sim_s"] = run(Call(a, "plan", radix[a]), f"{a}_plan")
         if not (slow and auto[0] == "flat"):
             rec["auto_sim_s"] = run(Call(auto[0], radix=auto[1], numpy=numpy), "auto")
         if not (slow and auto_plan[0] == "flat"):
@@ -560,7 +586,7 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
         ("flat" if hier is None or (flat is not None and flat <= hier) else "hier")
     bare = [v for v in (rec["bare_alltoallv_sim_s"], rec["bare_alltoall_sim_s"]) if v is not None]
     rec["best_bare_sim_s"] = min(bare) if bare else None
-    sims = {k: rec[f"{k}_sim_s"] for k in ("flat", "hier", "bruck", "hier_bruck")}
+    sims = {k: rec[f"{k}_sim_s"] for k in ALGORITHMS}
     rec["sim_best"] = min(((v, k) for k, v in sims.items() if v is not None), default=(None, None))[1]
     return rec
 
@@ -572,13 +598,7 @@ def _ratio(a, b):
 def summarize(records: list[dict]) -> dict:
     """Model error against the simulation per algorithm (whole calls), right picks, and the targets."""
     out = {}
-    pairs = {"flat": ("model_flat_s", "flat_sim_s"), "hier": ("model_hier_s", "hier_sim_s"),
-             "bruck": ("model_bruck_s", "bruck_sim_s"), "bruck_plan": ("model_bruck_plan_s", "bruck_plan_sim_s"),
-             "hier_plan": ("model_hier_plan_s", "hier_plan_sim_s"),
-             "hier_bruck": ("model_hier_bruck_s", "hier_bruck_sim_s"),
-             "hier_bruck_plan": ("model_hier_bruck_plan_s", "hier_bruck_plan_sim_s"),
-             "bare_alltoallv": ("model_bare_alltoallv_s", "bare_alltoallv_sim_s"),
-             "auto": ("model_auto_s", "auto_sim_s"), "auto_plan": ("model_auto_plan_s", "auto_plan_sim_s")}
+    pairs = {k: (f"model_{k}_s", f"{k}_sim_s") for k in REPLAYED if k != "agreement"}
     for algo, (km, ks) in pairs.items():
         errs = [abs(r[km] - r[ks]) / r[ks] for r in records if r.get(ks) is not None and r.get(km) is not None]
         out[algo] = {"mean_rel_error": float(np.mean(errs)) if errs else None,
@@ -586,7 +606,7 @@ def summarize(records: list[dict]) -> dict:
     sim = [r for r in records if None not in (r.get("auto_sim_s"), r.get("auto_plan_sim_s"), r.get("agreement_sim_s"),
                                                 r.get("best_bare_sim_s"))]
     # Right pick: the model's one-shot pick is within 5% of the fastest replayed hxmpi algorithm.
-    best = lambda r: min(r[f"{k}_sim_s"] for k in ("flat", "hier", "bruck", "hier_bruck") if r[f"{k}_sim_s"] is not None)  # noqa: E731
+    best = lambda r: min(r[f"{k}_sim_s"] for k in ALGORITHMS if r.get(f"{k}_sim_s") is not None)  # noqa: E731
     out["auto_right"] = sum(r["auto_sim_s"] <= 1.05 * best(r) for r in sim)
     out["auto_points"] = len(sim)
     out["plan_vs_best_bare_max"] = max((r["auto_plan_sim_s"] / r["best_bare_sim_s"] for r in sim), default=None)
@@ -718,15 +738,15 @@ def print_layout(records: list[dict], out=sys.stdout) -> None:
     print(f"# nodes {shape} ({p} ranks), {how}; bare MPI_Alltoallv as Open MPI's {r0['flat_schedule']}, "
           "MPI_Alltoall by SMPI's ompi selector", file=out)
     cols = (("bare a2av", "bare_alltoallv"), ("bare a2a", "bare_alltoall"), ("agree", "agreement"),
-            ("flat", "flat"), ("hier", "hier"), ("bruck", "bruck"), ("hier_bruck", "hier_bruck"),
-            ("auto", "auto"), ("hier plan", "hier_plan"), ("bruck plan", "bruck_plan"), ("auto plan", "auto_plan"))
+            *((a, a) for a in ALGORITHMS), ("auto", "auto"),
+            *((f"{a} plan", f"{a}_plan") for a in ALGORITHMS if a != "flat"), ("auto plan", "auto_plan"))
     print(f"{'# Block [B]':<12}" + "".join(f"{c:>12}" for c, _ in cols) + f"{'auto pick':>14}{'plan pick':>14}  [us]",
           file=out)
     for r in records:
         if r["by_model"]:
             vals = [r.get(f"model_{k}_s") for _, k in cols]
         else:
-            vals = [r[f"{k}_sim_s"] for _, k in cols]
+            vals = [r.get(f"{k}_sim_s") for _, k in cols]
         print(f"{r['block_bytes']:<12d}" + "".join(_us(v) for v in vals) +
               f"{r['auto_pick']:>14}{r['auto_plan_pick']:>14}", file=out)
     sim = [r for r in records if not r["by_model"] and None not in (r["auto_sim_s"], r["auto_plan_sim_s"],
@@ -829,7 +849,7 @@ def main(argv=None) -> int:
     """``python -m hxmpi.sim``: replay the sweep (or ``--compare`` a report); returns the exit code."""
     args = build_parser().parse_args(argv)
     if args.compare:
-        return _main_compare(args)
+        return _main_compare(args, argv)
     try:
         layouts = _layouts(args)
         sizes = block_sizes(args.message_size, args.factor)
@@ -878,7 +898,7 @@ def main(argv=None) -> int:
               f"one-shot minus agreement {summary['oneshot_minus_agreement_vs_best_bare_max']:.2f}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "simulate", "provenance": provenance(command_line("-m hxmpi.sim"), sg.label),
+            json.dump({"benchmark": "simulate", "provenance": provenance(_command(argv), sg.label),
                        "simgrid": sg.version, "source": source, "network": args.network,
                        "oversubscription": oversubscription(model), "node_phase": args.node_phase,
                        "uneven": args.uneven, "model": model.__dict__, "summary": summary,
@@ -889,6 +909,11 @@ def main(argv=None) -> int:
     return 0
 
 
+def _command(argv) -> str:
+    """The command line a result records: ``python -m hxmpi.sim`` and its arguments."""
+    return shlex.join(["python", "-m", "hxmpi.sim", *(sys.argv[1:] if argv is None else argv)])
+
+
 def _cpu(args) -> CpuTimes:
     """--overhead's CPU per path, or the packaged file's; SimulateError naming a bad file."""
     try:
@@ -897,7 +922,7 @@ def _cpu(args) -> CpuTimes:
         raise SimulateError(f"--overhead: {exc}") from None
 
 
-def _main_compare(args) -> int:
+def _main_compare(args, argv=None) -> int:
     try:
         with open(args.compare) as fh:
             report = json.load(fh)
@@ -927,7 +952,7 @@ def _main_compare(args) -> int:
     print("# mean |simulated - measured| / measured: " + ", ".join(f"{a} {e:.1%}" for a, e in summary.items()))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "simulate-compare", "provenance": provenance(command_line("-m hxmpi.sim"), sg.label),
+            json.dump({"benchmark": "simulate-compare", "provenance": provenance(_command(argv), sg.label),
                        "simgrid": sg.version, "source": args.compare, "node_phase": node_phase,
                        "layout": report.get("layout", {"node_sizes": sizes}), "tuning": args.tuning if osu else None,
                        "overhead": cpu.source if osu else None,
