@@ -201,7 +201,7 @@ def main(argv=None) -> int:
     label = sg.label if sg else "none"
     record = {"benchmark": "fit_slingshot", "provenance": provenance(command_line("benchmarks/fit_slingshot.py"), label),
               "published": {k: v for k, v in PUBLISHED.items() if k != "us"}, "nodes": NODES, "ranks_per_node": PER_NODE,
-              "fit_sizes": list(FIT_SIZES), "pinned": PINNED, "model": model.__dict__, "reference_cpu": cpu.__dict__,
+              "fit_sizes": list(FIT_SIZES), "p2p": PUBLISHED_P2P, "pinned": PINNED, "model": model.__dict__, "reference_cpu": cpu.__dict__,
               "simgrid": sg.version if sg else None, "summary": summary, "points": pts}
     if args.json:
         with open(args.json, "w") as fh:

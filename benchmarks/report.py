@@ -111,6 +111,10 @@ def command_text(stem: str, data: dict) -> str:
     """Where the file came from: its recorded command, or the old README's, said which."""
     if isinstance(data.get("command"), str):
         return f"Command (recorded in the file):\n\n```text\n{data['command']}\n```\n"
+    if isinstance(data.get("provenance"), dict) and isinstance(data["provenance"].get("command"), str):
+        prov = data["provenance"]
+        return (f"Command (recorded in the file; MPI library: {prov.get('mpi')}):"
+                f"\n\n```text\n{prov['command']}\n```\n")
     if isinstance(data.get("commands"), list):
         return "Commands (recorded in the file):\n\n```text\n" + "\n".join(data["commands"]) + "\n```\n"
     if isinstance(data.get("args"), dict) and data.get("benchmark") in SCRIPTS:
@@ -320,6 +324,34 @@ def render_simulate(d):
     return "\n\n".join(out)
 
 
+def render_fit_slingshot(d):
+    pub = d["published"]
+    out = [f"Published points: {pub['benchmark']}; {pub['machine']}; {pub['source']} ({pub['where']}). "
+           f"Fitted on the {', '.join(size(b) for b in d['fit_sizes'])} points of every column, with "
+           + "; ".join(f"{p['name']} ({p['source']})" for p in d.get("p2p", [])) + "; every other point checks it."]
+    names = {"alpha_intra": ("intra-node latency", "us"), "beta_intra": ("intra-node bandwidth", "GB/s"),
+             "alpha_inter": ("inter-node latency", "us"), "beta_inter": ("inter-node bandwidth", "GB/s"),
+             "beta_copy": ("copy bandwidth", "GB/s"), "msg_overhead": ("CPU per message (send or receive)", "us"),
+             "ddt_block": ("Open MPI Bruck: datatype CPU per block per round", "us"),
+             "han_block": ("HAN: CPU per block copied from a node peer", "us")}
+    values = {**d["model"], **d["reference_cpu"]}
+    rows = [(k, what, num(1e-9 / values[k], 2) if unit == "GB/s" and values[k] else num(values[k] * 1e6, 3), unit)
+            for k, (what, unit) in names.items()]
+    out.append(table(["parameter", "what", "fitted", "unit"], rows))
+    label = {"han_alltoall": "HAN alltoall_using_smsc", "ompi_bruck": "without HAN (tuned: modified Bruck)"}
+    replay = "replay_s" in d["points"][0]
+    rows = [(size(p["block_bytes"]), p["transport"], label.get(p["algorithm"], p["algorithm"]), us(p["published_s"]),
+             us(p["model_s"]), pct(p["model_error"]),
+             *((us(p["replay_s"]), pct(p["replay_error"])) if replay else ()), "fit" if p["fitted"] else "check")
+            for p in d["points"]]
+    out.append(table(["block", "transport", "algorithm", "published us", "model us", "model error",
+                      *(("replay us", "replay error") if replay else ()), "point"], rows))
+    out.append(table(["errors", "mean", "max", "points"],
+                     [(k.replace("_", ", "), pct(v["mean_abs_error"]), pct(v["max_abs_error"]), v["points"])
+                      for k, v in d["summary"].items()]))
+    return "\n\n".join(out)
+
+
 def render_train(d):
     res = d["results"]
     if "speedup" in res:
@@ -413,6 +445,7 @@ def render_mpi_call(d):
 RENDERERS = {"osu_alltoallv": render_osu, "mpi_call": render_mpi_call, "overhead": render_overhead,
              "overhead-combined": render_overhead_combined, "pack": render_pack, "msg_accounting": render_msg_accounting, "memory": render_memory,
              "calibrate": render_calibrate, "simulate-compare": render_compare, "simulate": render_simulate,
+             "fit_slingshot": render_fit_slingshot,
              "train": render_train, "straggler": render_straggler, "straggler_card": render_straggler_card, "staging": render_staging}
 
 

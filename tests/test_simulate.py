@@ -188,12 +188,20 @@ def test_crossover_interpolates():
     assert crossover([{"block_bytes": 8, "flat_sim_s": 1.0, "hier_sim_s": 2.0}]) == 0.0
 
 
+def test_shapes_and_pairs_make_the_layouts():
+    args = simulate.build_parser().parse_args(["--nodes", "2", "--ranks-per-node", "3,1", "--shape", "128x8",
+                                               "--shape", "4X2", "--layout", "2+1"])
+    assert simulate._layouts(args) == [[3, 3], [1, 1], [8] * 128, [2] * 4, [2, 1]]
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--nodes", "0", "--ranks-per-node", "2"], "--nodes must be positive"),
     (["--nodes", "2", "-m", "64:8"], "size range is empty"),
     (["--nodes", "2", "--preset", "myrinet"], "unknown preset 'myrinet'"),
     (["--layout", "2+x"], "--layout must be comma-separated integers"),
     (["--ranks-per-node", "2"], "give --nodes"),
+    (["--shape", "12"], "--shape must be NODESxRANKS, e.g. 128x8, got '12'"),
+    (["--shape", "0x8"], "--shape must be positive integers, got '0'"),
     (["--nodes", "2", "--only", "auto,bogus"], "--only: unknown field(s) ['bogus']"),
 ])
 def test_bad_flags_give_one_error_line(args, needle):

@@ -706,10 +706,16 @@ def block_sizes(text: str, factor: int) -> list[int]:
 def _layouts(args) -> list[list[int]]:
     layouts = [[g] * n for n in _int_list(args.nodes, "--nodes")
                for g in _int_list(args.ranks_per_node, "--ranks-per-node")] if args.nodes else []
+    for text in args.shape or []:
+        n, x, g = text.lower().partition("x")
+        if not x:
+            raise SimulateError(f"--shape must be NODESxRANKS, e.g. 128x8, got {text!r}")
+        n_i, g_i = _int_list(n, "--shape")[0], _int_list(g, "--shape")[0]
+        layouts.append([g_i] * n_i)
     for text in args.layout or []:
         layouts.append(_int_list(text.replace("+", ","), "--layout"))
     if not layouts:
-        raise SimulateError("give --nodes and --ranks-per-node, or --layout")
+        raise SimulateError("give --nodes and --ranks-per-node, --shape or --layout")
     return layouts
 
 
@@ -724,8 +730,8 @@ def _model(args) -> tuple[CostModel, str]:
     return PRESETS[args.preset], f"preset {args.preset}"
 
 
-def _us(x: Optional[float]) -> str:
-    return f"{x * 1e6:12.1f}" if x is not None else f"{'-':>12}"
+def _us(x: Optional[float], width: int = 12) -> str:
+    return f"{x * 1e6:{width}.1f}" if x is not None else f"{'-':>{width}}"
 
 
 def print_layout(records: list[dict], out=sys.stdout) -> None:
@@ -740,14 +746,15 @@ def print_layout(records: list[dict], out=sys.stdout) -> None:
     cols = (("bare a2av", "bare_alltoallv"), ("bare a2a", "bare_alltoall"), ("agree", "agreement"),
             *((a, a) for a in ALGORITHMS), ("auto", "auto"),
             *((f"{a} plan", f"{a}_plan") for a in ALGORITHMS if a != "flat"), ("auto plan", "auto_plan"))
-    print(f"{'# Block [B]':<12}" + "".join(f"{c:>12}" for c, _ in cols) + f"{'auto pick':>14}{'plan pick':>14}  [us]",
-          file=out)
+    widths = [max(12, len(c) + 2) for c, _ in cols]
+    print(f"{'# Block [B]':<12}" + "".join(f"{c:>{w}}" for (c, _), w in zip(cols, widths))
+          + f"{'auto pick':>14}{'plan pick':>14}  [us]", file=out)
     for r in records:
         if r["by_model"]:
             vals = [r.get(f"model_{k}_s") for _, k in cols]
         else:
             vals = [r.get(f"{k}_sim_s") for _, k in cols]
-        print(f"{r['block_bytes']:<12d}" + "".join(_us(v) for v in vals) +
+        print(f"{r['block_bytes']:<12d}" + "".join(_us(v, w) for v, w in zip(vals, widths)) +
               f"{r['auto_pick']:>14}{r['auto_plan_pick']:>14}", file=out)
     sim = [r for r in records if not r["by_model"] and None not in (r["auto_sim_s"], r["auto_plan_sim_s"],
                                                                       r["agreement_sim_s"], r["best_bare_sim_s"])]
@@ -810,6 +817,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", help="node counts, comma-separated (e.g. 8,64)")
     p.add_argument("--ranks-per-node", default="8", help="ranks per node, comma-separated (default 8); "
                    "every pair with --nodes is one layout")
+    p.add_argument("--shape", action="append", help="one layout of N nodes of G ranks, as NxG, e.g. 128x8 "
+                   "(repeatable; beside the pairs of --nodes and --ranks-per-node)")
     p.add_argument("--layout", action="append", help="an irregular layout as node sizes, e.g. 2+2+1 (repeatable)")
     p.add_argument("-m", "--message-size", default="8:1048576", help="MIN:MAX block bytes (default 8:1048576)")
     p.add_argument("--factor", type=int, default=2, help="step between block sizes (default 2: powers of two)")
