@@ -63,7 +63,9 @@ __all__ = ["SimulateError", "Network", "oversubscription", "oversubscribe", "nod
            "Call", "agreement_steps", "call_steps", "CpuTimes", "phase_algorithm", "exchange_actions",
            "barrier_actions", "collective_actions", "rank_trace", "trace_stats", "platform_xml",
            "smpirun_path", "replay", "ReplayTimeout", "simulate_point", "summarize", "crossover",
-           "osu_calls", "compare_measured", "block_sizes", "print_layout", "plot", "build_parser", "main"]
+           "osu_calls", "compare_measured", "block_sizes", "print_layout", "plot", "build_parser", "main",
+           "simgrid", "replay_traces", "wait_lines", "WAITALL_MAX", "calibrated_preset", "SLINGSHOT_FILE",
+           "PLATFORM_FIELDS", "needs_hierarchy", "has_radix"]
 
 
 #: The calibrated preset's file (``benchmarks/fit_slingshot.py --preset-out``), package data.
