@@ -291,6 +291,34 @@ def render_simulate(d):
     return "\n\n".join(out)
 
 
+def render_fit_slingshot(d):
+    pub = d["published"]
+    out = [f"Published points: {pub['benchmark']}; {pub['machine']}; {pub['source']} ({pub['where']}). "
+           f"Fitted on the {', '.join(size(b) for b in d['fit_sizes'])} points of every column, with "
+           + "; ".join(f"{p['name']} ({p['source']})" for p in d.get("p2p", [])) + "; every other point checks it."]
+    names = {"alpha_intra": ("intra-node latency", "us"), "beta_intra": ("intra-node bandwidth", "GB/s"),
+             "alpha_inter": ("inter-node latency", "us"), "beta_inter": ("inter-node bandwidth", "GB/s"),
+             "beta_copy": ("copy bandwidth", "GB/s"), "msg_overhead": ("CPU per message (send or receive)", "us"),
+             "ddt_block": ("Open MPI Bruck: datatype CPU per block per round", "us"),
+             "han_block": ("HAN: CPU per block copied from a node peer", "us")}
+    values = {**d["model"], **d["reference_cpu"]}
+    rows = [(k, what, num(1e-9 / values[k], 2) if unit == "GB/s" and values[k] else num(values[k] * 1e6, 3), unit)
+            for k, (what, unit) in names.items()]
+    out.append(table(["parameter", "what", "fitted", "unit"], rows))
+    label = {"han_alltoall": "HAN alltoall_using_smsc", "ompi_bruck": "without HAN (tuned: modified Bruck)"}
+    replay = "replay_s" in d["points"][0]
+    rows = [(size(p["block_bytes"]), p["transport"], label.get(p["algorithm"], p["algorithm"]), us(p["published_s"]),
+             us(p["model_s"]), pct(p["model_error"]),
+             *((us(p["replay_s"]), pct(p["replay_error"])) if replay else ()), "fit" if p["fitted"] else "check")
+            for p in d["points"]]
+    out.append(table(["block", "transport", "algorithm", "published us", "model us", "model error",
+                      *(("replay us", "replay error") if replay else ()), "point"], rows))
+    out.append(table(["errors", "mean", "max", "points"],
+                     [(k.replace("_", ", "), pct(v["mean_abs_error"]), pct(v["max_abs_error"]), v["points"])
+                      for k, v in d["summary"].items()]))
+    return "\n\n".join(out)
+
+
 def render_train(d):
     res = d["results"]
     if "speedup" in res:
@@ -378,7 +406,7 @@ def render_suite(d):
 RENDERERS = {"suite": render_suite, "osu_alltoallv": render_osu, "mpi_call": render_mpi_call, "overhead": render_overhead,
              "overhead-combined": render_overhead_combined, "pack": render_pack, "msg_accounting": render_msg_accounting, "memory": render_memory,
              "calibrate": render_calibrate, "simulate-compare": render_compare, "simulate": render_simulate,
-             "train": render_train, "straggler_card": render_straggler_card, "staging": render_staging}
+             "fit_slingshot": render_fit_slingshot, "train": render_train, "straggler_card": render_straggler_card, "staging": render_staging}
 
 
 def render(path: Path) -> str:
