@@ -24,7 +24,8 @@ NAME, SUBNET = "hxt", "10.213.11.0/24"
 # the module fixture still takes the cluster down; the outer watchdog only backs that up.
 SUITE_TIMEOUT_S = 1200
 SKIP = cluster_unavailable()
-pytestmark = pytest.mark.skipif(SKIP is not None, reason=f"emulated cluster unavailable: {SKIP}")
+pytestmark = [pytest.mark.skipif(SKIP is not None, reason=f"emulated cluster unavailable: {SKIP}"),
+              pytest.mark.emulated_cluster]  # one suite's cluster tests at a time (conftest)
 
 
 @pytest.fixture(scope="module")
