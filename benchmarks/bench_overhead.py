@@ -64,8 +64,8 @@ output names its inputs, each key's ``source`` and the ratios (``deflation``).
 ``--breakdown`` also times, on each rank alone (no communication, so no waiting inside), the local
 stages of one call (us, mean over ranks): parsing two new specs; recognising unchanged specs; the
 plan-cache lookup of a pattern; filling the agreement record with its fingerprint; planning the
-hierarchical exchange (``HierPlan``, the node counts given); binding a flat and a hier run and
-freeing it.
+hierarchical exchange (its step program, the node counts given); binding a flat and a hier run
+and freeing it.
 """
 from __future__ import annotations
 
@@ -314,8 +314,9 @@ def stage_times(hc, send_spec, recv_spec, iterations: int) -> dict:
     from hxmpi.comm._call import spec_unchanged
     from hxmpi.comm.exchange import _spec_memo
     from hxmpi.comm.msgspec import parse_alltoallv
+    from hxmpi.comm.plan import ALGORITHM, program
     from hxmpi.comm.plancache import CacheEntry
-    from hxmpi.comm.runs import FlatRun, HierPlan, Scratch
+    from hxmpi.comm.runs import Scratch
     comm, size = hc.comm, hc.comm.size
     s, r, _ = parse_alltoallv(send_spec, recv_spec, size)
     memo = _spec_memo(send_spec, recv_spec)
@@ -328,13 +329,15 @@ def stage_times(hc, send_spec, recv_spec, iterations: int) -> dict:
               "plan-cache lookup": lambda: hc.plan_cache.lookup(parts, (0, True, 0, False)),
               "agreement record": lambda: fill_record(rec, False, False, 0, True, 0, 1, True, False, 1 << 20,
                                                       s.counts, r.counts, True, comm.rank, 1, 2),
-              "bind + free flat run": lambda: FlatRun(comm, s, r, False, False).free()}
+              }
+    scratch = Scratch()
+    flat = CacheEntry(0, None, (0, True, 0, False), ALGORITHM["flat"], False)
+    stages["bind + free flat run"] = lambda: hc._bind(flat, s, r, False, scratch).free()
     if hc.layout.hier_possible:
-        plan = HierPlan(hc.layout.planner(comm.rank), hc._mode, s, r, rc_node, comm.rank)
-        hier = CacheEntry(0, None, (1, True, 0, False), "hier", False, plan=plan)
-        scratch = Scratch()
-        stages["plan hier (HierPlan)"] = lambda: HierPlan(hc.layout.planner(comm.rank), hc._mode, s, r,
-                                                          rc_node, comm.rank)
+        planner = hc.layout.planner(comm.rank)
+        plan = program(ALGORITHM["hier"], parts, planner, hc._mode, rc_node).detach()
+        hier = CacheEntry(0, None, (2, True, 0, False), ALGORITHM["hier"], False, plan=plan)
+        stages["plan hier (its program)"] = lambda: program(ALGORITHM["hier"], parts, planner, hc._mode, rc_node)
         stages["bind + free hier run"] = lambda: hc._bind(hier, s, r, False, scratch).free()
     out = {}
     for name, fn in stages.items():

@@ -14,9 +14,9 @@ table.
 
 Misses of the common spec form (``CallTable.miss_path``) are parsed, agreed and run here too: flat
 (``MPI_Alltoallv``/``MPI_Alltoall``), flat Bruck (``BruckOnce``), or hierarchical on plain,
-pairwise or Bruck lanes (``HierOnce``: the node ``MPI_Allgather``, the plan, the lanes, the node
-barrier or phase 2). So are hits of a cached pattern on new buffers, which run the entry's kept
-plan.
+pairwise or Bruck lanes (the node ``MPI_Allgather``, the planner's step program, and ``Runner``,
+which runs any step program: one C loop over its steps). So are hits of a cached pattern on new
+buffers, which run the entry's kept program.
 
 MPI is reached through ``MPI_Start`` and ``MPI_Wait`` pointers that ``dlsym`` finds through the
 mpi4py extension that is loaded (``docs/performance/exchange.md``, "Reaching MPI from compiled
@@ -38,6 +38,7 @@ cnp.import_array()
 include "_record.pxi"
 include "_copy.pxi"
 include "_spec.pxi"
+include "_steps.pxi"
 
 ctypedef int (*start_t)(void*) noexcept nogil
 ctypedef int (*wait_t)(void*, void*) noexcept nogil
@@ -244,7 +245,7 @@ cdef extern from *:
     void hx_fence() noexcept nogil
 
 
-cdef enum StepKind:
+cdef enum BoundKind:
     COPY = 0       # a copy list of ``n`` blocks
     REQUESTS = 1   # Start, then Wait, ``n`` persistent requests (``handles``)
     BARRIER = 2    # the same for a barrier request, between full memory fences
@@ -252,7 +253,7 @@ cdef enum StepKind:
 
 
 cdef struct Step:
-    StepKind kind
+    BoundKind kind
     const unsigned char* src
     unsigned char* dst
     const int64_t* src_off
@@ -461,35 +462,6 @@ cdef class Program:
         self._requests, self._n = None, 0
 
 
-cdef struct CopyList:
-    const int64_t* src
-    const int64_t* dst
-    const int64_t* length
-    Py_ssize_t n
-
-
-cdef struct HierArrays:
-    # One hierarchical plan as ``HierRun`` runs it (``hxmpi/comm/runs.py``'s ``HierPlan``, bytes):
-    # its copy lists, and its phase vectors (lanes x nodes for phase 1, node size for phase 2).
-    int64_t base            # >= 0: phase 1 sends from the send buffer (at ``send_displs`` + ``shift``)
-    int64_t shift           # what ``send_displs`` lacks of the send buffer's offsets (the planner's: base)
-    CopyList pack, self_copy, own, out, rep, unp
-    const int64_t* node_bytes
-    const int64_t* send_displs
-    const int64_t* lane_rc
-    const int64_t* lane_rd
-    const int64_t* p2_sc
-    const int64_t* p2_sd
-    const int64_t* p2_rc
-    const int64_t* p2_rd
-
-
-cdef inline CopyList _copy_of(const int64_t* src, const int64_t* dst, const int64_t* length, Py_ssize_t n) noexcept:
-    cdef CopyList c
-    c.src, c.dst, c.length, c.n = src, dst, length, n
-    return c
-
-
 cdef inline const int64_t* _i64(object arr, Py_ssize_t n, str name) except NULL:
     """The data of a contiguous int64 array of ``n`` items (ValueError naming ``name`` otherwise)."""
     if type(arr) is not np.ndarray or cnp.PyArray_TYPE(<cnp.ndarray>arr) != cnp.NPY_INT64 \
@@ -498,312 +470,368 @@ cdef inline const int64_t* _i64(object arr, Py_ssize_t n, str name) except NULL:
     return <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>arr)
 
 
-cdef CopyList _plan_list(object lst, str name) except *:
-    """A ``HierPlan`` copy list (src, dst, length arrays) as a ``CopyList``."""
-    cdef Py_ssize_t n = len(lst[2])
-    return _copy_of(_i64(lst[0], n, name), _i64(lst[1], n, name), _i64(lst[2], n, name), n)
-
-
-cdef inline bint _outside(const CopyList* c, int64_t src_len, int64_t dst_len) noexcept nogil:
-    """Whether a block of ``c`` lies outside ``src_len`` or ``dst_len`` bytes."""
-    cdef int64_t total
-    return c.n > 0 and _first_outside(c.src, c.dst, c.length, c.n, src_len, dst_len, &total) >= 0
-
-
 include "_bruck_once.pxi"
 
 
-cdef enum LaneKind:
-    # What runs on a lane (``HierOnce``): ``hxmpi.comm.transfer.Transfer``, ``bruck.Pairwise`` or ``bruck.Bruck``.
-    LANES_PLAIN = 0
-    LANES_PAIRWISE = 1
-    LANES_BRUCK = 2
-
-#: ``HierOnce``'s lane kinds by the algorithm that runs them
-LANE_KINDS = {"hier": LANES_PLAIN, "hier_pairwise": LANES_PAIRWISE, "hier_bruck": LANES_BRUCK}
+cdef inline int64_t _total(const int64_t* v, Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t k
+    cdef int64_t t = 0
+    for k in range(n):
+        t += v[k]
+    return t
 
 
-cdef class HierOnce:
-    """The one-shot hierarchical exchange, compiled: every copy and MPI call of ``HierRun`` in
-    order, without the GIL (but to grow a Bruck lane's scratch) and with no Python between them.
-    ``HierRun.run`` uses it for a one-shot run off the large-count path, and ``CallTable`` for a
-    miss it runs hierarchically, straight from the planner's arrays.
+cdef struct Buffers:
+    # A program's four buffers (``Buffer``'s order) and their bytes.
+    unsigned char* data[4]
+    int64_t nbytes[4]
 
-    The MPI calls are the ones ``HierRun``'s steps make, nonblocking where its phases are
-    (``Ialltoallv``), blocking where its node barrier is, so a rank that runs the Python steps
-    matches one that runs these. ``planner``: the rank's ``HierPlanner``; ``mode``: its node phase
-    (``hxmpi.comm.plan.NODE_PHASES``); ``shm``: that is the shared window's; ``served_lanes``:
-    ``Topology.served_lanes`` (ascending); ``intra``: the node's communicator; ``byte``:
-    ``MPI.BYTE``; ``lanes``: what runs on each lane (``LANE_KINDS``: one ``MPI_Ialltoallv``, the
-    pairwise rounds, or Bruck's first run, lane after lane); ``rounds`` and ``tag``: the Bruck
-    rounds of a lane's size (``hxmpi.comm.plan.bruck_rounds``) and the rounds' message tag.
-    ``stats``: the ``ExchangeStats`` a run of ``CallTable`` leaves (``copied`` set by each).
+
+cdef struct Peers:
+    # An exchange's communicator as the runner calls it.
+    uint64_t comm
+    int64_t rank
+    int64_t size
+
+
+_BUFFER_NAMES = ("send", "receive", "scratch", "stage")
+
+
+cdef class Runner:
+    """Step programs (``hxmpi.comm.plan``) run compiled on one ``HierComm``'s communicators: one
+    C loop over the steps, without the GIL (but to grow a Bruck exchange's scratch) and with no
+    Python between them. ``Run.run`` uses it for a one-shot run off the large-count path, and
+    ``CallTable`` for a miss or a rebound hit it runs hierarchically.
+
+    Copies are the steps' block lists; a linear exchange is one ``MPI_Ialltoallv`` (those posted
+    together all started, then all waited for), or, marked blocking and alone, one
+    ``MPI_Alltoallv`` (``MPI_Alltoall`` for uniform blocks); pairwise rounds are ``MPI_Irecv`` and
+    ``MPI_Isend`` per round, waited for; Bruck rounds are a ``BruckOnce`` per communicator and
+    radix (made at its first use, kept); the barrier is ``MPI_Barrier`` on the node between
+    memory fences. These are the MPI calls ``Run``'s Python walk makes, so a rank that walks a
+    program matches one that runs it here.
+
+    ``world``, ``intra``: the world's and the node's communicators; ``served_lanes``:
+    ``Topology.served_lanes``; ``byte``: ``MPI.BYTE``; ``tag``: the round-based exchanges' message
+    tag; ``rounds_of(size, radix)``: the Bruck rounds of a communicator's size
+    (``hxmpi.comm.plan.bruck_rounds``).
     """
-    cdef readonly object planner
-    cdef readonly int mode
-    cdef readonly bint shm
-    cdef Py_ssize_t nlanes, nodes, g, size
-    cdef int64_t local
-    cdef uint64_t intra, byte
-    cdef uint64_t* comms
-    cdef int64_t* lane_no
-    cdef int* ints
-    cdef uint64_t* requests
-    cdef char status[STATUS_BYTES]
-    cdef object keep
-    cdef HierArrays planned   # the planner's arrays (``base``, ``rep.n`` and the self copy per plan)
-    cdef readonly int lanes
+    cdef Peers world_peers, node_peers
+    cdef Py_ssize_t nlanes          # lanes numbered below this have a slot in ``lane_peers``
+    cdef Peers* lane_peers          # by lane number (``comm`` 0: not served here)
+    cdef uint64_t byte
     cdef int tag
-    cdef list brucks          # a ``BruckOnce`` per served lane (Bruck lanes)
-    cdef int64_t* lane_rank
-    cdef cnp.ndarray lane_sides   # a lane's four int64 vectors (Bruck lanes)
-    cdef public object stats
+    cdef dict brucks                # (communicator code, radix) -> BruckOnce
+    cdef object comms, rounds_of
+    cdef int* ints
+    cdef Py_ssize_t ints_cap
+    cdef uint64_t* requests
+    cdef Py_ssize_t requests_cap
+    cdef char status[STATUS_BYTES]
+    cdef cnp.ndarray _events        # where traced runs note what they execute (``trace``), or None
+    cdef int64_t* _log
+    cdef Py_ssize_t _logged, _log_cap
+    #: a copy of the words of the last program run while tracing (``trace``), or None
+    cdef readonly object traced_words
 
-    def __cinit__(self, planner, int mode, bint shm, served_lanes, intra, byte, int lanes=LANES_PLAIN,
-                  tuple rounds=None, int tag=0):
-        cdef Py_ssize_t i, p, n, g
-        cdef HierArrays* h = &self.planned
-        if _handle_bytes == 0 or _mpi_ialltoallv == NULL or _mpi_allgather == NULL or _mpi_barrier == NULL \
-                or _mpi_isend == NULL or _mpi_irecv == NULL:
-            raise NotImplementedError("HierOnce: this MPI's handles cannot be passed from compiled code")
-        if lanes not in (LANES_PLAIN, LANES_PAIRWISE, LANES_BRUCK) or (lanes == LANES_BRUCK and rounds is None):
-            raise ValueError(f"HierOnce: lanes must be one of {sorted(LANE_KINDS.values())} (Bruck lanes with "
-                             f"their rounds), got {lanes!r}")
-        self.lanes, self.tag = lanes, tag
-        self.brucks = [BruckOnce(comm, rounds, tag, byte) for _, comm in served_lanes] if lanes == LANES_BRUCK else []
-        self.lane_sides = np.zeros(4 * planner.num_nodes, np.int64)
-        self.lane_rank = <int64_t*>malloc(max(len(served_lanes), 1) * sizeof(int64_t))
-        if self.lane_rank == NULL:
+    def __cinit__(self, world, intra, served_lanes, byte, int tag, rounds_of):
+        cdef Py_ssize_t i
+        if _handle_bytes == 0 or _mpi_ialltoallv == NULL or _mpi_alltoallv == NULL or _mpi_alltoall == NULL \
+                or _mpi_barrier == NULL or _mpi_isend == NULL or _mpi_irecv == NULL:
+            raise NotImplementedError("Runner: this MPI's handles cannot be passed from compiled code")
+        self.byte, self.tag, self.rounds_of = <uint64_t>byte.handle, tag, rounds_of
+        self.brucks = {}
+        self.comms = {COMM_WORLD: world, COMM_NODE: intra, **dict(served_lanes)}
+        self.world_peers.comm, self.world_peers.rank, self.world_peers.size = <uint64_t>world.handle, world.rank, world.size
+        self.node_peers.comm, self.node_peers.rank, self.node_peers.size = <uint64_t>intra.handle, intra.rank, intra.size
+        self.nlanes = max([lane + 1 for lane, _ in served_lanes] + [0])
+        self.lane_peers = <Peers*>malloc(max(self.nlanes, 1) * sizeof(Peers))
+        if self.lane_peers == NULL:
             raise MemoryError()
-        for i, (_, comm) in enumerate(served_lanes):
-            self.lane_rank[i] = comm.rank
-        self.planner, self.mode, self.shm = planner, mode, shm
-        self.size, self.nodes, self.g, self.local = planner.size, planner.num_nodes, planner.g, planner.local
-        self.nlanes = len(served_lanes)
-        p, n, g = self.size, self.nodes, self.g
-        self.keep = (served_lanes, intra, byte)
-        self.comms = <uint64_t*>malloc(max(self.nlanes, 1) * sizeof(uint64_t))
-        self.lane_no = <int64_t*>malloc(max(self.nlanes, 1) * sizeof(int64_t))
-        self.requests = <uint64_t*>malloc((self.nlanes + 1) * sizeof(uint64_t))
-        self.ints = <int*>malloc((4 * self.nlanes * n + 4 * g + 1) * sizeof(int))
-        if self.comms == NULL or self.lane_no == NULL or self.requests == NULL or self.ints == NULL:
-            raise MemoryError()
-        for i, (lane, comm) in enumerate(served_lanes):
-            self.lane_no[i], self.comms[i] = lane, <uint64_t>comm.handle
-        self.intra, self.byte = <uint64_t>intra.handle, <uint64_t>byte.handle
-        pl = planner
-        h.pack = _copy_of(_i64(pl.pack_src, p, "pack_src"), _i64(pl.pack_dst, p, "pack_dst"),
-                          _i64(pl.pack_len, p, "pack_len"), p)
-        h.own = _copy_of(_i64(pl.own_src, g, "own_src"), _i64(pl.own_dst, g, "own_dst"), _i64(pl.own_len, g, "own_len"), g)
-        h.out = _copy_of(_i64(pl.out_src, p, "out_src"), _i64(pl.out_dst, p, "out_dst"), _i64(pl.out_len, p, "out_len"), p)
-        h.rep = _copy_of(_i64(pl.rep_src, g * p, "rep_src"), _i64(pl.rep_dst, g * p, "rep_dst"),
-                         _i64(pl.rep_len, g * p, "rep_len"), 0)
-        h.unp = _copy_of(_i64(pl.unp_src, p, "unp_src"), _i64(pl.unp_dst, p, "unp_dst"), _i64(pl.unp_len, p, "unp_len"), p)
-        h.node_bytes, h.send_displs = _i64(pl.node_bytes, n, "node_bytes"), _i64(pl.node_displs, n, "node_displs")
-        h.lane_rc = _i64(pl.p1_rc, self.nlanes * n, "p1_rc")
-        h.lane_rd = _i64(pl.p1_rd, self.nlanes * n, "p1_rd")
-        h.p2_sc, h.p2_sd = _i64(pl.p2_sc, g, "p2_sc"), _i64(pl.p2_sd, g, "p2_sd")
-        h.p2_rc, h.p2_rd = _i64(pl.p2_rc, g, "p2_rc"), _i64(pl.p2_rd, g, "p2_rd")
+        for i in range(self.nlanes):
+            self.lane_peers[i].comm = 0
+        for lane, comm in served_lanes:
+            self.lane_peers[lane].comm, self.lane_peers[lane].rank = <uint64_t>comm.handle, comm.rank
+            self.lane_peers[lane].size = comm.size
 
     def __dealloc__(self):
-        free(self.comms)
-        free(self.lane_no)
-        free(self.lane_rank)
-        free(self.requests)
+        free(self.lane_peers)
         free(self.ints)
+        free(self.requests)
 
     @property
     def scratch_bytes(self):
-        """Scratch its Bruck lanes hold (bytes; the others hold none beyond the caller's)."""
-        return sum([(<BruckOnce>b).scratch_bytes for b in self.brucks])
+        """Scratch its Bruck exchanges hold (bytes; the others hold none beyond the caller's)."""
+        return sum([(<BruckOnce>b).scratch_bytes for b in self.brucks.values()])
 
-    def run(self, plan, cnp.ndarray send not None, cnp.ndarray recv not None, cnp.ndarray a not None,
-            cnp.ndarray buf not None):
-        """Run ``plan`` (a ``HierPlan``) once on these buffers (contiguous uint8: the caller's send
-        and receive views, the pack/phase-2 scratch, and the phase-1 buffer or window)."""
-        for arr, writable in ((send, False), (recv, True), (a, True), (buf, True)):
+    def bruck_once(self, int64_t comm, int64_t radix):
+        """The ``BruckOnce`` of communicator ``comm`` (``Comm`` or a lane number) at ``radix``,
+        made at its first use and kept (with its scratch) for every later run."""
+        once = self.brucks.get((comm, radix))
+        if once is None:
+            group = self.comms[comm]
+            once = self.brucks[(comm, radix)] = BruckOnce(group, self.rounds_of(group.size, radix), self.tag, MPI.BYTE)
+        return once
+
+    def trace(self, cnp.ndarray events=None):
+        """Note what the runs from now on execute in ``events`` (an (k, 4) int64 array, filled
+        from its first row until it is full; None stops), and keep a copy of each run's program
+        (``traced_words``): for tests. One row per event, (step, peer, bytes sent, bytes
+        received): a copy (peer -1, its bytes both ways), a barrier (-1, 0, 0), every peer of a
+        linear exchange (the counts MPI is given), every message a pairwise exchange posts (its
+        block to itself as both), a Bruck exchange (-2, the bytes of its sides)."""
+        if events is not None and (events.dtype != np.int64 or events.ndim != 2 or events.shape[1] != 4
+                                   or not cnp.PyArray_IS_C_CONTIGUOUS(events)):
+            raise ValueError("Runner.trace: events must be a contiguous (k, 4) int64 array")
+        self._events, self._logged, self.traced_words = events, 0, None
+        self._log = <int64_t*>cnp.PyArray_DATA(events) if events is not None else NULL
+        self._log_cap = events.shape[0] if events is not None else 0
+
+    @property
+    def traced(self):
+        """Events noted since ``trace``."""
+        return self._logged
+
+    cdef inline void _note(self, Py_ssize_t step, int64_t peer, int64_t sent, int64_t received) noexcept nogil:
+        cdef int64_t* e
+        if self._log != NULL and self._logged < self._log_cap:
+            e = self._log + 4 * self._logged
+            e[0], e[1], e[2], e[3] = step, peer, sent, received
+            self._logged += 1
+
+    cdef const Peers* _peers(self, int64_t comm) noexcept nogil:
+        """The communicator of an exchange, or NULL where this rank is not in it."""
+        if comm == COMM_WORLD:
+            return &self.world_peers
+        if comm == COMM_NODE:
+            return &self.node_peers
+        if 0 <= comm < self.nlanes and self.lane_peers[comm].comm != 0:
+            return &self.lane_peers[comm]
+        return NULL
+
+    def run(self, program, cnp.ndarray send not None, cnp.ndarray recv not None, cnp.ndarray scratch not None,
+            cnp.ndarray stage not None):
+        """Run ``program`` (a ``StepProgram``) once on these buffers (contiguous uint8: the
+        caller's send and receive views, the scratch and the stage buffer, the last three
+        writable)."""
+        for arr, writable in ((send, False), (recv, True), (scratch, True), (stage, True)):
             if cnp.PyArray_TYPE(arr) != cnp.NPY_UINT8 or not cnp.PyArray_IS_C_CONTIGUOUS(arr) \
                     or (writable and not cnp.PyArray_ISWRITEABLE(arr)):
-                raise ValueError("HierOnce.run: buffers must be contiguous uint8 (the targets writable)")
-        self.run_plan(plan, send, recv, a, buf)
+                raise ValueError("Runner.run: buffers must be contiguous uint8 (the targets writable)")
+        self.run_program(program.words, send, recv, scratch, stage)
 
-    cdef int run_plan(self, plan, cnp.ndarray send, cnp.ndarray recv, cnp.ndarray a, cnp.ndarray buf) except -1:
-        """``run`` on C-contiguous arrays of any item type (``recv`` writable; ``a`` and ``buf``
-        uint8), unchecked: a cached plan on the buffers a call's specs name."""
-        cdef HierArrays h
-        cdef Py_ssize_t n = self.nodes, g = self.g
-        if plan.mode != self.mode:
-            raise ValueError("HierOnce.run: the plan's node phase is not this runner's")
-        h.base, h.shift = plan.base, 0
-        h.pack = _plan_list(plan.pack, "pack") if plan.pack is not None else _copy_of(NULL, NULL, NULL, 0)
-        h.self_copy = _plan_list(plan.self_copy, "self_copy")
-        h.own, h.out = _plan_list(plan.own, "own"), _plan_list(plan.out, "out")
-        h.rep = _plan_list(plan.rep, "rep") if plan.rep is not None else _copy_of(NULL, NULL, NULL, 0)
-        h.unp = _plan_list(plan.unp, "unp") if plan.unp is not None else _copy_of(NULL, NULL, NULL, 0)
-        h.node_bytes, h.send_displs = _i64(plan.node_bytes, n, "node_bytes"), _i64(plan.send_displs, n, "send_displs")
-        h.lane_rc = _i64(plan.lane_rc, self.nlanes * n, "lane_rc")
-        h.lane_rd = _i64(plan.lane_rd, self.nlanes * n, "lane_rd")
-        p2 = plan.p2
-        h.p2_sc, h.p2_sd = _i64(p2[0], g, "p2 send counts"), _i64(p2[1], g, "p2 send displs")
-        h.p2_rc, h.p2_rd = _i64(p2[2], g, "p2 receive counts"), _i64(p2[3], g, "p2 receive displs")
-        return self.execute(&h, <const unsigned char*>cnp.PyArray_DATA(send), cnp.PyArray_NBYTES(send),
-                            <unsigned char*>cnp.PyArray_DATA(recv), cnp.PyArray_NBYTES(recv), a, buf)
-
-    cdef int execute(self, HierArrays* h, const unsigned char* s, int64_t sn, unsigned char* r, int64_t rn,
-                     cnp.ndarray a, cnp.ndarray buf) except -1:
-        """Check every copy list against its buffers (``sn``, ``rn``: the send and receive bytes;
-        ``a``, ``buf``: contiguous uint8 scratch), then run the plan (see the class docstring)."""
-        cdef unsigned char* sa = <unsigned char*>cnp.PyArray_DATA(a)
-        cdef unsigned char* b = <unsigned char*>cnp.PyArray_DATA(buf)
-        cdef int64_t an = cnp.PyArray_NBYTES(a), bn = cnp.PyArray_NBYTES(buf)
+    cdef int run_program(self, cnp.ndarray words, cnp.ndarray send, cnp.ndarray recv, cnp.ndarray scratch,
+                         cnp.ndarray stage) except -1:
+        """``run`` of a program's words on C-contiguous arrays of any item type (``recv``
+        writable; ``scratch`` and ``stage`` uint8), their types unchecked: the buffers a call's
+        specs name. Every step is checked against its buffers and communicators before the first
+        one runs."""
+        cdef int64_t* w = <int64_t*>cnp.PyArray_DATA(words)
+        cdef Buffers b
+        cdef Py_ssize_t i = 0, nrows
+        cdef Row* r
         cdef int err
-        if (h.base < 0 and _outside(&h.pack, sn, an)) or _outside(&h.self_copy, sn, rn) \
-                or _outside(&h.own, sn, bn if self.shm else an) or _outside(&h.out, bn, rn) \
-                or (not self.shm and (_outside(&h.rep, bn, an) or _outside(&h.unp, bn, rn))):
-            raise ValueError(f"HierOnce: a copy block lies outside its buffers (send {sn} B, receive {rn} B, "
-                             f"scratch {an} B, phase-1 buffer {bn} B)")
-        cdef const unsigned char* send = s if h.base >= 0 else sa
-        cdef int64_t send_len = sn if h.base >= 0 else an
-        with nogil:  # ``HierRun._describe``'s steps, in its order
-            if h.base < 0:
-                _copy_list(sa, s, h.pack.src, h.pack.dst, h.pack.length, h.pack.n)
-            _copy_list(r, s, h.self_copy.src, h.self_copy.dst, h.self_copy.length, h.self_copy.n)
-            if self.shm:
-                _copy_list(b, s, h.own.src, h.own.dst, h.own.length, h.own.n)
-        if self.lanes == LANES_BRUCK:
-            self._bruck_lanes(h, send, send_len, b, bn)
-            err = 0
-        else:
+        b.data[<int>BUF_SEND], b.nbytes[<int>BUF_SEND] = <unsigned char*>cnp.PyArray_DATA(send), cnp.PyArray_NBYTES(send)
+        b.data[<int>BUF_RECV], b.nbytes[<int>BUF_RECV] = <unsigned char*>cnp.PyArray_DATA(recv), cnp.PyArray_NBYTES(recv)
+        b.data[<int>BUF_SCRATCH], b.nbytes[<int>BUF_SCRATCH] = <unsigned char*>cnp.PyArray_DATA(scratch), cnp.PyArray_NBYTES(scratch)
+        b.data[<int>BUF_STAGE], b.nbytes[<int>BUF_STAGE] = <unsigned char*>cnp.PyArray_DATA(stage), cnp.PyArray_NBYTES(stage)
+        self._check(w, cnp.PyArray_SIZE(words), &b)
+        if self._log != NULL:
+            self.traced_words = words.copy()
+        nrows = _header(w).rows
+        while i < nrows:
             with nogil:
-                err = self._lanes(h, send, b)
-        with nogil:
+                err = self._run_until_bruck(w, &i, &b)
             if err:
-                pass
-            elif self.shm:
-                err = self._node_barrier()   # every rank's own blocks and phase-1 segments are in place
-                if not err:
-                    _copy_list(r, b, h.out.src, h.out.dst, h.out.length, h.out.n)
-                    err = self._node_barrier()   # nobody reads the window any more
-            else:
-                _copy_list(sa, b, h.rep.src, h.rep.dst, h.rep.length, h.rep.n)
-                _copy_list(sa, s, h.own.src, h.own.dst, h.own.length, h.own.n)
-                _copy_list(r, b, h.out.src, h.out.dst, h.out.length, h.out.n)
-                err = self._node_phase(h, sa, b)
-                if not err:
-                    _copy_list(r, b, h.unp.src, h.unp.dst, h.unp.length, h.unp.n)
-        if err:
-            raise MPI.Exception(err)
+                raise MPI.Exception(err)
+            if i < nrows:  # a Bruck exchange: its first run may grow its scratch (the GIL)
+                r = _rows(w) + i
+                (<BruckOnce>self.brucks[(r.comm, r.radix)]).exchange(
+                    b.data[r.src], b.nbytes[r.src], b.data[r.dst], b.nbytes[r.dst], w + r.v0, w + r.v1, w + r.v2,
+                    w + r.v3)
+                if self._log != NULL:
+                    self._note(i, -2, _total(w + r.v0, r.n), _total(w + r.v2, r.n))
+                i += 1
         return 0
 
-    cdef void _lane_sides(self, HierArrays* h, Py_ssize_t li, int64_t* v) noexcept nogil:
-        """Lane ``li``'s send counts, send displacements, receive counts and receive displacements
-        (bytes, one per node, into ``v``): the native lane sends this node's segments, the others
-        nothing."""
-        cdef Py_ssize_t k, n = self.nodes
+    cdef int _check(self, int64_t* w, int64_t nwords, Buffers* b) except -1:
+        """ValueError unless every step fits its buffers and this rank's communicators; make the
+        Bruck exchanges and grow the count and request scratch the steps need."""
+        cdef Header* h = _header(w)
+        cdef Row* r
+        cdef const Peers* peers
+        cdef Py_ssize_t i, bad, need_ints = 0, need_requests = 2, group_ints = 0, group = 0
+        cdef int64_t total, k, v
+        if h.rows < 0 or HEADER_WORDS + h.rows * ROW_WORDS > nwords:
+            raise ValueError("Runner: the program's rows lie outside its words")
+        for i in range(h.rows):
+            r = _rows(w) + i
+            if r.kind == STEP_BARRIER:
+                continue
+            if r.kind not in (STEP_COPY, STEP_EXCHANGE) or not (0 <= r.src < 4 and 0 <= r.dst < 4) or r.n < 0:
+                raise ValueError(f"Runner: step {i} is not a step of a program")
+            for k in range(3 if r.kind == STEP_COPY else 4):
+                v = (&r.v0)[k]
+                if v < HEADER_WORDS or v > nwords - r.n:
+                    raise ValueError(f"Runner: step {i}'s vectors lie outside the program's words")
+            if r.kind == STEP_COPY:
+                bad = _first_outside(w + r.v0, w + r.v1, w + r.v2, r.n, b.nbytes[r.src], b.nbytes[r.dst], &total)
+                if bad >= 0:
+                    raise ValueError(f"Runner: step {i}, block {bad} ({w[r.v2 + bad]} B from {w[r.v0 + bad]} to "
+                                     f"{w[r.v1 + bad]}) lies outside its buffers ({_BUFFER_NAMES[r.src]} "
+                                     f"{b.nbytes[r.src]} B, {_BUFFER_NAMES[r.dst]} {b.nbytes[r.dst]} B)")
+                continue
+            peers = self._peers(r.comm)
+            if peers == NULL or peers.size != r.n:
+                raise ValueError(f"Runner: step {i} exchanges on communicator {r.comm}, which this rank is not in "
+                                 f"or which has not {r.n} ranks")
+            bad = _first_outside(w + r.v1, w + r.v1, w + r.v0, r.n, b.nbytes[r.src], b.nbytes[r.src], &total)
+            if bad < 0:
+                bad = _first_outside(w + r.v3, w + r.v3, w + r.v2, r.n, b.nbytes[r.dst], b.nbytes[r.dst], &total)
+            if bad >= 0:
+                raise ValueError(f"Runner: step {i}, peer {bad}'s block lies outside its buffers "
+                                 f"({_BUFFER_NAMES[r.src]} {b.nbytes[r.src]} B, {_BUFFER_NAMES[r.dst]} "
+                                 f"{b.nbytes[r.dst]} B)")
+            if r.rounds == ROUNDS_LINEAR:
+                group_ints += 4 * r.n
+                group += 1
+                if r.flags & WITH_NEXT and (i + 1 >= h.rows or (_rows(w) + i + 1).kind != STEP_EXCHANGE
+                                            or (_rows(w) + i + 1).rounds != ROUNDS_LINEAR):
+                    raise ValueError(f"Runner: step {i} is posted with a next step that is not a linear exchange")
+                if not r.flags & WITH_NEXT:
+                    need_ints, need_requests = max(need_ints, group_ints), max(need_requests, group)
+                    group_ints = group = 0
+            elif r.rounds == ROUNDS_PAIRWISE:
+                if w[r.v0 + peers.rank] != w[r.v2 + peers.rank]:
+                    raise ValueError(f"pairwise: rank {peers.rank} sends itself {w[r.v0 + peers.rank]} B but "
+                                     f"expects {w[r.v2 + peers.rank]} B")
+            elif r.rounds == ROUNDS_BRUCK:
+                if (r.comm, r.radix) not in self.brucks:
+                    self.bruck_once(r.comm, r.radix)
+            else:
+                raise ValueError(f"Runner: step {i} has no rounds {r.rounds}")
+        if need_ints > self.ints_cap:
+            free(self.ints)
+            self.ints, self.ints_cap = <int*>malloc(need_ints * sizeof(int)), need_ints
+        if need_requests > self.requests_cap:
+            free(self.requests)
+            self.requests, self.requests_cap = <uint64_t*>malloc(need_requests * sizeof(uint64_t)), need_requests
+        if self.ints == NULL and self.ints_cap or self.requests == NULL:
+            self.ints_cap = self.requests_cap = 0
+            raise MemoryError()
+        return 0
+
+    cdef int _run_until_bruck(self, int64_t* w, Py_ssize_t* at, Buffers* b) noexcept nogil:
+        """Run the steps from ``at[0]`` on, up to a Bruck exchange or the end (``at[0]`` is left
+        there); the first MPI error code, or 0."""
+        cdef Py_ssize_t i = at[0], j, nrows = _header(w).rows, nr
+        cdef Row* r
+        cdef const Peers* peers
+        cdef int err = 0
+        while i < nrows:
+            r = _rows(w) + i
+            if r.kind == STEP_COPY:
+                _copy_list(b.data[r.dst], b.data[r.src], w + r.v0, w + r.v1, w + r.v2, r.n)
+                if self._log != NULL:
+                    self._note(i, -1, _total(w + r.v2, r.n), _total(w + r.v2, r.n))
+            elif r.kind == STEP_BARRIER:
+                self._note(i, -1, 0, 0)
+                # The node window's barrier: MPI_Win_sync on a shared-memory window is a full memory
+                # fence in both families; the fences order this rank's window writes before the
+                # barrier and the others' reads after it.
+                hx_fence()
+                err = _barrier(self.node_peers.comm)
+                hx_fence()
+            elif r.rounds == ROUNDS_BRUCK:
+                break
+            elif r.rounds == ROUNDS_PAIRWISE:
+                peers = self._peers(r.comm)
+                err = self._pairwise(i, peers, w + r.v0, w + r.v1, w + r.v2, w + r.v3, b.data[r.src],
+                                     b.data[r.dst])
+            elif r.flags & BLOCKING and not r.flags & WITH_NEXT:
+                err = self._blocking(i, r, w, b)
+            else:  # linear exchanges posted together: every one started, then every one waited for
+                nr = 0
+                j = i
+                while True:
+                    r = _rows(w) + j
+                    err = self._post(j, r, w, b, self.ints + 4 * r.n * nr, &self.requests[nr])
+                    if err:
+                        break
+                    nr += 1
+                    if not r.flags & WITH_NEXT:
+                        break
+                    j += 1
+                for j in range(nr if not err else 0):
+                    err = _mpi_wait(&self.requests[j], self.status)
+                    if err:
+                        break
+                i = i + nr - 1
+            if err:
+                break
+            i += 1
+        at[0] = i
+        return err
+
+    cdef int _post(self, Py_ssize_t step, Row* r, int64_t* w, Buffers* b, int* v, uint64_t* request) noexcept nogil:
+        """``MPI_Ialltoallv`` of one exchange (counts below a C int: off the large-count path)."""
+        cdef Py_ssize_t k, n = r.n
+        self._counts(step, r, w, v)
+        return _ialltoallv(b.data[r.src], v, v + n, b.data[r.dst], v + 2 * n, v + 3 * n, self.byte,
+                           self._peers(r.comm).comm, request)
+
+    cdef void _counts(self, Py_ssize_t step, Row* r, int64_t* w, int* v) noexcept nogil:
+        """An exchange's four vectors as MPI reads them (C int; noted when tracing)."""
+        cdef Py_ssize_t k, n = r.n
         for k in range(n):
-            if self.lane_no[li] == self.local:
-                v[k], v[n + k] = h.node_bytes[k], h.send_displs[k] + h.shift
-            else:
-                v[k], v[n + k] = 0, 0
-            v[2 * n + k], v[3 * n + k] = h.lane_rc[li * n + k], h.lane_rd[li * n + k]
+            v[k], v[n + k], v[2 * n + k], v[3 * n + k] = <int>w[r.v0 + k], <int>w[r.v1 + k], <int>w[r.v2 + k], \
+                <int>w[r.v3 + k]
+        if self._log != NULL:
+            for k in range(n):
+                self._note(step, k, v[k], v[2 * n + k])
 
-    cdef int _bruck_lanes(self, HierArrays* h, const unsigned char* send, int64_t send_len, unsigned char* buf,
-                          int64_t buf_len) except -1:
-        """Phase 1 on Bruck lanes: each lane's first run, lane after lane (ascending, as
-        ``HierRun`` runs them: that cannot deadlock)."""
-        cdef Py_ssize_t li, n = self.nodes
-        cdef int64_t* v = <int64_t*>cnp.PyArray_DATA(self.lane_sides)
-        for li in range(self.nlanes):
-            self._lane_sides(h, li, v)
-            (<BruckOnce>self.brucks[li]).exchange(send, send_len, buf, buf_len, v, v + n, v + 2 * n, v + 3 * n)
-        return 0
+    cdef int _blocking(self, Py_ssize_t step, Row* r, int64_t* w, Buffers* b) noexcept nogil:
+        """One blocking ``MPI_Alltoallv``, or ``MPI_Alltoall`` of uniform blocks back to back."""
+        cdef Py_ssize_t k, n = r.n
+        cdef int* v = self.ints
+        cdef uint64_t comm = self._peers(r.comm).comm
+        self._counts(step, r, w, v)
+        if r.flags & UNIFORM:
+            return _alltoall(b.data[r.src] + (w[r.v1] if n else 0), <int>(w[r.v0] if n else 0),
+                             b.data[r.dst] + (w[r.v3] if n else 0), <int>(w[r.v2] if n else 0), self.byte, comm)
+        return _alltoallv(b.data[r.src], v, v + n, b.data[r.dst], v + 2 * n, v + 3 * n, self.byte, comm)
 
-    cdef int _pairwise(self, Py_ssize_t li, const int64_t* v, const unsigned char* send,
-                       unsigned char* buf) noexcept nogil:
-        """``bruck.Pairwise`` on lane ``li`` with the sides ``v`` (``_lane_sides``): the block to
-        itself, then N-1 rounds of a receive from rank - k and a send to rank + k, waited for."""
-        cdef Py_ssize_t k, n = self.nodes, q = self.lane_rank[li], dst, src, nr
+    cdef int _pairwise(self, Py_ssize_t step, const Peers* peers, const int64_t* sc, const int64_t* sd,
+                       const int64_t* rc, const int64_t* rd, const unsigned char* send,
+                       unsigned char* recv) noexcept nogil:
+        """``bruck.Pairwise``: the block to itself, then size - 1 rounds of a receive from rank - k
+        and a send to rank + k, waited for (empty blocks are neither sent nor received)."""
+        cdef Py_ssize_t k, n = peers.size, q = peers.rank, dst, src, nr, j
         cdef int err
-        cdef uint64_t comm = self.comms[li]
-        if v[q] > 0:
-            memcpy(buf + v[3 * n + q], send + v[n + q], <size_t>v[q])
+        if sc[q] > 0:
+            memcpy(recv + rd[q], send + sd[q], <size_t>sc[q])
+            self._note(step, q, sc[q], sc[q])
         for k in range(1, n):
             dst, src, nr = (q + k) % n, (q - k + n) % n, 0
-            if v[2 * n + src]:
-                err = _irecv(buf + v[3 * n + src], <int>v[2 * n + src], self.byte, <int>src, self.tag, comm,
+            if rc[src]:
+                err = _irecv(recv + rd[src], <int>rc[src], self.byte, <int>src, self.tag, peers.comm,
                              &self.requests[nr])
                 if err:
                     return err
+                self._note(step, src, 0, rc[src])
                 nr += 1
-            if v[dst]:
-                err = _isend(send + v[n + dst], <int>v[dst], self.byte, <int>dst, self.tag, comm, &self.requests[nr])
+            if sc[dst]:
+                err = _isend(send + sd[dst], <int>sc[dst], self.byte, <int>dst, self.tag, peers.comm,
+                             &self.requests[nr])
                 if err:
                     return err
+                self._note(step, dst, sc[dst], 0)
                 nr += 1
-            for dst in range(nr):
-                err = _mpi_wait(&self.requests[dst], self.status)
+            for j in range(nr):
+                err = _mpi_wait(&self.requests[j], self.status)
                 if err:
                     return err
         return 0
-
-    cdef int _lanes(self, HierArrays* h, const unsigned char* send, unsigned char* buf) noexcept nogil:
-        """Phase 1 on plain lanes: one ``MPI_Ialltoallv`` per served lane, then wait for all; on
-        pairwise lanes, their rounds lane after lane."""
-        cdef Py_ssize_t li, k, n = self.nodes
-        cdef int* v
-        cdef int64_t* w = <int64_t*>cnp.PyArray_DATA(self.lane_sides)
-        cdef int err
-        for li in range(self.nlanes):
-            self._lane_sides(h, li, w)
-            if self.lanes == LANES_PAIRWISE:
-                err = self._pairwise(li, w, send, buf)
-                if err:
-                    return err
-                continue
-            v = self.ints + 4 * n * li
-            for k in range(4 * n):
-                v[k] = <int>w[k]
-            err = _ialltoallv(send, v, v + n, buf, v + 2 * n, v + 3 * n, self.byte, self.comms[li],
-                              &self.requests[li])
-            if err:
-                return err
-        for li in range(self.nlanes if self.lanes == LANES_PLAIN else 0):
-            err = _mpi_wait(&self.requests[li], self.status)
-            if err:
-                return err
-        return 0
-
-    cdef int _node_phase(self, HierArrays* h, const unsigned char* a, unsigned char* buf) noexcept nogil:
-        """Phase 2 (``MODE_MPI``): the node's ``MPI_Ialltoallv``, waited for."""
-        cdef Py_ssize_t k, g = self.g
-        cdef int* v = self.ints + 4 * self.nodes * self.nlanes
-        cdef int err
-        for k in range(g):
-            v[k], v[g + k], v[2 * g + k], v[3 * g + k] = <int>h.p2_sc[k], <int>h.p2_sd[k], <int>h.p2_rc[k], <int>h.p2_rd[k]
-        err = _ialltoallv(a, v, v + g, buf, v + 2 * g, v + 3 * g, self.byte, self.intra, &self.requests[self.nlanes])
-        if not err:
-            err = _mpi_wait(&self.requests[self.nlanes], self.status)
-        return err
-
-    cdef int _node_barrier(self) noexcept nogil:
-        """The node window's barrier (``NodeWindow.barrier``): full memory fences around
-        ``MPI_Barrier`` (what ``MPI_Win_sync`` is on a shared-memory window, see ``_run_steps``)."""
-        cdef int err
-        hx_fence()
-        err = _barrier(self.intra)
-        hx_fence()
-        return err
-
-    cdef int run_planned(self, int64_t base, int64_t nrep, const int64_t* sc, const int64_t* sd, const int64_t* rd,
-                         Py_ssize_t me, cnp.ndarray send, cnp.ndarray recv, cnp.ndarray a, cnp.ndarray buf) except -1:
-        """Run the planner's current plan (``base`` and ``nrep`` from its ``plan``; ``sc``, ``sd``,
-        ``rd``: the sides it planned, bytes, for the self copy) on the caller's contiguous arrays
-        (``recv`` writable) and contiguous uint8 scratch."""
-        cdef HierArrays* h = &self.planned
-        h.base, h.shift, h.rep.n = base, (base if base > 0 else 0), nrep
-        h.self_copy = _copy_of(sd + me, rd + me, sc + me, 1)
-        return self.execute(h, <const unsigned char*>cnp.PyArray_DATA(send), cnp.PyArray_NBYTES(send),
-                            <unsigned char*>cnp.PyArray_DATA(recv), cnp.PyArray_NBYTES(recv), a, buf)
 
 
 cdef class Slot:
@@ -836,7 +864,7 @@ cdef class CallTable:
     run here too (``MPI_Alltoallv`` on reused count arrays, or ``MPI_Alltoall``): a pattern the
     cache does not hold (a miss), or one a flat entry holds, on new buffers (a hit, rebound). Once
     ``hier_path`` and ``bruck_path`` have, misses and rebound hits that run hierarchically
-    (``HierOnce``; a rebound hit runs its entry's kept plan) or as flat Bruck (``BruckOnce``) run
+    (``Runner``; a rebound hit runs its entry's kept program) or as flat Bruck (``BruckOnce``) run
     here as well.
     """
     cdef list _slots
@@ -858,7 +886,7 @@ cdef class CallTable:
     #: the verdict bits of the last ``KEEP`` call
     cdef readonly int last_flags
     #: what the last ``KEEP`` call leaves for its cache entry: its send and receive arrays, and for
-    #: a hierarchical run what the planner returned (its arrays still hold that plan), else None;
+    #: a hierarchical run the program it ran (the planner's own, until its next plan), else None;
     #: its sides are ``parsed``
     cdef readonly tuple kept
     cdef object _planned
@@ -871,15 +899,17 @@ cdef class CallTable:
     cdef int64_t _kib_cap
     cdef cnp.ndarray _parsed, _ints, _lists, _stats_counts
     # Hierarchical misses (``hier_path``): None until configured.
-    cdef HierOnce _hier
-    cdef object _hier_codes, _hier_once, _sides
-    cdef dict _onces            # where ``_hier_once`` keeps its runners, by (algorithm, radix)
-    cdef HierOnce _route_once   # the hierarchical run a miss takes (``_route``)
+    cdef Runner _runner
+    cdef dict _hier_algorithms, _planners, _hier_stats
+    cdef object _sides, _make_stats
+    cdef int _mode
+    cdef bint _shared
+    cdef object _route_alg, _route_planner   # the hierarchical run a miss takes (``_route``)
+    cdef long _route_radix
     # Bruck misses (``bruck_path``): None until configured.
     cdef object _bruck_codes, _bruck_stats, _bruck_once, _brucks
     cdef long _radix, _pick_radix
     cdef uint64_t _int64
-    cdef object _copied
     #: what every rank of this node receives from every rank (node size x world size, int64 bytes):
     #: the node ``Allgather`` of a hierarchical miss run here, what its plan was made from
     cdef readonly cnp.ndarray rc_node
@@ -897,31 +927,32 @@ cdef class CallTable:
         self.stats, self.state = None, "off"
         self._pending_flags, self._pending_entry = -1, None
         self._choices = None
-        self._hier = None
-        self._onces = None
+        self._runner = None
         self._brucks = None
 
-    def hier_path(self, dict codes, long radix, once, dict onces, int64_type):
+    def hier_path(self, dict algorithms, long radix, Runner runner, dict planners, int mode, bint shared,
+                  make_stats, int64_type):
         """Let the miss path also run misses hierarchically (call after ``miss_path``): those of
-        ``codes`` (algorithm code: name, for "hier", "hier_pairwise" and "hier_bruck", the last
-        at radix ``radix``) and auto's picks of them, through the ``HierOnce`` that
-        ``once(name, radix)`` gives (kept by the caller in ``onces``, by (name, radix for
-        "hier_bruck" else 0), read here first; its ``stats`` is what such a run leaves);
-        ``int64_type``: ``MPI.INT64_T``, the node ``Allgather``'s datatype
-        (``HierComm._hier_plan``'s)."""
+        ``algorithms`` (algorithm code: ``Algorithm``, hierarchical ones, with Bruck lanes at
+        radix ``radix``) and auto's picks of them: the node ``Allgather`` of the receive counts,
+        the program of the algorithm's planner (``planners``, by ``Algorithm.planner``) for
+        node phase ``mode`` (``shared``: its stage is the node window), run by ``runner``.
+        ``make_stats(algorithm, radix, program)``: the ``ExchangeStats`` of such runs (made once
+        per algorithm and radix, then kept); ``int64_type``: ``MPI.INT64_T``, the node
+        ``Allgather``'s datatype (``HierComm._hier_plan``'s)."""
         if self._choices is None:
             return
         n = self._size
-        self._hier_codes, self._hier_once, self._onces, self._radix = codes, once, onces, radix
-        self._hier = self._once_of("hier", 2)
+        self._hier_algorithms, self._radix, self._runner, self._planners = algorithms, radix, runner, planners
+        self._mode, self._shared, self._make_stats, self._hier_stats = mode, shared, make_stats, {}
         self._int64 = <uint64_t>int64_type.handle
-        self.rc_node = np.zeros((self._hier.g, n), np.int64)
+        self.rc_node = np.zeros((runner.node_peers.size, n), np.int64)
         self._sides = tuple(self._parsed[i * n:(i + 1) * n] for i in range(4))
 
     def bruck_path(self, frozenset codes, long radix, once, stats):
         """Let the miss path also run flat Bruck misses (call after ``miss_path``): those of
         ``codes`` at radix ``radix``, and auto's picks of "bruck" at theirs, through the
-        ``BruckOnce`` that ``once(radix)`` makes (one per radix, kept). ``stats``: the
+        ``BruckOnce`` that ``once(radix)`` gives (the runner's: one per radix, kept). ``stats``: the
         ``ExchangeStats`` such a run leaves (``flat_counts`` and ``radix`` overwritten by each)."""
         if self._choices is None or _mpi_isend == NULL or _mpi_mprobe == NULL or _mpi_imrecv == NULL \
                 or _mpi_get_count == NULL:
@@ -1057,7 +1088,7 @@ cdef class CallTable:
             return NOT_FOUND
         code = got
         if code != self._auto_code and got not in self._flat_codes \
-                and (self._hier is None or got not in self._hier_codes) \
+                and (self._runner is None or got not in self._hier_algorithms) \
                 and (self._brucks is None or got not in self._bruck_codes):
             return NOT_FOUND
         if uniform:
@@ -1101,16 +1132,16 @@ cdef class CallTable:
         if flags & (_NOT_CLEAN | BIG) or (flags & _CLEAN != HIT if slot_no else route == ROUTE_PYTHON):
             self._pending, self._pending_flags, self._pending_entry = None, flags, entry
             return AGREED
-        if route == ROUTE_HIER and slot_no:  # the entry's plan, kept (detached) with it
-            plan = entry.plan
-            self._route_once.run_plan(plan, sa, ra, self._scratch_of("a", plan.a_bytes),
-                                      self._window_of(plan.buf_bytes) if self._route_once.shm
-                                      else self._scratch_of("b", plan.buf_bytes))
+        if route == ROUTE_HIER and slot_no:  # the entry's program, kept (detached) with it
+            self._run_program(entry.plan.words, sa, ra)
             self.stats = self._entry_stats(entry)
         elif route == ROUTE_HIER:
             self._run_hier(sa, ra)
-            self._route_once.stats.copied = self._copied
-            self.stats = self._route_once.stats
+            key = (self._route_alg.name, self._route_radix)
+            self.stats = self._hier_stats.get(key)
+            if self.stats is None:
+                self.stats = self._hier_stats[key] = self._make_stats(self._route_alg, self._route_radix,
+                                                                      self._planned)
         elif route == ROUTE_BRUCK:
             self._run_bruck(sa, ra)
             memcpy(cnp.PyArray_DATA(self._bruck_stats.flat_counts), sc, n * sizeof(int64_t))
@@ -1178,28 +1209,25 @@ cdef class CallTable:
         if self._brucks is not None and code in self._bruck_codes:
             self._pick_radix = self._radix
             return ROUTE_BRUCK
-        return self._route_of(self._hier_codes[code], self._radix)
+        return self._route_of(self._hier_algorithms[code], self._radix)
 
-    cdef int _route_of(self, name, long radix) except -1:
-        """How a run of algorithm ``name`` at ``radix`` goes here (``ROUTE_PYTHON``: it does not),
-        with the Bruck radix or the hierarchical runner it takes."""
-        if name == "flat":
-            return ROUTE_FLAT
-        if name == "bruck" and self._brucks is not None:
-            self._pick_radix = radix
-            return ROUTE_BRUCK
-        if name in LANE_KINDS and self._hier is not None:
-            self._route_once = self._once_of(name, radix)
-            return ROUTE_HIER if self._route_once is not None else ROUTE_PYTHON
+    cdef int _route_of(self, algorithm, long radix) except -1:
+        """How a run of ``algorithm`` (an ``Algorithm``) at ``radix`` goes here (``ROUTE_PYTHON``:
+        it does not), with the Bruck radix or the planner it takes."""
+        cdef int rounds = algorithm.rounds
+        planner = algorithm.planner
+        if planner == "flat":
+            if rounds == ROUNDS_LINEAR:
+                return ROUTE_FLAT
+            if rounds == ROUNDS_BRUCK and self._brucks is not None:
+                self._pick_radix = radix
+                return ROUTE_BRUCK
+            return ROUTE_PYTHON
+        if self._runner is not None and planner in self._planners:
+            self._route_alg, self._route_planner = algorithm, self._planners[planner]
+            self._route_radix = radix if rounds == ROUNDS_BRUCK else 0
+            return ROUTE_HIER
         return ROUTE_PYTHON
-
-    cdef HierOnce _once_of(self, name, long radix):
-        """``_hier_once(name, radix)`` (None: no runner for this layout), from where it keeps its
-        runners once it has made one: no Python call then."""
-        key = (name, radix if name == "hier_bruck" else 0)
-        if key in self._onces:
-            return self._onces[key]
-        return self._hier_once(name, radix)
 
     cdef cnp.ndarray _scratch_of(self, str name, int64_t nbytes):
         """``scratch.get(name, nbytes)``, with no call where the buffer is already large enough."""
@@ -1217,12 +1245,10 @@ cdef class CallTable:
         return self.window.ensure(nbytes)
 
     cdef object _entry_stats(self, entry):
-        """What a run of hierarchical cache ``entry``'s plan leaves (``HierRun``'s stats: made
-        once per entry)."""
+        """What a run of hierarchical cache ``entry``'s program leaves (made once per entry)."""
         st = entry.stats
         if st is None:
-            st = entry.stats = entry.plan.stats(entry.algorithm)
-            st.radix = entry.radix if entry.algorithm == "hier_bruck" else 0
+            st = entry.stats = self._make_stats(entry.algorithm, entry.radix, entry.plan)
         return st
 
     cdef int _run_bruck(self, cnp.ndarray sa, cnp.ndarray ra) except -1:
@@ -1237,21 +1263,26 @@ cdef class CallTable:
                              sc + 3 * n)
 
     cdef int _run_hier(self, cnp.ndarray sa, cnp.ndarray ra) except -1:
-        """A miss run hierarchically: the node ``Allgather`` of the receive counts, the plan, the
-        scratch, then ``HierOnce`` (the sides are in ``_parsed``)."""
-        cdef HierOnce h = self._route_once
+        """A miss run hierarchically: the node ``Allgather`` of the receive counts, the planner's
+        program, then the runner (the sides are in ``_parsed``)."""
         cdef Py_ssize_t n = self._size
         cdef int64_t* sc = <int64_t*>cnp.PyArray_DATA(self._parsed)
         cdef int err
         with nogil:
-            err = _allgather(sc + 2 * n, <int>n, cnp.PyArray_DATA(self.rc_node), self._int64, h.intra)
+            err = _allgather(sc + 2 * n, <int>n, cnp.PyArray_DATA(self.rc_node), self._int64,
+                             self._runner.node_peers.comm)
         if err:
             raise MPI.Exception(err)
-        self._planned = h.planner.plan(h.mode, *self._sides, self.rc_node)
-        base, pack_bytes, buf_bytes, p2_bytes, nrep, self._copied = self._planned
-        a = self._scratch_of("a", max(pack_bytes if base < 0 else 0, p2_bytes))
-        buf = self._window_of(buf_bytes) if h.shm else self._scratch_of("b", buf_bytes)
-        return h.run_planned(base, nrep, sc, sc + n, sc + 3 * n, self._me, sa, ra, a, buf)
+        self._planned = self._route_planner.plan(self._mode, *self._sides, self.rc_node, self._route_alg.rounds,
+                                                 self._route_radix)
+        return self._run_program(self._planned.words, sa, ra)
+
+    cdef int _run_program(self, cnp.ndarray words, cnp.ndarray sa, cnp.ndarray ra) except -1:
+        """Run a program's ``words`` on the caller's arrays, with the scratch and stage it needs."""
+        cdef Header* h = _header(<int64_t*>cnp.PyArray_DATA(words))
+        a = self._scratch_of("a", h.scratch_bytes)
+        buf = self._window_of(h.stage_bytes) if h.flags & STAGE_SHARED else self._scratch_of("b", h.stage_bytes)
+        return self._runner.run_program(words, sa, ra, a, buf)
 
     cdef int _rebinds(self, entry, long code, bint validate, bint uniform) except -1:
         """How a call of these settings and of the parsed pattern runs cached ``entry`` here
@@ -1263,7 +1294,7 @@ cdef class CallTable:
         cdef cnp.ndarray part
         settings, parts = entry.settings, entry.parts
         if entry.big or entry.run is not None or parts is None or settings != (code, validate, 0, uniform) \
-                or (entry.algorithm in LANE_KINDS and entry.plan is None):
+                or (entry.algorithm.planner != "flat" and entry.plan is None):
             return ROUTE_PYTHON
         for i in range(4):
             part = <cnp.ndarray?>parts[i]
@@ -1285,11 +1316,6 @@ cdef class CallTable:
                _quarter_log2(<double>t.messages), _quarter_log2(<double>t.recv_kib_sq),
                _quarter_log2(<double>t.pairwise))
         return self._choices.get(key)
-
-    @property
-    def scratch_bytes(self):
-        """Scratch of the Bruck runs of misses run here (bytes)."""
-        return sum([(<BruckOnce>b).scratch_bytes for b in self._brucks.values()]) if self._brucks is not None else 0
 
     def count_miss(self):
         """Count an agreed miss; whether the cache keeps its pattern. A long run of misses (a new

@@ -1,10 +1,13 @@
-"""Planning pass of the hierarchical exchange: every byte offset of one call, in one compiled pass.
+"""The planners: every byte offset of one call, in one compiled pass, written as a step program.
 
-A rank's plan is a set of copy lists (source offset, destination offset, length; int64 bytes) and the
-count/displacement vectors of its MPI phases. It depends only on the static layout (who serves which
-lane, see ``hxmpi/comm/plan.py``), the rank's own send/receive counts and displacements, and ``rc_node``:
-what every rank of its node receives from every source. Nothing here allocates per call: the outputs
-are arrays owned by the planner and overwritten by each ``plan`` call.
+A rank's program (``csrc/_steps.pxi``; what it is and who runs it: ``hxmpi/comm/plan.py``) is a
+list of steps over four buffers (send, receive, scratch, stage): copy lists (source offset,
+destination offset, length; int64 bytes), exchanges on one communicator with their per-peer
+counts and displacements, and node barriers. ``HierPlanner`` makes the hierarchical one from the
+static layout (who serves which lane, see ``hxmpi/comm/plan.py``), the rank's own send/receive
+counts and displacements, and ``rc_node``: what every rank of its node receives from every source.
+Nothing here allocates per call: a planner's program is one array it owns, overwritten by each
+``plan`` call (``StepProgram.detach`` copies it).
 
 Node phases:
   MODE_SHM  phase 1 receives into a node-shared window; after a node barrier each rank copies its
@@ -13,11 +16,16 @@ Node phases:
             Alltoallv on the node; unpack.
 """
 from libc.stdint cimport int64_t
+from libc.string cimport memcpy, memset
+
+from enum import IntEnum
 
 cimport numpy as cnp
 import numpy as np
 
 cnp.import_array()
+
+include "_steps.pxi"
 
 cdef enum:
     _SHM = 0
@@ -26,12 +34,24 @@ cdef enum:
 MODE_SHM = _SHM
 MODE_MPI = _MPI
 
+# Python's names of a program's words, in the structs' field order (a struct converts to a dict of
+# its fields in declaration order), so that the layout is written once.
+cdef Header _header_layout
+cdef Row _row_layout
+memset(&_header_layout, 0, sizeof(Header))
+memset(&_row_layout, 0, sizeof(Row))
+#: Index of each header word by name (``HeaderWord.ROWS``...).
+HeaderWord = IntEnum("HeaderWord", [(name.upper(), i) for i, name in enumerate(<dict>_header_layout)],
+                     module=__name__)
+#: Index of each word of a row by name (``RowWord.KIND``...), from the row's start.
+RowWord = IntEnum("RowWord", [(name.upper(), i) for i, name in enumerate(<dict>_row_layout)], module=__name__)
+#: Words of the header, and of one row.
+HEADER_SIZE, ROW_SIZE = <Py_ssize_t>HEADER_WORDS, <Py_ssize_t>ROW_WORDS
+if len(HeaderWord) != HEADER_SIZE or len(RowWord) != ROW_SIZE:
+    raise ImportError("a step program's header and rows must be int64 words only")
+
 
 cdef int64_t _EMPTY = 0  # what an empty array's pointer stands for
-
-cdef inline int64_t* _data(object arr):
-    """The data pointer of a contiguous int64 array the planner owns."""
-    return <int64_t*>cnp.PyArray_DATA(<cnp.ndarray>arr)
 
 
 cdef const int64_t* _vector(cnp.ndarray a, int64_t n, str name) except NULL:
@@ -42,57 +62,180 @@ cdef const int64_t* _vector(cnp.ndarray a, int64_t n, str name) except NULL:
     return <const int64_t*>cnp.PyArray_DATA(a) if n else <const int64_t*>&_EMPTY
 
 
+# -------------------------------------------------------------------------- writing a program
+cdef inline void _start(int64_t* w, int64_t pool, int64_t flags) noexcept nogil:
+    """Begin a program in ``w`` (its pool at word ``pool``): no rows yet."""
+    cdef Header* h = _header(w)
+    h.rows, h.pool, h.scratch_bytes, h.stage_bytes, h.copied, h.flags = 0, pool, 0, 0, 0, flags
+
+
+cdef inline Row* _emit(int64_t* w, int64_t kind, int64_t src, int64_t dst, int64_t n) noexcept nogil:
+    """Append a row (the caller has room for it); its other words zero."""
+    cdef Header* h = _header(w)
+    cdef Row* r = _rows(w) + h.rows
+    h.rows += 1
+    memset(r, 0, sizeof(Row))
+    r.kind, r.src, r.dst, r.n = kind, src, dst, n
+    return r
+
+
+cdef inline void _copy_step(int64_t* w, int64_t what, int64_t src, int64_t dst, int64_t at, int64_t stride,
+                            int64_t n) noexcept nogil:
+    """A copy of the first ``n`` blocks of the lists at pool word ``at`` (source offsets, then
+    destination offsets, then lengths, ``stride`` words apart)."""
+    cdef Row* r = _emit(w, STEP_COPY, src, dst, n)
+    r.what, r.v0, r.v1, r.v2 = what, at, at + stride, at + 2 * stride
+
+
+cdef inline void _exchange_step(int64_t* w, int64_t comm, int64_t rounds, int64_t radix, int64_t flags,
+                                int64_t src, int64_t dst, int64_t at, int64_t n) noexcept nogil:
+    """An exchange of ``n`` peers whose send counts, send displacements, receive counts and
+    receive displacements are the ``n``-word vectors from pool word ``at`` on."""
+    cdef Row* r = _emit(w, STEP_EXCHANGE, src, dst, n)
+    r.comm, r.rounds, r.radix, r.flags = comm, rounds, radix, flags
+    r.v0, r.v1, r.v2, r.v3 = at, at + n, at + 2 * n, at + 3 * n
+
+
+cdef void _finish(int64_t* w, int64_t scratch_bytes, int64_t stage_bytes, int64_t words) noexcept nogil:
+    """Close a program: its buffers' sizes, the words in use, and what its copies move."""
+    cdef Header* h = _header(w)
+    cdef Row* r
+    cdef int64_t i, k, copied = 0
+    h.scratch_bytes, h.stage_bytes, h.words = scratch_bytes, stage_bytes, words
+    for i in range(h.rows):
+        r = _rows(w) + i
+        if r.kind == STEP_COPY:
+            for k in range(r.n):
+                copied += w[r.v2 + k]
+    h.copied = copied
+
+
+cdef class StepProgram:
+    """One call's steps on one rank (bytes), as a planner wrote them: ``words``, one int64 array
+    (``csrc/_steps.pxi``). A planner's own program is overwritten by its next plan; ``detach``
+    gives one that lasts. ``hxmpi.comm.plan.program_steps`` reads it as typed steps."""
+    cdef readonly cnp.ndarray words
+
+    def __cinit__(self, cnp.ndarray words not None):
+        if cnp.PyArray_TYPE(words) != cnp.NPY_INT64 or words.ndim != 1 or not cnp.PyArray_IS_C_CONTIGUOUS(words) \
+                or words.shape[0] < HEADER_WORDS:
+            raise ValueError("StepProgram: words must be a contiguous 1-D int64 array holding a header")
+        self.words = words
+
+    cdef inline Header* _h(self) noexcept:
+        return _header(<int64_t*>cnp.PyArray_DATA(self.words))
+
+    @property
+    def rows(self):
+        """Steps."""
+        return self._h().rows
+
+    @property
+    def scratch_bytes(self):
+        """Bytes of the private scratch buffer it needs."""
+        return self._h().scratch_bytes
+
+    @property
+    def stage_bytes(self):
+        """Bytes of the stage buffer it needs (with ``stage_shared``, the node's whole window)."""
+        return self._h().stage_bytes
+
+    @property
+    def stage_shared(self):
+        """Whether the stage buffer is the node's shared window (every rank of the node runs its
+        copies and barriers with it)."""
+        return bool(self._h().flags & STAGE_SHARED)
+
+    @property
+    def copied(self):
+        """Bytes its copy steps move."""
+        return self._h().copied
+
+    @property
+    def nbytes(self):
+        """Bytes of its array."""
+        return self.words.nbytes
+
+    def detach(self):
+        """A copy that owns its words: the header, the rows and only the vectors they name."""
+        cdef int64_t* w = <int64_t*>cnp.PyArray_DATA(self.words)
+        cdef Header* h = _header(w)
+        cdef Row* r
+        cdef int64_t i, k, used = 0, at
+        cdef int64_t* out
+        cdef int64_t* v
+        for i in range(h.rows):
+            r = _rows(w) + i
+            used += r.n * (3 if r.kind == STEP_COPY else 4 if r.kind == STEP_EXCHANGE else 0)
+        at = HEADER_WORDS + h.rows * ROW_WORDS
+        copy = np.empty(at + used, np.int64)
+        out = <int64_t*>cnp.PyArray_DATA(copy)
+        with nogil:
+            memcpy(out, w, at * sizeof(int64_t))
+            _header(out).pool = at
+            for i in range(h.rows):
+                r = _rows(out) + i
+                for k in range(3 if r.kind == STEP_COPY else 4 if r.kind == STEP_EXCHANGE else 0):
+                    v = &r.v0 + k
+                    memcpy(out + at, w + v[0], r.n * sizeof(int64_t))
+                    v[0] = at
+                    at += r.n
+            _header(out).words = at
+        return StepProgram(copy)
+
+
+def flat_program(int rounds, int radix, bint uniform, cnp.ndarray send_counts, cnp.ndarray send_displs,
+                 cnp.ndarray recv_counts, cnp.ndarray recv_displs):
+    """The program of a flat exchange (bytes): one all-to-all on the world of the send buffer to
+    the receive buffer, run whole; ``rounds`` (``Rounds``) and ``radix`` say how; ``uniform``:
+    equal blocks back to back (MPI_Alltoall)."""
+    cdef int64_t p = send_counts.shape[0], pool = HEADER_WORDS + ROW_WORDS
+    cdef Py_ssize_t i
+    cdef const int64_t* v
+    words = np.empty(pool + 4 * p, np.int64)
+    cdef int64_t* w = <int64_t*>cnp.PyArray_DATA(words)
+    for i, (side, name) in enumerate(((send_counts, "send counts"), (send_displs, "send displs"),
+                                      (recv_counts, "receive counts"), (recv_displs, "receive displs"))):
+        v = _vector(side, p, name)
+        memcpy(w + pool + i * p, v, p * sizeof(int64_t))
+    _start(w, pool, 0)
+    _exchange_step(w, COMM_WORLD, rounds, radix, BLOCKING | (UNIFORM if uniform else 0), BUF_SEND, BUF_RECV, pool, p)
+    _finish(w, 0, 0, pool + 4 * p)
+    return StepProgram(words)
+
+
 cdef class HierPlanner:
-    """Planner of one rank (static layout in, per-call copy lists and phase vectors out)."""
+    """Planner of one rank's hierarchical exchange (static layout in, per-call program out)."""
 
     cdef readonly int64_t size, num_nodes, node, local, me, g, num_lanes
-    cdef readonly object members, dest_order, node_start, srv_sources, srv_ptr, lane_src
-    cdef readonly object pack_src, pack_dst, pack_len, node_bytes, node_displs
-    cdef readonly object p1_rc, p1_rd, own_src, own_dst, own_len
-    cdef readonly object out_src, out_dst, out_len, rep_src, rep_dst, rep_len
-    cdef readonly object unp_src, unp_dst, unp_len, seg_off, p2_sc, p2_sd, p2_rc, p2_rd
-    cdef readonly object region_start
-    # The arrays above through their data pointers: they are never reallocated, and acquiring ~30
-    # typed memoryviews per call cost more than the planning itself.
+    cdef readonly object members, dest_order, node_start, srv_sources, srv_ptr, lane_src, served
+    #: the program ``plan`` writes (this planner's: overwritten by its next ``plan``)
+    cdef readonly StepProgram program
+    cdef readonly object seg_off, region_start
+    cdef int64_t* _w
+    # Where the program's vectors lie (pool words): copy lists of pack, self, own, out, repack,
+    # unpack; each served lane's four exchange vectors, then the node phase's.
+    cdef int64_t _pool, _at_pack, _at_self, _at_own, _at_out, _at_rep, _at_unp, _at_lanes, _at_node, _words
+    # The layout's arrays and the planner's scratch through their data pointers: they are never
+    # reallocated, and acquiring typed memoryviews per call cost more than the planning itself.
     cdef const int64_t* _members
     cdef const int64_t* _dest
     cdef const int64_t* _nstart
     cdef const int64_t* _srv
     cdef const int64_t* _sptr
     cdef const int64_t* _lane_src
-    cdef int64_t* _pk_s
-    cdef int64_t* _pk_d
-    cdef int64_t* _pk_l
-    cdef int64_t* _nb
-    cdef int64_t* _nd
-    cdef int64_t* _p1_rc
-    cdef int64_t* _p1_rd
-    cdef int64_t* _ow_s
-    cdef int64_t* _ow_d
-    cdef int64_t* _ow_l
-    cdef int64_t* _o_s
-    cdef int64_t* _o_d
-    cdef int64_t* _o_l
-    cdef int64_t* _rp_s
-    cdef int64_t* _rp_d
-    cdef int64_t* _rp_l
-    cdef int64_t* _u_s
-    cdef int64_t* _u_d
-    cdef int64_t* _u_l
+    cdef const int64_t* _served
     cdef int64_t* _seg
-    cdef int64_t* _p2sc
-    cdef int64_t* _p2sd
-    cdef int64_t* _p2rc
-    cdef int64_t* _p2rd
     cdef int64_t* _rstart
 
     def __init__(self, int64_t me, int64_t node, int64_t local, members, dest_order, node_start,
-                 srv_sources, srv_ptr, lane_src):
+                 srv_sources, srv_ptr, lane_src, served):
         """``members``: world ranks of this node (local order); ``dest_order``: world ranks grouped by
         node, ``node_start`` its node boundaries (N+1); ``srv_sources``/``srv_ptr``: every source rank
         grouped by the local rank of this node that receives its phase-1 segment, in (lane, node)
         order; ``lane_src``: (served lanes x N) world rank sending on that lane from each node, -1 where
-        none (this node included: own blocks never travel in phase 1)."""
+        none (this node included: own blocks never travel in phase 1); ``served``: the lanes this
+        rank serves, ascending (``Layout.served_lanes``)."""
         i64 = np.int64
         self.members = np.ascontiguousarray(members, dtype=i64)
         self.dest_order = np.ascontiguousarray(dest_order, dtype=i64)
@@ -100,44 +243,49 @@ cdef class HierPlanner:
         self.srv_sources = np.ascontiguousarray(srv_sources, dtype=i64)
         self.srv_ptr = np.ascontiguousarray(srv_ptr, dtype=i64)
         self.lane_src = np.ascontiguousarray(lane_src, dtype=i64)
+        self.served = np.ascontiguousarray(served, dtype=i64)
         self.me, self.node, self.local = me, node, local
         self.size = self.dest_order.shape[0]
         self.num_nodes = self.node_start.shape[0] - 1
         self.g = self.members.shape[0]
         self.num_lanes = self.lane_src.shape[0]
-        p, n, g = self.size, self.num_nodes, self.g
-        z = lambda *shape: np.zeros(shape, dtype=i64)
-        self.pack_src, self.pack_dst, self.pack_len = z(p), z(p), z(p)
-        self.node_bytes, self.node_displs = z(n), z(n)
-        self.p1_rc, self.p1_rd = z(self.num_lanes, n), z(self.num_lanes, n)
-        self.own_src, self.own_dst, self.own_len = z(g), z(g), z(g)
-        self.out_src, self.out_dst, self.out_len = z(p), z(p), z(p)
-        self.rep_src, self.rep_dst, self.rep_len = z(g * p), z(g * p), z(g * p)
-        self.unp_src, self.unp_dst, self.unp_len = z(p), z(p), z(p)
-        self.seg_off = z(p)
-        self.p2_sc, self.p2_sd, self.p2_rc, self.p2_rd = z(g), z(g), z(g), z(g)
-        self.region_start = z(g + 1)
-        self._members, self._dest, self._nstart = _data(self.members), _data(self.dest_order), _data(self.node_start)
-        self._srv, self._sptr, self._lane_src = _data(self.srv_sources), _data(self.srv_ptr), _data(self.lane_src)
-        self._pk_s, self._pk_d, self._pk_l = _data(self.pack_src), _data(self.pack_dst), _data(self.pack_len)
-        self._nb, self._nd = _data(self.node_bytes), _data(self.node_displs)
-        self._p1_rc, self._p1_rd = _data(self.p1_rc), _data(self.p1_rd)
-        self._ow_s, self._ow_d, self._ow_l = _data(self.own_src), _data(self.own_dst), _data(self.own_len)
-        self._o_s, self._o_d, self._o_l = _data(self.out_src), _data(self.out_dst), _data(self.out_len)
-        self._rp_s, self._rp_d, self._rp_l = _data(self.rep_src), _data(self.rep_dst), _data(self.rep_len)
-        self._u_s, self._u_d, self._u_l = _data(self.unp_src), _data(self.unp_dst), _data(self.unp_len)
-        self._seg, self._rstart = _data(self.seg_off), _data(self.region_start)
-        self._p2sc, self._p2sd = _data(self.p2_sc), _data(self.p2_sd)
-        self._p2rc, self._p2rd = _data(self.p2_rc), _data(self.p2_rd)
+        if self.served.shape[0] != self.num_lanes or self.num_lanes == 0 or self.served[0] != local:
+            raise ValueError("HierPlanner: served must list the lanes of lane_src's rows, this rank's own first")
+        p, n, g, nl = self.size, self.num_nodes, self.g, self.num_lanes
+        # Rows: pack, self, own or repack, the lanes, barrier or own, out, barrier or the node phase, unpack.
+        self._pool = HEADER_WORDS + (nl + 8) * ROW_WORDS
+        self._at_pack = self._pool
+        self._at_self = self._at_pack + 3 * p
+        self._at_own = self._at_self + 3
+        self._at_out = self._at_own + 3 * g
+        self._at_rep = self._at_out + 3 * p
+        self._at_unp = self._at_rep + 3 * g * p
+        self._at_lanes = self._at_unp + 3 * p
+        self._at_node = self._at_lanes + 4 * n * nl
+        self._words = self._at_node + 4 * g
+        self.program = StepProgram(np.zeros(self._words, dtype=i64))
+        self._w = <int64_t*>cnp.PyArray_DATA(self.program.words)
+        self.seg_off = np.zeros(p, dtype=i64)
+        self.region_start = np.zeros(g + 1, dtype=i64)
+        self._members = <int64_t*>cnp.PyArray_DATA(self.members)
+        self._dest = <int64_t*>cnp.PyArray_DATA(self.dest_order)
+        self._nstart = <int64_t*>cnp.PyArray_DATA(self.node_start)
+        self._srv = <int64_t*>cnp.PyArray_DATA(self.srv_sources)
+        self._sptr = <int64_t*>cnp.PyArray_DATA(self.srv_ptr)
+        self._lane_src = <int64_t*>cnp.PyArray_DATA(self.lane_src)
+        self._served = <int64_t*>cnp.PyArray_DATA(self.served)
+        self._seg = <int64_t*>cnp.PyArray_DATA(self.seg_off)
+        self._rstart = <int64_t*>cnp.PyArray_DATA(self.region_start)
 
     def plan(self, int mode, cnp.ndarray send_counts, cnp.ndarray send_displs, cnp.ndarray recv_counts,
-             cnp.ndarray recv_displs, cnp.ndarray node_counts):
-        """Fill the copy lists and phase vectors for one call (bytes).
+             cnp.ndarray recv_displs, cnp.ndarray node_counts, int rounds=ROUNDS_LINEAR, int radix=2):
+        """Write this rank's program for one call (bytes) and return it (``program``).
 
-        Returns (send_base, pack_bytes, buffer_bytes, p2_send_bytes, rep_count, copied_bytes): ``send_base`` >= 0
-        when the caller's blocks are already grouped by node (phase 1 sends in place from that
-        offset, no pack), else -1; ``buffer_bytes`` is the window size (MODE_SHM, whole node) or the
-        private phase buffer size (MODE_MPI); ``copied_bytes`` is what the call's copies move.
+        ``mode``: the node phase (``MODE_SHM``, ``MODE_MPI``); ``rounds`` and ``radix``: how the
+        lanes' exchanges run (``Rounds``). The caller's blocks go from the send buffer itself
+        when they are already grouped by node (phase 1 sends in place), else packed into the
+        scratch buffer first; the stage buffer is the node's window (shm, sized for the whole
+        node) or private (mpi).
         """
         cdef int64_t p = self.size, n = self.num_nodes, g = self.g, local = self.local, me = self.me
         cdef int64_t nl = self.num_lanes, mynode = self.node
@@ -152,32 +300,33 @@ cdef class HierPlanner:
         cdef const int64_t* srv = self._srv
         cdef const int64_t* sptr = self._sptr
         cdef const int64_t* lane_src = self._lane_src
-        cdef int64_t* pk_s = self._pk_s
-        cdef int64_t* pk_d = self._pk_d
-        cdef int64_t* pk_l = self._pk_l
-        cdef int64_t* nb = self._nb
-        cdef int64_t* nd = self._nd
-        cdef int64_t* p1_rc = self._p1_rc
-        cdef int64_t* p1_rd = self._p1_rd
-        cdef int64_t* ow_s = self._ow_s
-        cdef int64_t* ow_d = self._ow_d
-        cdef int64_t* ow_l = self._ow_l
-        cdef int64_t* o_s = self._o_s
-        cdef int64_t* o_d = self._o_d
-        cdef int64_t* o_l = self._o_l
-        cdef int64_t* rp_s = self._rp_s
-        cdef int64_t* rp_d = self._rp_d
-        cdef int64_t* rp_l = self._rp_l
-        cdef int64_t* u_s = self._u_s
-        cdef int64_t* u_d = self._u_d
-        cdef int64_t* u_l = self._u_l
+        cdef int64_t* w = self._w
+        cdef int64_t* pk_s = w + self._at_pack
+        cdef int64_t* pk_d = pk_s + p
+        cdef int64_t* pk_l = pk_d + p
+        cdef int64_t* ow_s = w + self._at_own
+        cdef int64_t* ow_d = ow_s + g
+        cdef int64_t* ow_l = ow_d + g
+        cdef int64_t* o_s = w + self._at_out
+        cdef int64_t* o_d = o_s + p
+        cdef int64_t* o_l = o_d + p
+        cdef int64_t* rp_s = w + self._at_rep
+        cdef int64_t* rp_d = rp_s + g * p
+        cdef int64_t* rp_l = rp_d + g * p
+        cdef int64_t* u_s = w + self._at_unp
+        cdef int64_t* u_d = u_s + p
+        cdef int64_t* u_l = u_d + p
+        cdef int64_t* lw = w + self._at_lanes   # lane li: send counts, displs, receive counts, displs
+        cdef int64_t* nb = lw                   # this rank's own lane (``served[0]``) sends its node segments
+        cdef int64_t* nd = lw + n
+        cdef int64_t* p2sc = w + self._at_node
+        cdef int64_t* p2sd = p2sc + g
+        cdef int64_t* p2rc = p2sd + g
+        cdef int64_t* p2rd = p2rc + g
         cdef int64_t* seg = self._seg
         cdef int64_t* rstart = self._rstart
-        cdef int64_t* p2sc = self._p2sc
-        cdef int64_t* p2sd = self._p2sd
-        cdef int64_t* p2rc = self._p2rc
-        cdef int64_t* p2rd = self._p2rd
-        cdef int64_t pos = 0, base = -1, i, j, k, m, d, s, idx, li, b, cur, nrep = 0, p2tot = 0, copied
+        cdef int64_t pos = 0, base = -1, i, j, k, m, d, s, idx, li, b, cur, nrep = 0, p2tot = 0
+        cdef int64_t send_buf, flags
         cdef bint grouped = True
         if node_counts.ndim != 2 or node_counts.shape[0] != g:
             raise ValueError("HierPlanner.plan: counts do not match the layout")
@@ -241,12 +390,12 @@ cdef class HierPlanner:
                 for m in range(n):
                     s = lane_src[li * n + m]
                     if s < 0 or seg[s] < 0:
-                        p1_rc[li * n + m], p1_rd[li * n + m] = 0, 0
+                        lw[li * 4 * n + 2 * n + m], lw[li * 4 * n + 3 * n + m] = 0, 0
                     else:
-                        p1_rc[li * n + m] = 0
+                        lw[li * 4 * n + 2 * n + m] = 0
                         for k in range(g):
-                            p1_rc[li * n + m] += rc_node[k * p + s]
-                        p1_rd[li * n + m] = seg[s]
+                            lw[li * 4 * n + 2 * n + m] += rc_node[k * p + s]
+                        lw[li * 4 * n + 3 * n + m] = seg[s]
 
             if mode == _MPI:
                 # -- repack: peer k's phase-2 block holds (k, s) for every source s this rank serves
@@ -286,13 +435,40 @@ cdef class HierPlanner:
                     p2rc[j] = cur - p2rd[j]
                 if cur > rstart[g]:
                     rstart[g] = cur  # the private buffer holds phase 1, then phase 2
-            # bytes this call moves with copy_blocks (for last_stats): no reductions in Python later
-            copied = (pos if base < 0 else 0) + sc[me]
-            for k in range(g):
-                copied += ow_l[k]
-            for i in range(p):
-                copied += o_l[i] + (u_l[i] if mode == _MPI else 0)
-            for i in range(nrep):
-                copied += rp_l[i]
-        return base, pos, rstart[g], p2tot, nrep, copied
+            # -- the lanes' send sides: this rank's own lane sends its node segments (from the send
+            # buffer itself where they are grouped there), a lane it stands in for sends nothing
+            if base >= 0:
+                for m in range(n):
+                    nd[m] += base
+            for li in range(1, nl):
+                for m in range(2 * n):
+                    lw[li * 4 * n + m] = 0
+            w[self._at_self], w[self._at_self + 1], w[self._at_self + 2] = sd[me], rd[me], sc[me]
 
+            # -- the steps, in the order every runner takes them
+            _start(w, self._pool, STAGE_SHARED if mode == _SHM else 0)
+            send_buf = BUF_SEND if base >= 0 else BUF_SCRATCH
+            if base < 0:
+                _copy_step(w, COPY_PACK, BUF_SEND, BUF_SCRATCH, self._at_pack, p, p)
+            _copy_step(w, COPY_SELF, BUF_SEND, BUF_RECV, self._at_self, 1, 1)
+            if mode == _SHM:
+                _copy_step(w, COPY_OWN, BUF_SEND, BUF_STAGE, self._at_own, g, g)
+            # Every served lane at once (always nonblocking: a rank serving two lanes starts both,
+            # and MPI never matches a blocking collective with a nonblocking one); round-based
+            # lanes run one after another, in ascending lane order, which cannot deadlock.
+            for li in range(nl):
+                flags = WITH_NEXT if li + 1 < nl else 0
+                _exchange_step(w, self._served[li], rounds, radix, flags, send_buf, BUF_STAGE,
+                               self._at_lanes + 4 * n * li, n)
+            if mode == _SHM:
+                _emit(w, STEP_BARRIER, 0, 0, 0)   # every rank's own blocks and phase-1 segments are in place
+                _copy_step(w, COPY_OUT, BUF_STAGE, BUF_RECV, self._at_out, p, p)
+                _emit(w, STEP_BARRIER, 0, 0, 0)   # nobody reads the window any more: the next call may write it
+            else:
+                _copy_step(w, COPY_REPACK, BUF_STAGE, BUF_SCRATCH, self._at_rep, g * p, nrep)
+                _copy_step(w, COPY_OWN, BUF_SEND, BUF_SCRATCH, self._at_own, g, g)
+                _copy_step(w, COPY_OUT, BUF_STAGE, BUF_RECV, self._at_out, p, p)
+                _exchange_step(w, COMM_NODE, ROUNDS_LINEAR, 2, 0, BUF_SCRATCH, BUF_STAGE, self._at_node, g)
+                _copy_step(w, COPY_UNPACK, BUF_STAGE, BUF_RECV, self._at_unp, p, p)
+            _finish(w, pos if base < 0 and pos > p2tot else p2tot, rstart[g], self._words)
+        return self.program

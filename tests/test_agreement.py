@@ -8,7 +8,7 @@ from support import layouts
 
 from hxmpi import ExchangeError, HierComm
 from hxmpi.comm.msgspec import Side
-from hxmpi.comm.plan import ALGORITHMS, exclusive_cumsum
+from hxmpi.comm.plan import ALGORITHM, ALGORITHMS, exclusive_cumsum, program
 
 pytestmark = pytest.mark.mpi
 
@@ -293,10 +293,11 @@ def test_counts_given_as_lists_run_the_compiled_paths(comm, algorithm):
 
 
 @pytest.mark.parametrize("node_phase", ["mpi", "shm"])
-def test_the_compiled_hier_run_refuses_buffers_its_plan_does_not_fit(comm, node_phase):
-    """``HierOnce.run`` checks every copy list against its buffers and the buffers' type before
-    any MPI call: a receive buffer one byte short, or a non-byte buffer, raises ValueError on the
-    rank that has it (here every rank), and nothing was sent."""
+def test_the_compiled_runner_refuses_buffers_its_program_does_not_fit(comm, node_phase):
+    """``Runner.run`` checks every step against its buffers and communicators, and the buffers'
+    type, before any MPI call: a receive buffer one byte short, a non-byte buffer, or an exchange
+    on a communicator of another size raises ValueError on the rank that has it (here every
+    rank), and nothing was sent."""
     hc = _made(comm, node_phase, ranks_per_node=2)
     if not hc.layout.hier_possible:
         hc.free()
@@ -304,18 +305,18 @@ def test_the_compiled_hier_run_refuses_buffers_its_plan_does_not_fit(comm, node_
     sc, rc, sbuf, ref = _case(comm, np.random.default_rng(11 + comm.rank))
     send = Side(np.frombuffer(sbuf, np.uint8), sc * 8, exclusive_cumsum(sc) * 8)
     recv = Side(np.zeros(ref.nbytes, np.uint8), rc * 8, exclusive_cumsum(rc) * 8)
-    plan = hc._hier_plan(send, recv).detach()
-    a, buf = np.zeros(plan.a_bytes, np.uint8), np.zeros(plan.buf_bytes, np.uint8)
-    once = hc._hier_once("hier", 2)
+    plan = hc._hier_plan(send, recv, ALGORITHM["hier"], 2).detach()
+    a, buf = np.zeros(plan.scratch_bytes, np.uint8), np.zeros(plan.stage_bytes, np.uint8)
+    runner = hc._runner
     with pytest.raises(ValueError, match="lies outside its buffers"):
-        once.run(plan, send.view, recv.view[:-1], a, buf)
+        runner.run(plan, send.view, recv.view[:-1], a, buf)
     with pytest.raises(ValueError, match="contiguous uint8"):
-        once.run(plan, send.view, recv.view.view(np.int8), a, buf)
-    with pytest.raises(ValueError, match="lanes must be one of"):
-        type(once)(hc._planner, hc._mode, node_phase == "shm", hc.topology.served_lanes, hc.topology.intra,
-                   MPI.BYTE, 7)
-    if node_phase == "mpi":  # the window is the node's, and only the window holds an shm plan's run
-        once.run(plan, send.view, recv.view, a, buf)  # the same buffers whole: it runs, byte-exact
+        runner.run(plan, send.view, recv.view.view(np.int8), a, buf)
+    wider = np.zeros(comm.size + 1, np.int64)
+    with pytest.raises(ValueError, match=f"which has not {comm.size + 1} ranks"):
+        runner.run(program(ALGORITHM["flat"], (wider,) * 4), send.view, recv.view, a, buf)
+    if node_phase == "mpi":  # the window is the node's, and only the window holds an shm program's run
+        runner.run(plan, send.view, recv.view, a, buf)  # the same buffers whole: it runs, byte-exact
         assert recv.view.tobytes() == ref.tobytes()
     hc.free()
 

@@ -155,35 +155,32 @@ LAYOUTS = {  # virtual nodes of the world, regular and not (missing lanes, round
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize("node_phase", ["shm", "mpi"], ids=["shm-phase", "mp-phase"])
-def test_hier_lane_phase_and_flat_runs(comm, layout, node_phase):
-    """HierRun with Bruck (radix 2 and 3) and pairwise lanes, and FlatRun with Bruck, equal Alltoallv;
-    one-shot and persistent (three Starts with fresh data)."""
-    from functools import partial
-
+def test_programs_with_round_based_exchanges_in_every_runner(comm, layout, node_phase):
+    """Hierarchical programs with Bruck (radix 2 and 3) and pairwise lanes, and flat programs of
+    Bruck and pairwise rounds, equal Alltoallv: run by the compiled runner, walked in Python, and
+    persistent (three Starts with fresh data)."""
     from hxmpi import HierComm
-    from hxmpi.comm.runs import FlatRun, HierPlan, HierRun, NodeWindow, Scratch
+    from hxmpi.comm.plan import Algorithm, Rounds, program
+    from hxmpi.comm.runs import NodeWindow, Run, Scratch
 
     hc = HierComm(comm, node_of=LAYOUTS[layout](comm.size), node_phase=node_phase)
     counts = count_matrix(comm.size, "irregular", seed=11)
     rc_node = np.ascontiguousarray(counts[:, hc._members].T)
-    kinds = [partial(Bruck, radix=2), partial(Bruck, radix=3), Pairwise]
-    for persistent in (False, True):
-        for kind in kinds:
-            for flat in (False, True):
-                if not flat and not hc._hier_possible:
+    kinds = [(Rounds.ROUNDS_BRUCK, 2), (Rounds.ROUNDS_BRUCK, 3), (Rounds.ROUNDS_PAIRWISE, 0)]
+    for persistent, runner in ((False, hc._runner), (False, None), (True, None)):
+        for rounds, radix in kinds:
+            for planner in ("lanes", "flat"):
+                if planner == "lanes" and not hc._hier_possible:
                     continue
+                algorithm = Algorithm(f"{planner}_{int(rounds)}", planner, rounds)
                 sview, sc, sd, rview, rc, rd, ref = buffers(comm, counts)
                 s, r = Side(sview, sc, sd), Side(rview, rc, rd)
-                if flat:
-                    run = FlatRun(hc.comm, s, r, False, persistent, exchange=kind)
-                else:
-                    plan = HierPlan(hc._planner, hc._mode, s, r, rc_node, comm.rank)
-                    scratch = Scratch() if persistent else hc._scratch
-                    window = (NodeWindow(hc.topology.intra) if persistent else hc._window) if hc._window else None
-                    a = scratch.get("a", plan.a_bytes)
-                    buf = window.ensure(plan.buf_bytes) if window is not None else scratch.get("b", plan.buf_bytes)
-                    run = HierRun(plan, s, r, False, hc.topology.served_lanes, hc.topology.intra, a, buf, window,
-                                  persistent, lane_exchange=kind)
+                prog = program(algorithm, (sc, sd, rc, rd), hc._planner, hc._mode, rc_node, radix)
+                scratch, window = hc._scratch, hc._window
+                if persistent:  # a persistent run owns its program, scratch and window
+                    prog, scratch = prog.detach(), Scratch()
+                    window = NodeWindow(hc.topology.intra) if hc._window else None
+                run = Run(prog, algorithm, radix, s, r, False, hc._comms, scratch, window, persistent, runner)
                 for salt in ((0, 5, 9) if persistent else (0,)):
                     sview[:] = buffers(comm, counts, salt)[0]
                     if persistent:
@@ -192,10 +189,10 @@ def test_hier_lane_phase_and_flat_runs(comm, layout, node_phase):
                     else:
                         run.run()
                     reference(comm, sview, sc, sd, ref, rc, rd)
-                    assert np.array_equal(rview, ref), (kind, flat, persistent, salt)
+                    assert np.array_equal(rview, ref), (algorithm, persistent, runner, salt)
                 run.free()
-                if not flat and persistent and run.window is not None:
-                    run.window.free()
+                if persistent and window is not None:
+                    window.free()
     hc.free()
 
 

@@ -59,8 +59,9 @@ def test_shm_phase_copies_every_received_byte_once():
 def test_flat_and_degenerate_layouts():
     counts = _counts(4, 5)
     flat = rank_schedule(Layout([0, 0, 1, 1]), counts, 1, "flat")
-    assert [type(s) for s in flat][0] is Exchange and flat[0].phase == "flat"
-    assert flat[0].sends == tuple((d, int(counts[1, d])) for d in range(4) if d != 1 and counts[1, d])
+    assert counts[1, 1] and flat[0] == Copy(int(counts[1, 1]), "self")  # MPI copies a rank's own block first
+    assert [type(s) for s in flat[1:]] == [Exchange] and flat[1].phase == "flat"
+    assert flat[1].sends == tuple((d, int(counts[1, d])) for d in range(4) if d != 1 and counts[1, d])
     for ids in ([0] * 4, [0, 1, 2, 3]):
         assert all(not isinstance(s, Exchange) or s.phase == "flat"
                    for s in rank_schedule(Layout(ids), counts, 0, "hier"))
@@ -84,3 +85,81 @@ def test_planner_refuses_arrays_that_do_not_fit_the_layout():
                       ((c, c, c, c, node[:1]), "node counts"), ((c, c, c, c, node.T.copy()), "do not match")]:
         with pytest.raises(ValueError, match=what):
             pl.plan(0, *bad)
+
+
+def _program_of(layout, counts, rank, algorithm, node_phase, radix=2):
+    from hxmpi.comm.plan import ALGORITHM, NODE_PHASES, exclusive_cumsum, program
+    sc, rc = counts[rank].astype(np.int64), np.ascontiguousarray(counts[:, rank]).astype(np.int64)
+    members = layout.members[layout.node_of[rank]]
+    return program(ALGORITHM[algorithm], (sc, exclusive_cumsum(sc), rc, exclusive_cumsum(rc)), layout.planner(rank),
+                   NODE_PHASES[node_phase], np.ascontiguousarray(counts[:, members].T).astype(np.int64), radix)
+
+
+def _same_steps(a, b) -> bool:
+    from dataclasses import fields
+    return len(a) == len(b) and all(
+        type(x) is type(y) and all(np.array_equal(getattr(x, f.name), getattr(y, f.name)) for f in fields(x))
+        for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("node_phase", ["shm", "mpi"])
+@pytest.mark.parametrize("name", VIRTUAL_LAYOUTS)
+def test_hierarchical_programs_take_the_steps_in_one_order(name, node_phase):
+    """Every rank's program: pack (only where its blocks are not grouped by node), its own block,
+    then with shm its blocks for its node into the window, every served lane's exchange posted
+    together (its own lane sends, lanes it stands in for only receive), barrier, copy out,
+    barrier; with mpi the lanes, repack, own blocks, copy out, the node's exchange, unpack. The
+    copies move what ``copied`` says, and a detached program is the same program."""
+    from hxmpi.comm.plan import BarrierStep, CopyStep, ExchangeStep, StepProgram, program_steps
+    layout = Layout(node_of(layouts(7)[name], 7))
+    if not layout.hier_possible:
+        pytest.skip("no hierarchy: hier runs flat")
+    counts = _counts(7, 9)
+    for rank in range(7):
+        prog = _program_of(layout, counts, rank, "hier_pairwise", node_phase)
+        steps = program_steps(prog)
+        kinds = [s.what if isinstance(s, CopyStep) else "barrier" if isinstance(s, BarrierStep) else s.comm
+                 for s in steps]
+        if kinds[0] == "pack":
+            kinds = kinds[1:]
+        lanes = layout.served_lanes(rank)
+        if node_phase == "shm":
+            assert kinds == ["self", "own", *lanes, "barrier", "out", "barrier"]
+        else:
+            assert kinds == ["self", *lanes, "repack", "own", "out", "node", "unpack"]
+        exchanges = [s for s in steps if isinstance(s, ExchangeStep)]
+        assert [s.with_next for s in exchanges if s.comm != "node"] == [True] * (len(lanes) - 1) + [False]
+        assert all(s.rounds == "pairwise" and not s.blocking for s in exchanges[:len(lanes)])
+        assert all(not s.send_counts.any() for s in exchanges[1:len(lanes)])  # stand-ins only receive
+        assert sum(s.nbytes for s in steps if isinstance(s, CopyStep)) == prog.copied
+        kept, snapshot = prog.detach(), program_steps(StepProgram(prog.words.copy()))
+        assert _same_steps(program_steps(kept), steps) and kept.nbytes <= prog.nbytes
+        _program_of(layout, counts + 1, rank, "hier_pairwise", node_phase)  # the planner's next plan
+        assert _same_steps(program_steps(kept), snapshot) and not _same_steps(program_steps(prog), snapshot)
+
+
+def test_every_algorithm_is_a_planner_and_rounds():
+    """The ``Algorithm`` of each name: its agreed code, planner, rounds; unknown names refused."""
+    from hxmpi.comm.plan import ALGORITHM, ALGORITHM_CHOICES, ALGORITHMS, algorithm_of
+    assert ALGORITHMS == ("flat", "bruck", "hier", "hier_pairwise", "hier_bruck")
+    assert [ALGORITHM[a].code for a in ALGORITHMS] == [ALGORITHM_CHOICES.index(a) for a in ALGORITHMS]
+    assert [a for a in ALGORITHMS if ALGORITHM[a].hierarchical] == ["hier", "hier_pairwise", "hier_bruck"]
+    assert [a for a in ALGORITHMS if ALGORITHM[a].radixed] == ["bruck", "hier_bruck"]
+    assert algorithm_of("hier") is ALGORITHM["hier"] and str(ALGORITHM["hier"]) == "hier"
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        algorithm_of("ring")
+
+
+def test_flat_programs_and_the_simulators_phases():
+    """A flat program is one blocking exchange on the world; the simulator posts a flat call as
+    MPI decides, hxmpi's nonblocking lane and node phases linear, pairwise lanes by rounds."""
+    from hxmpi.comm.plan import ExchangeStep, program_steps
+    layout = Layout([0, 0, 1, 1])
+    counts = _counts(4, 5)
+    prog = _program_of(layout, counts, 1, "bruck", "shm", radix=3)
+    (step,) = program_steps(prog)
+    assert isinstance(step, ExchangeStep) and step.comm == "world" and step.rounds == "bruck" and step.radix == 3
+    assert step.blocking and np.array_equal(step.send_counts, counts[1])
+    schedules = {(s.phase, s.schedule) for algorithm in ("flat", "hier", "hier_pairwise")
+                 for s in rank_schedule(layout, counts, 1, algorithm, "mpi") if isinstance(s, Exchange)}
+    assert schedules == {("flat", ""), ("lane", "linear"), ("node", "linear"), ("lane", "pairwise")}

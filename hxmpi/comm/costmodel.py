@@ -46,7 +46,7 @@ import numpy as np
 
 from ..errors import CpuFileError
 from ._agree import quarter_log2
-from .plan import ALGORITHMS, HEADER_BYTES, NODE_PHASES
+from .plan import ALGORITHM, ALGORITHMS, HEADER_BYTES, NODE_PHASES
 
 __all__ = ["alltoallv_algorithm", "CostModel", "fit", "CpuTimes", "fixed_cpu", "Pattern", "predict_agreement",
            "predict_call", "choose_call", "pattern_class", "auto_pick"]
@@ -60,6 +60,15 @@ CPU_FILE = "overhead.json"
 #: Keys of a CPU file's ``cpu_s_per_call``: per algorithm, a one-shot miss (its name), a one-shot
 #: hit (``_hit``) and a persistent plan (``_plan``).
 CPU_KEYS = tuple(a + kind for a in ALGORITHMS for kind in ("", "_hit", "_plan"))
+#: The algorithm of each CPU key.
+_KEY_ALGORITHM = {a + kind: ALGORITHM[a] for a in ALGORITHMS for kind in ("", "_hit", "_plan")}
+
+
+def _hierarchical(name: str) -> bool:
+    """Whether ``name`` (one of ``CALL_ALGORITHMS``, or a CPU key) is one of hxmpi's
+    hierarchical algorithms (or a path of one)."""
+    algo = _KEY_ALGORITHM.get(name)
+    return algo is not None and algo.hierarchical
 
 
 def alltoallv_algorithm(size: int) -> str:
@@ -282,7 +291,7 @@ class CpuTimes:
 def fixed_cpu(model: CostModel, key: str) -> float:
     """The cost model's fixed CPU seconds for path ``key``: ``overhead_hier`` for the hier paths,
     ``overhead_flat`` for flat and Bruck."""
-    return model.overhead_hier if key.startswith("hier") else model.overhead_flat
+    return model.overhead_hier if _hierarchical(key) else model.overhead_flat
 
 
 # ------------------------------------------------------------------------------- whole calls
@@ -404,12 +413,12 @@ def _predict_call(m: "CostModel", algorithm: str, mode: str, nodes: int, per_nod
                   node_phase: str, radix: int, cpu, numpy: bool) -> float:
     n, g, p = nodes, per_node, pat.size
     degenerate = n <= 1 or g <= 1
-    if algorithm.startswith("hier") and degenerate:
+    if _hierarchical(algorithm) and degenerate:
         algorithm = "flat"
     rb = pat.rank_bytes
     b = rb / p                        # effective block
     msgs = min(pat.rank_messages, p - 1.0)
-    t = predict_agreement(m, n, g, algorithm.startswith("hier"), numpy) if mode == "oneshot" else 0.0
+    t = predict_agreement(m, n, g, _hierarchical(algorithm), numpy) if mode == "oneshot" else 0.0
     if mode in ("oneshot", "plan"):
         key = ("flat" if algorithm == "alltoall" else algorithm) + ("_plan" if mode == "plan" else "")
         t += cpu(key) if cpu is not None else fixed_cpu(m, key)
@@ -509,6 +518,6 @@ def auto_pick(model: "CostModel", mode: str, nodes: int, per_node: int, pattern:
     total, messages, recv_sq, pairwise = (None if q is None else 2.0 ** (q / 4) - 1.0 for q in sums)
     rep = Pattern(size, total, messages, recv_sq, uniform, pairwise)
     algo, radix, _ = choose_call(model, mode, nodes, per_node, rep, node_phase, cpu)
-    if algo == "alltoall" or (algo.startswith("hier") and not hier_possible):
+    if algo == "alltoall" or (_hierarchical(algo) and not hier_possible):
         algo = "flat"
     return algo, radix

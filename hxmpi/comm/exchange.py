@@ -33,29 +33,30 @@ from mpi4py import MPI
 from ..errors import CpuFileError, ExchangeError, HxmpiError, agree
 from . import transfer
 from ._agree import buffer_id, pattern_key
-from ._call import AGREED, DONE, KEEP, LANE_KINDS, NOT_FOUND, BruckOnce, CallTable, HierOnce, Saved
+from ._call import AGREED, DONE, KEEP, NOT_FOUND, CallTable, Runner, Saved
 from .agreement import Agreed, Agreement
 from .bruck import TAG as BRUCK_TAG
-from .bruck import Bruck, Pairwise
 from .costmodel import ENV_TUNING, KIB_CAP, CostModel, CpuTimes, auto_pick, pattern_class
 from .msgspec import PREDEFINED, Side, count_arrays, int_vector, parse_alltoall, parse_alltoallv
-from .plan import ALGORITHM_CHOICES, NODE_PHASES, Layout, bruck_rounds, exclusive_cumsum
-from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES, CacheEntry, PlanCache
-from .runs import (
+from .plan import (
+    ALGORITHM,
+    ALGORITHM_CHOICES,
+    COMM_WORLD,
     MODE_SHM,
-    ExchangeStats,
-    FlatRun,
-    HierPlan,
-    HierRun,
-    NodeWindow,
-    Scratch,
+    NODE_PHASES,
+    Algorithm,
+    Layout,
+    StepProgram,
+    bruck_rounds,
+    exclusive_cumsum,
+    program,
 )
+from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES, CacheEntry, PlanCache
+from .runs import ExchangeStats, NodeWindow, Run, Scratch
 from .topology import Topology
-from .transfer import Transfer
 
 __all__ = ["PlanStateError", "HierComm", "ExchangeRequest"]
 
-_HIER = ("hier", "hier_pairwise", "hier_bruck")
 ENV_NODE_PHASE = "HXMPI_NODE_PHASE"
 _ALGO_CODE = {name: i for i, name in enumerate(ALGORITHM_CHOICES)}
 _KIND_BITS = 20  # row kinds are agreed as a 20-bit code: its square summed over ranks fits in 64 bits
@@ -110,8 +111,15 @@ class HierComm:
         self.node_phase, key = self._agree_settings(node_phase, bad)
         self._mode = NODE_PHASES[self.node_phase]
         self._window = NodeWindow(t.intra) if self.node_phase == "shm" else None
-        # One-shot hierarchical runs are compiled, one runner per (algorithm, radix) (``_hier_once``).
-        self._onces: dict[tuple[str, int], Optional[HierOnce]] = {}
+        #: each exchange's communicator by its code in a step program (``plan.ExchangeStep.comm``)
+        self._comms = {"world": self.comm, "node": t.intra, **dict(t.served_lanes)}
+        # One-shot runs are compiled (None where the MPI's handles cannot be passed from compiled
+        # code: their steps are walked in Python then).
+        try:
+            self._runner: Optional[Runner] = Runner(self.comm, t.intra, t.served_lanes, MPI.BYTE, BRUCK_TAG,
+                                                    bruck_rounds)
+        except NotImplementedError:
+            self._runner = None
         self._scratch = Scratch()
         self._agreement = Agreement(self.comm, key)
         #: the agreed plan cache of one-shot calls (``hxmpi/comm/plancache.py``).
@@ -120,19 +128,21 @@ class HierComm:
         # on every rank) and misses since the last hit, and holds the last call's stats and state.
         self._calls = CallTable(self._agreement, self.plan_cache, self._scratch, self._window, self.comm.size)
         self.plan_cache.on_drop = self._calls.forget
-        self._choices: dict[tuple, tuple[str, int]] = {}  # auto's picks by pattern class (_pick)
+        self._choices: dict[tuple, tuple[Algorithm, int]] = {}  # auto's picks by pattern class (_pick)
         # Misses of the common spec form that run flat are parsed, agreed and run compiled too.
-        flat = frozenset(_ALGO_CODE[a] for a in ("flat",) + (() if self._hier_possible else _HIER))
+        hier = {a.code: a for a in ALGORITHM.values() if a.hierarchical}
+        flat = frozenset([ALGORITHM["flat"].code, *(() if self._hier_possible else hier)])
         self._calls.miss_path(self._choices, _ALGO_CODE, _ALGO_CODE["auto"], flat, PREDEFINED, MPI.Datatype,
                               transfer, self.comm.rank, key, KIB_CAP, self.comm, MPI.BYTE,
                               ExchangeStats("flat", flat_counts=np.zeros(self.comm.size, dtype=np.int64)))
-        if self._hier_once("hier", radix) is not None:  # and hierarchical ones too
-            self._calls.hier_path({_ALGO_CODE[a]: a for a in _HIER}, radix, self._hier_once, self._onces,
-                                  MPI.INT64_T)
+        if self._runner is not None and self._hier_possible:  # and hierarchical ones too
+            self._calls.hier_path(hier, radix, self._runner, {"lanes": self._planner}, self._mode,
+                                  self._mode == MODE_SHM, _stats_of, MPI.INT64_T)
         size = self.comm.size
-        self._calls.bruck_path(frozenset((_ALGO_CODE["bruck"],)), radix,  # and flat Bruck ones
-                               lambda k: BruckOnce(self.comm, bruck_rounds(size, k), BRUCK_TAG, MPI.BYTE),
-                               ExchangeStats("bruck", flat_counts=np.zeros(size, dtype=np.int64)))
+        if self._runner is not None:  # and flat Bruck ones, whose first runs the runner keeps
+            self._calls.bruck_path(frozenset((_ALGO_CODE["bruck"],)), radix,
+                                   partial(self._runner.bruck_once, COMM_WORLD),
+                                   ExchangeStats("bruck", flat_counts=np.zeros(size, dtype=np.int64)))
         self._node_of = np.asarray(t.node_of, dtype=np.int64)
         self._members = self.layout.members[t.node]
         self._count_send = np.empty(size, dtype=np.int64)  # alltoallv's count exchange, reused
@@ -253,11 +263,11 @@ class HierComm:
 
     @property
     def scratch_bytes(self) -> int:
-        """Scratch memory of one-shot calls on this rank: private buffers, the compiled Bruck runs'
-        send buffers and arenas, plus its share of the window (bytes)."""
+        """Scratch memory of one-shot calls on this rank: private buffers, the compiled runner's
+        Bruck send buffers and arenas, plus its share of the window (bytes)."""
         window = self._window.view.shape[0] // self.topology.intra.size if self._window else 0
-        runners = sum(once.scratch_bytes for once in self._onces.values() if once is not None)
-        return self._scratch.nbytes + self._calls.scratch_bytes + runners + window
+        runner = self._runner.scratch_bytes if self._runner is not None else 0
+        return self._scratch.nbytes + runner + window
 
     # ------------------------------------------------------------------ core
     def _exchange_counts(self, counts: Optional[np.ndarray]) -> np.ndarray:
@@ -339,8 +349,8 @@ class HierComm:
         algo, radix = self._resolve(settings[0], agreed, settings[3])
         fresh = CacheEntry(0, (s.counts, s.displs, r.counts, r.displs) if cacheable else None, settings, algo,
                            agreed.big, key=key or 0, radix=radix)
-        if algo in _HIER:
-            fresh.plan = self._hier_plan(s, r)
+        if algo.hierarchical:
+            fresh.plan = self._hier_plan(s, r, algo, radix)
         calls.state = "miss" if cache.max_entries else "off"
         self._run_once(fresh, s, r)
         if calls.count_miss() and cache.max_entries:  # on every rank at this agreed miss, findable or not
@@ -348,7 +358,7 @@ class HierComm:
 
     def _keep_miss(self, algorithm, validate, uniform: bool) -> None:
         """Cache the pattern of a miss the compiled path ran and kept (``KEEP``), from the sides it
-        read and, for a hierarchical run, the plan it made: nothing is parsed or planned again."""
+        read and, for a hierarchical run, the program it ran: nothing is parsed or planned again."""
         send, recv, planned = self._calls.kept
         parts = tuple(self._calls.parsed.reshape(4, self.comm.size).copy())  # the next miss overwrites them
         s = Side(send.reshape(-1).view(np.uint8), parts[0], parts[1])
@@ -357,14 +367,14 @@ class HierComm:
         agreed = Agreed(self._calls.last_flags, 0, self._agreement.sums)
         algo, radix = self._resolve(settings[0], agreed, uniform)
         fresh = CacheEntry(0, parts, settings, algo, agreed.big, key=pattern_key(parts), radix=radix)
-        if algo in _HIER:
-            fresh.plan = HierPlan(self._planner, self._mode, s, r, self._calls.rc_node, self.comm.rank, planned)
+        if algo.hierarchical:
+            fresh.plan = planned
         self._keep(fresh, s, r)
 
     def _keep(self, fresh: CacheEntry, s: Side, r: Side) -> None:
         """Cache the entry of an agreed miss that ran on these sides (collective by construction)."""
         if fresh.plan is not None:
-            fresh.plan.detach()  # it outlives the planner's next plan
+            fresh.plan = fresh.plan.detach()  # it outlives the planner's next plan
         fresh.bound = self._identity(s, r)
         self.plan_cache.insert(fresh, self._calls.tick)
 
@@ -400,15 +410,16 @@ class HierComm:
         self._run_once(entry, s, r)
         entry.bound = self._identity(s, r)
 
-    def _resolve(self, code: int, agreed: Agreed, uniform: bool, mode: str = "oneshot") -> tuple[str, int]:
+    def _resolve(self, code: int, agreed: Agreed, uniform: bool, mode: str = "oneshot") -> tuple[Algorithm, int]:
         """(algorithm, radix) a call runs, from agreed numbers only: "auto" asks the cost model
         (``_pick``); the hierarchical ones run flat where the layout has no hierarchy."""
-        algo = ALGORITHM_CHOICES[code]
-        if algo == "auto":
+        name = ALGORITHM_CHOICES[code]
+        if name == "auto":
             return self._pick(agreed, uniform, mode)
-        return ("flat" if algo in _HIER and not self._hier_possible else algo), self.radix
+        algo = ALGORITHM[name]
+        return (ALGORITHM["flat"] if algo.hierarchical and not self._hier_possible else algo), self.radix
 
-    def _pick(self, agreed: Agreed, uniform: bool, mode: str) -> tuple[str, int]:
+    def _pick(self, agreed: Agreed, uniform: bool, mode: str) -> tuple[Algorithm, int]:
         """The cost model's pick for the agreed pattern (``costmodel.auto_pick``), memoised by
         pattern class: one decision per class, however many patterns of it come."""
         pat = agreed.pattern(self.comm.size, uniform)
@@ -418,8 +429,9 @@ class HierComm:
             if len(self._choices) > 4096:
                 self._choices.clear()
             t = self.topology
-            pick = self._choices[key] = auto_pick(self.cost_model, mode, t.num_nodes, t.max_node_size, pat,
-                                                  self.node_phase, self._hier_possible, self.cpu_times)
+            name, radix = auto_pick(self.cost_model, mode, t.num_nodes, t.max_node_size, pat, self.node_phase,
+                                    self._hier_possible, self.cpu_times)
+            pick = self._choices[key] = (ALGORITHM[name], radix)
         return pick
 
     def _identity(self, s: Side, r: Side) -> tuple:
@@ -427,55 +439,24 @@ class HierComm:
         return buffer_id(s.view, r.view) + (self._scratch.generation,
                                             self._window.generation if self._window else 0)
 
-    def _hier_plan(self, s: Side, r: Side) -> HierPlan:
-        """Plan the hierarchical exchange; the node's receive counts come from the node."""
+    def _hier_plan(self, s: Side, r: Side, algorithm: Algorithm, radix: int) -> StepProgram:
+        """The hierarchical program (the planner's own: ``detach`` for one that lasts); the node's
+        receive counts come from the node."""
         rc_node = np.empty((len(self._members), self.comm.size), dtype=np.int64)
         # INT64_T, as a miss the compiled path runs gathers them (``CallTable._run_hier``).
         self.topology.intra.Allgather([r.counts, MPI.INT64_T], [rc_node, MPI.INT64_T])
-        return HierPlan(self._planner, self._mode, s, r, rc_node, self.comm.rank)
-
-    def _hier_once(self, algorithm: str, radix: int) -> Optional[HierOnce]:
-        """The compiled one-shot runner of ``algorithm`` (one of ``_HIER``; ``radix`` counts for
-        "hier_bruck" only), made once; None where the layout has no hierarchy or the MPI's
-        handles cannot be passed from compiled code (its runs then walk ``HierRun``'s steps)."""
-        key = (algorithm, radix if algorithm == "hier_bruck" else 0)
-        if key not in self._onces:
-            once = None
-            if self._hier_possible:
-                t, lanes = self.topology, LANE_KINDS[algorithm]
-                rounds = bruck_rounds(t.num_nodes, radix) if algorithm == "hier_bruck" else None
-                try:
-                    once = HierOnce(self._planner, self._mode, self._mode == MODE_SHM, t.served_lanes, t.intra,
-                                    MPI.BYTE, lanes, rounds, BRUCK_TAG)
-                except NotImplementedError:
-                    pass
-                else:
-                    once.stats = ExchangeStats(algorithm, node_bytes=self._planner.node_bytes,
-                                               node_sends=None if self._mode == MODE_SHM else self._planner.p2_sc)
-                    once.stats.radix = radix if algorithm == "hier_bruck" else 0
-            self._onces[key] = once
-        return self._onces[key]
+        return program(algorithm, (s.counts, s.displs, r.counts, r.displs), self._planner, self._mode, rc_node,
+                       radix)
 
     def _bind(self, entry: CacheEntry, s: Side, r: Side, persistent: bool, scratch: Optional[Scratch] = None,
-              window: Optional[NodeWindow] = None):
-        """A run of ``entry``'s plan on these buffers (one-shot scratch unless others are given)."""
-        if entry.algorithm == "flat":
-            return FlatRun(self.comm, s, r, entry.big, persistent, entry.settings[3])
-        bruck = partial(Bruck, radix=entry.radix)
-        if entry.algorithm == "bruck":
-            run = FlatRun(self.comm, s, r, entry.big, persistent, exchange=bruck, name="bruck")
-        else:
-            plan, scratch = entry.plan, scratch or self._scratch
-            window = window or self._window
-            a = scratch.get("a", plan.a_bytes)
-            buf = window.ensure(plan.buf_bytes) if plan.mode == MODE_SHM else scratch.get("b", plan.buf_bytes)
-            lanes = {"hier": Transfer, "hier_pairwise": Pairwise, "hier_bruck": bruck}[entry.algorithm]
-            run = HierRun(plan, s, r, entry.big, self.topology.served_lanes, self.topology.intra, a, buf,
-                          window, persistent, lane_exchange=lanes, name=entry.algorithm,
-                          once=None if persistent else self._hier_once(entry.algorithm, entry.radix))
-        if entry.algorithm in ("bruck", "hier_bruck"):
-            run.stats.radix = entry.radix
-        return run
+              window: Optional[NodeWindow] = None) -> Run:
+        """A run of ``entry``'s program on these buffers (one-shot scratch unless others are given):
+        its hierarchical program, or a flat one made here."""
+        algo = entry.algorithm
+        prog = entry.plan if algo.hierarchical else program(
+            algo, (s.counts, s.displs, r.counts, r.displs), radix=entry.radix, uniform=entry.settings[3])
+        return Run(prog, algo, entry.radix, s, r, entry.big, self._comms, scratch or self._scratch,
+                   window or self._window, persistent, runner=self._runner)
 
     def _run_once(self, entry: CacheEntry, s: Side, r: Side) -> None:
         run = self._bind(entry, s, r, persistent=False)
@@ -495,8 +476,8 @@ class HierComm:
         algo, radix = self._resolve(code, agreed, uniform, "plan")
         entry = CacheEntry(0, None, (code, True, 0, uniform), algo, agreed.big, radix=radix)
         window = None
-        if algo in _HIER:
-            entry.plan = self._hier_plan(s, r).detach()
+        if algo.hierarchical:
+            entry.plan = self._hier_plan(s, r, algo, radix).detach()
             window = NodeWindow(self.topology.intra) if self._window else None
         # A request owns its scratch and window: it may be started while one-shot calls run.
         run = self._bind(entry, s, r, True, Scratch(), window)
@@ -550,6 +531,11 @@ class HierComm:
         if self._window is not None:
             self._window.free()
         self.topology.free()
+
+
+def _stats_of(algorithm: Algorithm, radix: int, prog: StepProgram) -> ExchangeStats:
+    """The stats of a hierarchical run (``CallTable.hier_path``)."""
+    return ExchangeStats.of(algorithm, radix, program=prog)
 
 
 def _pricing(tuning: Optional[str], overhead: Optional[str]) -> tuple[CostModel, CpuTimes, Optional[str]]:

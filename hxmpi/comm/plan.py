@@ -1,34 +1,82 @@
-"""The hierarchical exchange's plan: who serves which lane, and every byte offset of a call.
+"""One call as a step program: what every runner executes and the simulator replays.
 
-Pure planning, no MPI: ``HierComm`` executes plans, and ``python -m hxmpi.sim`` replays the very
-same plans in SimGrid (``hxmpi.sim.schedule.rank_schedule``), so the simulated messages are the
-ones hxmpi sends.
+A call's **step program** (``StepProgram``, written by a planner in compiled code; its layout is
+``csrc/_steps.pxi``) lists, for one rank and one count pattern, every step in order:
 
-Layout rules (see ``docs/method.md``): node ids are renumbered by lowest rank; local rank l of node m
-is the native member of lane l; on a node with fewer than l+1 ranks lane l is served by local rank
-``l % G_m``, so a rank serves the lanes {l, l+G_m, l+2 G_m, ...} below the largest node size. Source
-s (node m, local rank l_s) sends its blocks for node n, in one segment, on lane l_s; on node n the
-segment is received by local rank ``l_s % G_n``, its "server". The compiled pass in
-``csrc/_plan.pyx`` turns counts into copy lists and phase vectors.
+- copies: a list of blocks (source offset, destination offset, length; bytes) from one buffer
+  to another, the buffers named: ``send`` and ``recv`` (the caller's), ``scratch`` (private) and
+  ``stage`` (what lanes receive into: the node's shared window, or private);
+- exchanges: an all-to-all on one communicator (the world, the node, or a lane), with every
+  peer's send and receive counts and displacements, posted as one MPI all-to-all (``linear``),
+  as pairwise rounds or as radix-k Bruck rounds; consecutive exchanges marked ``with_next`` are
+  posted together;
+- barriers: the node window's barrier.
 
-The lane phase (and the whole flat exchange) can also run as pairwise rounds or as radix-k
-Bruck rounds (``hxmpi.comm.bruck``); ``bruck_rounds`` gives their slots from the rank count alone,
-so the simulator (``hxmpi.sim.schedule.bruck_messages``) replays the very rounds
-``hxmpi.comm.bruck.Bruck`` sends.
+The program is made once per call by the planner, from the agreed counts. Everything downstream
+only reads it: the compiled runner (``hxmpi.comm._call.Runner``: one C loop over the steps,
+without the GIL and with no Python between them), ``hxmpi.comm.runs.Run`` (a program bound to
+buffers and communicators, persistent or one-shot, with a Python walk for MPIs whose handles
+cannot be passed), and the simulator (``hxmpi.sim.schedule.rank_schedule`` turns the same
+program's steps into copies and messages between world ranks). So the simulator replays what
+runs, and a step order is written in one place: the planner's.
+
+An ``Algorithm`` says which planner makes its program and how its exchanges go: ``flat_program``
+(one exchange on the world) or ``HierPlanner`` (pack, the lanes, the node phase; below).
+
+**Adding an algorithm** is writing its planner: a compiled pass that fills a program's vectors and
+emits its steps (``_copy_step``, ``_exchange_step``, ``_emit`` of a barrier, ``_finish``, in
+``csrc/_plan.pyx``), then an ``Algorithm`` naming it here. The runners and the simulator need
+nothing new unless a step of a new kind appears. Multi-leader node-aware Alltoallv, for
+instance (k leaders per node), is: every rank copies its blocks for other nodes into the node
+window (a copy ``send`` -> ``stage``); a barrier; leader j of each node exchanges the node's
+aggregated segments with leader j of every other node on lane j's communicator, from the window
+into the window (an exchange ``stage`` -> ``stage`` on lane j, ``linear``; ranks that lead
+nothing have no exchange step); a barrier; every rank copies its blocks out of the window (a copy
+``stage`` -> ``recv``), and a last barrier frees the window. Its planner needs the node's counts,
+as ``HierPlanner`` does (``rc_node``); k travels as the program's parameter like Bruck's radix.
+
+The hierarchical layout rules (see ``docs/method.md``): node ids are renumbered by lowest rank;
+local rank l of node m is the native member of lane l; on a node with fewer than l+1 ranks lane l
+is served by local rank ``l % G_m``, so a rank serves the lanes {l, l+G_m, l+2 G_m, ...} below the
+largest node size. Source s (node m, local rank l_s) sends its blocks for node n, in one segment,
+on lane l_s; on node n the segment is received by local rank ``l_s % G_n``, its "server".
+
+Bruck rounds come from ``bruck_rounds``, from the rank count alone, so the simulator
+(``hxmpi.sim.schedule.bruck_messages``) replays the very rounds ``hxmpi.comm.bruck.Bruck`` sends.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from ._plan import MODE_MPI, MODE_SHM, HierPlanner
+from ._plan import (
+    HEADER_SIZE,
+    MODE_MPI,
+    MODE_SHM,
+    ROW_SIZE,
+    Buffer,
+    Comm,
+    HeaderWord,
+    HierPlanner,
+    Rounds,
+    RowWord,
+    StepFlag,
+    StepKind,
+    StepProgram,
+    flat_program,
+)
 
-__all__ = ["exclusive_cumsum", "dense_node_ids", "Layout", "check_radix", "bruck_rounds"]
+__all__ = ["exclusive_cumsum", "dense_node_ids", "Layout", "Algorithm", "ALGORITHMS", "ALGORITHM", "NODE_PHASES",
+           "algorithm_of", "program", "StepProgram", "CopyStep", "ExchangeStep", "BarrierStep", "program_steps",
+           "check_radix", "bruck_rounds"]
 
 #: The node phase's implementations: shared memory ("shm") or message passing ("mpi").
 NODE_PHASES = {"shm": MODE_SHM, "mpi": MODE_MPI}
+#: The world's communicator in a program (the node's is ``Comm.COMM_NODE``; lanes are numbered).
+COMM_WORLD = int(Comm.COMM_WORLD)
 
 
 def exclusive_cumsum(x: np.ndarray) -> np.ndarray:
@@ -90,17 +138,155 @@ class Layout:
                      for m in range(self.num_nodes)] for lane in self.served_lanes(rank)]
         return HierPlanner(rank, node, local, self.members[node], self.dest_order, self.node_start,
                            np.asarray(srv, dtype=np.int64), np.asarray(ptr, dtype=np.int64),
-                           np.asarray(lane_src, dtype=np.int64).reshape(len(lane_src), self.num_nodes))
+                           np.asarray(lane_src, dtype=np.int64).reshape(len(lane_src), self.num_nodes),
+                           self.served_lanes(rank))
 
 
-#: hxmpi's algorithms: flat Alltoallv, flat radix-k Bruck, and hier with linear (Ialltoallv),
-#: pairwise or Bruck lanes.
-ALGORITHMS = ("flat", "bruck", "hier", "hier_pairwise", "hier_bruck")
+@dataclass(frozen=True)
+class Algorithm:
+    """One of hxmpi's algorithms: which planner makes its program, and how its exchanges go.
+
+    ``name``: as calls name it and ``last_stats`` reports it; ``planner``: "flat" (one exchange on
+    the world, ``flat_program``) or "lanes" (pack, the lanes, the node phase: ``HierPlanner``);
+    ``rounds``: how its world or lane exchanges run (``ROUNDS_LINEAR``: one MPI all-to-all,
+    ``ROUNDS_PAIRWISE``, ``ROUNDS_BRUCK``: radix-k Bruck).
+    """
+    name: str
+    planner: str
+    rounds: int
+
+    @property
+    def hierarchical(self) -> bool:
+        """Whether it runs over nodes (lanes, the node's counts): flat where the layout has none."""
+        return self.planner != "flat"
+
+    @property
+    def radixed(self) -> bool:
+        """Whether a radix is one of its settings (Bruck rounds)."""
+        return self.rounds == Rounds.ROUNDS_BRUCK
+
+    @property
+    def code(self) -> int:
+        """What the agreement carries for it: its index in ``ALGORITHM_CHOICES``."""
+        return ALGORITHM_CHOICES.index(self.name)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_ALL = (Algorithm("flat", "flat", Rounds.ROUNDS_LINEAR), Algorithm("bruck", "flat", Rounds.ROUNDS_BRUCK),
+        Algorithm("hier", "lanes", Rounds.ROUNDS_LINEAR),
+        Algorithm("hier_pairwise", "lanes", Rounds.ROUNDS_PAIRWISE),
+        Algorithm("hier_bruck", "lanes", Rounds.ROUNDS_BRUCK))
+#: hxmpi's algorithms by name: flat Alltoallv, flat radix-k Bruck, and hier with linear
+#: (Ialltoallv), pairwise or Bruck lanes.
+ALGORITHM = {a.name: a for a in _ALL}
+#: Their names.
+ALGORITHMS = tuple(ALGORITHM)
 #: What a call may ask for: an algorithm, or "auto" (the cost model picks). A name's index in this
 #: tuple is the code the agreement carries.
 ALGORITHM_CHOICES = (*ALGORITHMS, "auto")
 #: Bytes of a Bruck header entry (one int64 length per slot, first run only).
 HEADER_BYTES = 8
+
+
+def algorithm_of(name: Union[str, Algorithm]) -> Algorithm:
+    """The ``Algorithm`` of a name (or the algorithm itself); ValueError naming the choices."""
+    if isinstance(name, Algorithm):
+        return name
+    found = ALGORITHM.get(name)
+    if found is None:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {name!r}")
+    return found
+
+
+def program(algorithm: Algorithm, sides: tuple, planner: Optional[HierPlanner] = None, mode: int = MODE_SHM,
+            node_counts: Optional[np.ndarray] = None, radix: int = 2, uniform: bool = False) -> StepProgram:
+    """The step program of one call on one rank: ``sides`` (send counts, send displacements,
+    receive counts, receive displacements; int64 bytes, one per rank). A hierarchical algorithm
+    needs the rank's ``planner`` (``Layout.planner``), the node phase ``mode`` and
+    ``node_counts`` (what every rank of the node receives from every rank, node size x world
+    size); its program is the planner's own (``StepProgram.detach`` for one that lasts).
+    ``uniform``: an Alltoall's equal blocks (flat: MPI_Alltoall)."""
+    radix = radix if algorithm.radixed else 0
+    if algorithm.hierarchical:
+        return planner.plan(mode, *sides, node_counts, algorithm.rounds, radix)
+    return flat_program(algorithm.rounds, radix, uniform, *sides)
+
+
+@dataclass(frozen=True)
+class CopyStep:
+    """Copy blocks (bytes) from buffer ``src`` to buffer ``dst`` ("send", "recv", "scratch",
+    "stage"); ``what``: "pack", "self", "own", "out", "repack" or "unpack"."""
+    what: str
+    src: str
+    dst: str
+    src_off: np.ndarray
+    dst_off: np.ndarray
+    length: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes it moves."""
+        return int(self.length.sum())
+
+
+@dataclass(frozen=True)
+class ExchangeStep:
+    """An all-to-all on ``comm`` ("world", "node", or a lane number) from buffer ``src`` to
+    ``dst``, each peer's bytes (in the communicator's rank order). ``rounds``: "linear" (one MPI
+    all-to-all), "pairwise" or "bruck" (at ``radix``); ``with_next``: posted with the next
+    exchange; ``blocking``: one blocking call where the runner runs it whole (else nonblocking,
+    then waited for); ``uniform``: MPI_Alltoall."""
+    comm: Union[str, int]
+    rounds: str
+    radix: int
+    src: str
+    dst: str
+    send_counts: np.ndarray
+    send_displs: np.ndarray
+    recv_counts: np.ndarray
+    recv_displs: np.ndarray
+    with_next: bool
+    blocking: bool
+    uniform: bool
+
+
+@dataclass(frozen=True)
+class BarrierStep:
+    """The node window's barrier: every rank of the node, with memory fences."""
+
+
+Step = Union[CopyStep, ExchangeStep, BarrierStep]
+_BUFFERS = {Buffer.BUF_SEND: "send", Buffer.BUF_RECV: "recv", Buffer.BUF_SCRATCH: "scratch",
+            Buffer.BUF_STAGE: "stage"}
+_COPIED = ("pack", "self", "own", "out", "repack", "unpack")  # ``Copied``'s order
+_ROUNDS = {Rounds.ROUNDS_LINEAR: "linear", Rounds.ROUNDS_PAIRWISE: "pairwise", Rounds.ROUNDS_BRUCK: "bruck"}
+_COMMS = {Comm.COMM_WORLD: "world", Comm.COMM_NODE: "node"}
+
+
+def program_steps(prog: StepProgram) -> tuple:
+    """The program's steps as typed records, in order; their arrays are views of its words
+    (read-only)."""
+    w = prog.words.view()
+    w.flags.writeable = False
+    rows = int(w[HeaderWord.ROWS])
+    out = []
+    for i in range(rows):
+        row = w[HEADER_SIZE + i * ROW_SIZE:HEADER_SIZE + (i + 1) * ROW_SIZE]
+        kind, n = int(row[RowWord.KIND]), int(row[RowWord.N])
+        vec = [w[int(row[v]):int(row[v]) + n] for v in (RowWord.V0, RowWord.V1, RowWord.V2, RowWord.V3)]
+        src, dst = _BUFFERS.get(int(row[RowWord.SRC])), _BUFFERS.get(int(row[RowWord.DST]))
+        if kind == StepKind.STEP_COPY:
+            out.append(CopyStep(_COPIED[int(row[RowWord.WHAT])], src, dst, *vec[:3]))
+        elif kind == StepKind.STEP_EXCHANGE:
+            comm, flags = int(row[RowWord.COMM]), int(row[RowWord.FLAGS])
+            out.append(ExchangeStep(_COMMS.get(comm, comm), _ROUNDS[int(row[RowWord.ROUNDS])],
+                                    int(row[RowWord.RADIX]), src, dst, *vec, bool(flags & StepFlag.WITH_NEXT),
+                                    bool(flags & StepFlag.BLOCKING), bool(flags & StepFlag.UNIFORM)))
+        else:
+            out.append(BarrierStep())
+    return tuple(out)
 
 
 def check_radix(radix, size: int) -> int:

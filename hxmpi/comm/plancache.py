@@ -31,9 +31,9 @@ class CacheEntry:
     slot: int                  # 1..max_entries, the same on every rank for the same agreed call
     parts: Optional[tuple]     # this rank's int64 arrays of the pattern; None: not findable here
     settings: tuple            # (algorithm code, validate, row kind, uniform)
-    algorithm: str             # one of ``plan.ALGORITHMS``, as agreed when it was made
+    algorithm: Any             # the ``plan.Algorithm`` that runs, as agreed when it was made
     big: bool                  # large-count path, as agreed
-    plan: Any = None           # HierPlan for hier, None for flat
+    plan: Any = None           # the step program (``plan.StepProgram``) of a hierarchical algorithm, else None
     run: Any = None            # persistent run bound to ``bound``, or None
     bound: Optional[tuple] = None  # buffer identity the last call used (execute + exchange decide)
     last_use: int = 0          # agreed call counter

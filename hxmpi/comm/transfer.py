@@ -97,7 +97,7 @@ class Transfer:
             return None
 
     def program(self) -> None:
-        """None: a transfer compiles only through its persistent request (``runs.FlatRun.program``)."""
+        """None: a transfer compiles only through its persistent request (``runs.Run.program``)."""
         return None
 
     def free(self) -> None:

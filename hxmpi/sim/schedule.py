@@ -1,9 +1,12 @@
 """The simulator's message schedules: what one rank does in one call, step by step.
 
-``rank_schedule`` turns a (P, P) count matrix into a rank's copies, messages and node barriers,
-from the very plans ``HierComm`` executes (``hxmpi.comm.plan``: ``Layout`` and its compiled
-planner, ``bruck_rounds``), so the messages ``python -m hxmpi.sim`` replays are the ones hxmpi
-sends. Pure: no MPI.
+``rank_schedule`` turns a (P, P) count matrix into a rank's copies, messages and node barriers by
+making the rank's step program with the very planners ``HierComm`` runs (``hxmpi.comm.plan``:
+``program``, ``Layout`` and its compiled planner) and reading its steps (``program_schedule``): a
+copy step is a copy of its bytes, an exchange step the messages to and from each peer (mapped from
+its communicator's ranks to world ranks), its block to itself a copy made first (as MPI's and
+hxmpi's all-to-alls make it), Bruck rounds expanded by ``bruck_rounds``. So the messages
+``python -m hxmpi.sim`` replays are the ones hxmpi sends, in the order it sends them. Pure: no MPI.
 """
 from __future__ import annotations
 
@@ -12,19 +15,24 @@ from typing import Sequence, Union
 
 import numpy as np
 
-from ..comm._plan import MODE_SHM
 from ..comm.plan import (
-    ALGORITHMS,
+    ALGORITHM,
     HEADER_BYTES,
     NODE_PHASES,
+    BarrierStep,
+    CopyStep,
     Layout,
+    StepProgram,
+    algorithm_of,
     bruck_rounds,
     check_radix,
     exclusive_cumsum,
+    program,
+    program_steps,
 )
 
 __all__ = ["Copy", "Exchange", "Collective", "NodeBarrier", "Step", "bruck_messages", "bruck_steps",
-           "lane_counts", "rank_schedule"]
+           "lane_counts", "comm_members", "program_schedule", "rank_schedule"]
 
 
 @dataclass(frozen=True)
@@ -39,9 +47,9 @@ class Exchange:
     """One all-to-all phase ("flat", "lane", "node") or one Bruck round ("round"): (peer world rank,
     bytes) pairs, non-empty only except in rounds (a Bruck round sends its message even when empty).
 
-    ``schedule``: how the messages are posted: "" as Open MPI runs the phase (``simulate``
-    decides), "linear" (all at once, one wait) or "pairwise" (rounds over ``members``, the world
-    ranks of the communicator in its rank order)."""
+    ``schedule``: how the messages are posted: "" as Open MPI runs a blocking call of the phase
+    (``simulate`` decides), "linear" (all at once, one wait: hxmpi's nonblocking phases) or
+    "pairwise" (rounds over ``members``, the world ranks of the communicator in its rank order)."""
     phase: str
     sends: tuple
     recvs: tuple
@@ -120,22 +128,64 @@ def lane_counts(layout: Layout, counts: np.ndarray, lane: int) -> np.ndarray:
     return out
 
 
-def _lane_steps(layout: Layout, counts: np.ndarray, rank: int, algorithm: str, sends: tuple, recvs: tuple,
-                radix: int, learned: bool) -> list[Step]:
-    """The lane phase: one linear Ialltoallv over every served lane, or each lane's rounds in turn."""
-    if algorithm == "hier":
-        return [Exchange("lane", sends, recvs)]
+def comm_members(layout: Layout, rank: int, comm) -> tuple:
+    """World ranks of an exchange's communicator (``plan.ExchangeStep.comm``: "world", "node" or a
+    lane number) as ``rank`` sees it, in the communicator's rank order."""
+    if comm == "world":
+        return tuple(range(layout.size))
+    if comm == "node":
+        return tuple(int(r) for r in layout.members[int(layout.node_of[rank])])
+    return tuple(layout.lane_server(comm, m) for m in range(layout.num_nodes))
+
+
+def _comm_counts(layout: Layout, counts: np.ndarray, rank: int, comm) -> np.ndarray:
+    """What every member of the communicator sends every other on it (bytes): the rounds of a
+    Bruck exchange carry others' blocks too."""
+    if comm == "world":
+        return counts
+    if comm == "node":
+        members = np.asarray(comm_members(layout, rank, comm))
+        return counts[np.ix_(members, members)]
+    return lane_counts(layout, counts, comm)
+
+
+def program_schedule(prog: StepProgram, layout: Layout, rank: int, counts: np.ndarray,
+                     learned: bool = True) -> list[Step]:
+    """The simulator's steps of ``rank``'s program ``prog``: copies of their bytes (empty ones
+    left out), node barriers, and each exchange's messages between world ranks (linear ones posted
+    together merged into one), its block to itself a copy first. ``counts`` (P x P bytes) only
+    feeds Bruck rounds, which carry others' blocks; ``learned``: their lengths are known (no
+    headers, no empty messages)."""
     steps: list[Step] = []
-    node = int(layout.node_of[rank])
-    for lane in layout.served_lanes(rank):
-        members = tuple(layout.lane_server(lane, m) for m in range(layout.num_nodes))
-        lc = lane_counts(layout, counts, lane)
-        if algorithm == "hier_pairwise":
-            steps.append(Exchange("lane", _pairs(members, lc[node]), _pairs(members, lc[:, node]),
-                                  "pairwise", members))
+    group: list = []
+    for st in program_steps(prog):
+        if isinstance(st, CopyStep):
+            steps.append(Copy(st.nbytes, st.what))
+            continue
+        if isinstance(st, BarrierStep):
+            steps.append(NodeBarrier())
+            continue
+        members = comm_members(layout, rank, st.comm)
+        pos = members.index(rank)
+        if st.rounds == "bruck":
+            steps += bruck_steps(_comm_counts(layout, counts, rank, st.comm), members, pos, st.radix, learned)
+            continue
+        if st.send_counts[pos]:
+            steps.append(Copy(int(st.send_counts[pos]), "self"))
+        others = np.arange(len(members)) != pos
+        peers = np.asarray(members)[others]
+        group.append((st, members, _pairs(peers, st.send_counts[others]), _pairs(peers, st.recv_counts[others])))
+        if st.with_next:
+            continue
+        phase = "flat" if st.comm == "world" else "node" if st.comm == "node" else "lane"
+        if st.rounds == "pairwise":
+            schedule = "pairwise"
         else:
-            steps += bruck_steps(lc, members, node, radix, learned)
-    return steps
+            schedule = "" if st.blocking and len(group) == 1 else "linear"
+        steps.append(Exchange(phase, sum((g[2] for g in group), ()), sum((g[3] for g in group), ()), schedule,
+                              members if len(group) == 1 else ()))
+        group = []
+    return [s for s in steps if not isinstance(s, Copy) or s.nbytes]
 
 
 def rank_schedule(layout: Layout, counts: np.ndarray, rank: int, algorithm: str = "hier",
@@ -150,37 +200,15 @@ def rank_schedule(layout: Layout, counts: np.ndarray, rank: int, algorithm: str 
     p = layout.size
     if counts.shape != (p, p):
         raise ValueError(f"counts has shape {counts.shape}, expected ({p}, {p})")
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
-    sc, rc = counts[rank], np.ascontiguousarray(counts[:, rank])
-    others = np.arange(p) != rank
-    selfcopy = [Copy(int(sc[rank]), "self")] if sc[rank] else []
-    if algorithm == "bruck":
-        return bruck_steps(counts, tuple(range(p)), rank, radix, learned)
-    if algorithm == "flat" or not layout.hier_possible:
-        return [Exchange("flat", _pairs(np.flatnonzero(others), sc[others]),
-                         _pairs(np.flatnonzero(others), rc[others]))] + selfcopy
-    mode = NODE_PHASES[node_phase]
-    pl = layout.planner(rank)
-    node = int(layout.node_of[rank])
-    members = layout.members[node]
-    rc_node = np.ascontiguousarray(counts[:, members].T)
-    send_base, pack_bytes, _, _, nrep, _ = pl.plan(mode, sc, exclusive_cumsum(sc), rc, exclusive_cumsum(rc),
-                                                   rc_node)
-    lane = int(layout.local_of[rank])
-    servers = [layout.lane_server(lane, m) for m in range(layout.num_nodes)]
-    sends = _pairs(servers, pl.node_bytes)
-    recvs = tuple(pair for li in range(pl.num_lanes) for pair in _pairs(pl.lane_src[li], pl.p1_rc[li]))
-    lanes = _lane_steps(layout, counts, rank, algorithm, sends, recvs, radix, learned)
-    steps: list[Step] = [Copy(int(pack_bytes), "pack")] if send_base < 0 and pack_bytes else []
-    own = int(pl.own_len.sum())
-    if mode == MODE_SHM:
-        steps += ([Copy(own, "own")] if own else []) + selfcopy
-        steps += lanes + [NodeBarrier(), Copy(int(pl.out_len.sum()), "out"), NodeBarrier()]
-        return [s for s in steps if not isinstance(s, Copy) or s.nbytes]
-    repack = own + int(pl.rep_len[:nrep].sum())
-    steps += lanes + [Copy(repack, "repack"),
-                      Copy(int(pl.out_len.sum()) + int(sc[rank]), "out"),
-                      Exchange("node", _pairs(members, pl.p2_sc), _pairs(members, pl.p2_rc)),
-                      Copy(int(pl.unp_len.sum()), "unpack")]
-    return [s for s in steps if not isinstance(s, Copy) or s.nbytes]
+    algo = algorithm_of(algorithm)
+    if algo.hierarchical and not layout.hier_possible:
+        algo = ALGORITHM["flat"]
+    sc, rc = counts[rank].copy(), np.ascontiguousarray(counts[:, rank])
+    sides = (sc, exclusive_cumsum(sc), rc, exclusive_cumsum(rc))
+    if algo.hierarchical:
+        members = layout.members[int(layout.node_of[rank])]
+        prog = program(algo, sides, layout.planner(rank), NODE_PHASES[node_phase],
+                       np.ascontiguousarray(counts[:, members].T), radix)
+    else:
+        prog = program(algo, sides, radix=radix)
+    return program_schedule(prog, layout, rank, counts, learned)

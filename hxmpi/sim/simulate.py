@@ -52,7 +52,7 @@ from ..comm.costmodel import (
     predict_agreement,
     predict_call,
 )
-from ..comm.plan import ALGORITHMS, Layout
+from ..comm.plan import ALGORITHM, ALGORITHMS, Layout
 from ..errors import CpuFileError, HxmpiError
 from ..provenance import provenance
 from .schedule import Collective, Copy, Exchange, rank_schedule
@@ -160,12 +160,13 @@ class Call:
 
     @property
     def hier(self) -> bool:
-        return self.algorithm.startswith("hier")
+        """Whether its algorithm is one of hxmpi's hierarchical ones."""
+        return needs_hierarchy(self.algorithm)
 
     @property
     def label(self) -> str:
         """Name in tables and JSON: the algorithm, with its radix for the Bruck ones."""
-        return f"{self.algorithm}/{self.radix}" if "bruck" in self.algorithm else self.algorithm
+        return f"{self.algorithm}/{self.radix}" if has_radix(self.algorithm) else self.algorithm
 
     @property
     def cpu_key(self) -> str:
@@ -473,13 +474,14 @@ REPLAYED = ("bare_alltoallv", "bare_alltoall",
 
 
 def needs_hierarchy(algorithm: str) -> bool:
-    """Whether an algorithm of hxmpi's works through nodes (and runs flat where the layout has none)."""
-    return algorithm not in ("flat", "bruck")
+    """Whether an algorithm of hxmpi's works through nodes (and runs flat where the layout has none);
+    False for a bare MPI call's name ("alltoall")."""
+    return algorithm in ALGORITHM and ALGORITHM[algorithm].hierarchical
 
 
 def has_radix(algorithm: str) -> bool:
     """Whether an algorithm takes the Bruck radix (the simulator picks it by the model, per point)."""
-    return "bruck" in algorithm
+    return algorithm in ALGORITHM and ALGORITHM[algorithm].radixed
 
 
 class ReplayTimeout(SimulateError):
@@ -542,7 +544,7 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
            "model_auto_s": auto[2], "model_auto_plan_s": auto_plan[2],
            "model_bare_alltoallv_s": model_s("flat", "bare"),
            "model_bare_alltoall_s": model_s("alltoall", "bare") if pattern.uniform else None,
-           "model_agreement_s": predict_agreement(model, n, g, auto[0].startswith("hier"), numpy)}
+           "model_agreement_s": predict_agreement(model, n, g, Call(auto[0]).hier, numpy)}
     for a in ALGORITHMS:
         rec[f"model_{a}_s"] = model_s(a, "oneshot", radix[a]) if a in usable else None
         if a != "flat":
