@@ -35,6 +35,7 @@ def main(argv=None) -> int:
     from hxmpi.cli import command_line
     from hxmpi.comm.topology import Topology
     from hxmpi.data.staging import StagingConfig, stage
+    from hxmpi.provenance import provenance
     comm = MPI.COMM_WORLD
     topo = Topology(comm)
     cache = comm.bcast(tempfile.mkdtemp(prefix="hxmpi-bench-cache-") if comm.rank == 0 else None)
@@ -51,7 +52,7 @@ def main(argv=None) -> int:
         import shutil
         shutil.rmtree(cache, ignore_errors=True)
         growth = after - before
-        result = {"benchmark": "memory", "command": command_line("benchmarks/bench_memory.py", comm.size),
+        result = {"benchmark": "memory", "provenance": provenance(command_line("benchmarks/bench_memory.py", comm.size)),
                   "world_size": comm.size, "num_nodes": topo.num_nodes,
                   "dataset_bytes": dataset, "pss_before": before, "pss_after": after, "growth_bytes": growth,
                   "growth_per_dataset": growth / dataset, "checksum": touched}

@@ -29,6 +29,8 @@ import numpy as np
 
 from hxmpi.cli import command_line
 
+from hxmpi.provenance import provenance
+
 HERE = Path(__file__).resolve().parent / "mpi_call"
 
 
@@ -107,7 +109,7 @@ def main(argv=None) -> int:
             print(f"# {v}: not measured: {why}")
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"benchmark": "mpi_call", "command": command_line("benchmarks/bench_mpi_call.py", comm.size),
+                json.dump({"benchmark": "mpi_call", "provenance": provenance(command_line("benchmarks/bench_mpi_call.py", comm.size)),
                            "library": library, "world_size": comm.size, "args": vars(args),
                            "us_per_start_wait": times, "not_measured": missing}, f, indent=1)
     return 0

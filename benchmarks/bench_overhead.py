@@ -43,7 +43,7 @@ the plan (``_plan``):
 A one-shot Bruck miss sends its first run's length headers through ``Mprobe``; bruck-p2p has
 neither (8 B per slot and one probe per message more), so a little MPI time stays in ``bruck``.
 Degenerate layouts (one node, or one rank per node) run the hier paths flat: their hier keys are
-flat's. JSON: ``command`` (this run's argv), ``radix``, ``cpu_formula``, ``python_miss_s``
+flat's. JSON: ``provenance`` (this run's command line, commit, date, version, MPI, cores), ``radix``, ``cpu_formula``, ``python_miss_s``
 (flat-new-python - allreduce - bare: the Python miss path's CPU, seconds).
 
 ``--combine-flat A.json ... --combine-hier B.json ... --json OUT`` runs nothing: it writes the CPU file
@@ -77,6 +77,7 @@ from mpi4py import MPI
 
 import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
 from hxmpi.cli import command_line
+from hxmpi.provenance import provenance
 from hxmpi.comm.plan import bruck_rounds
 
 ALGORITHMS = ("flat", "hier", "bruck", "hier_pairwise", "hier_bruck")
@@ -251,7 +252,7 @@ def main(argv=None) -> int:
                 print(f"{k:<28}{v:10.2f}")
         if args.json:
             with open(args.json, "w") as fh:
-                json.dump({"benchmark": "overhead", "command": command_line("benchmarks/bench_overhead.py", size),
+                json.dump({"benchmark": "overhead", "provenance": provenance(command_line("benchmarks/bench_overhead.py", size)),
                            "world_size": size, "block": block, "radix": hc.radix,
                            "node_sizes": list(hc.topology.node_sizes), "node_phase": hc.node_phase,
                            "median_us": m, "rounds_us": rounds, "paths": states,
@@ -294,9 +295,9 @@ def combine(flat_files: list, hier_files: list, out: str, command: str) -> dict:
             cpu[key] = flat[key]
             source[key] = (f"median over {len(flat_files)} runs on {flat_runs[0]['node_sizes']} of "
                            f"({CPU_FORMULA[key][0]} - {' - '.join(CPU_FORMULA[key][1])})")
-    report = {"benchmark": "overhead-combined", "command": command, "block": flat_runs[0]["block"],
+    report = {"benchmark": "overhead-combined", "provenance": provenance(command), "block": flat_runs[0]["block"],
               "radix": flat_runs[0].get("radix"), "cpu_s_per_call": cpu, "source": source, "deflation": deflation,
-              "inputs": [{"file": f, "command": r.get("command"), "node_sizes": r["node_sizes"],
+              "inputs": [{"file": f, "provenance": r.get("provenance"), "node_sizes": r["node_sizes"],
                           "median_us": r["median_us"], "paths": r.get("paths"), "stages_us": r.get("stages_us"),
                           "cpu_s_per_call": r["cpu_s_per_call"]} for f, r in
                          zip(flat_files + hier_files, flat_runs + hier_runs)]}

@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 from hxmpi.cli import command_line
+from hxmpi.provenance import provenance
 from hxmpi.comm._packing import copy_blocks
 
 
@@ -72,7 +73,7 @@ def main(argv=None) -> int:
               f"{r['vs_memcpy']:10.2f}{r['vs_fancy']:10.1f}", flush=True)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "pack", "command": command_line("benchmarks/bench_pack.py"),
+            json.dump({"benchmark": "pack", "provenance": provenance(command_line("benchmarks/bench_pack.py")),
                        "total_bytes": total, "results": rows}, fh, indent=1)
     return 0
 

@@ -28,6 +28,8 @@ from pathlib import Path
 
 from hxmpi.cli import command_line
 
+from hxmpi.provenance import provenance
+
 MB = 1e6
 
 
@@ -164,7 +166,7 @@ def main(argv=None) -> int:
                   f"{r['bytes_downloaded'] / MB:11.1f}{r['consumption_mb_per_s']:13.1f}")
         if args.json:
             with open(args.json, "w") as fh:
-                json.dump({"benchmark": "staging", "command": command_line("benchmarks/bench_staging.py", comm.size),
+                json.dump({"benchmark": "staging", "provenance": provenance(command_line("benchmarks/bench_staging.py", comm.size)),
                            "world_size": comm.size, "args": vars(args),
                            "results": results}, fh, indent=1)
     return 0

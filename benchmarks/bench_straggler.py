@@ -45,6 +45,7 @@ from mpi4py import MPI
 
 import hxmpi  # noqa: F401 - before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
 from hxmpi.cli import command_line
+from hxmpi.provenance import provenance
 from hxmpi.runlog import accuracy_points, time_to_target_interpolated
 from hxmpi.train.command import Trainer, parse_config
 
@@ -249,7 +250,7 @@ def main(argv=None) -> int:
     print_card(result, modes, args, comm)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "straggler_card", "command": command_line("benchmarks/bench_straggler.py", comm.size),
+            json.dump({"benchmark": "straggler_card", "provenance": provenance(command_line("benchmarks/bench_straggler.py", comm.size)),
                        "world_size": comm.size, "args": vars(args),
                        "card": result, "runs": {f"{c}/{m}": rs for (c, m), rs in runs.items()}}, fh, indent=1)
     return 0

@@ -34,6 +34,7 @@ from mpi4py import MPI
 
 import hxmpi  # noqa: F401 - before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
 from hxmpi.cli import command_line
+from hxmpi.provenance import provenance
 from hxmpi.data import DATASETS, load_dataset
 from hxmpi.data.shuffle import epoch_order
 from hxmpi.data.store import load_shard, parse_index
@@ -236,7 +237,7 @@ def main(argv=None) -> int:
               f"samples/s {rate:.2f}x")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "train", "command": command_line("benchmarks/bench_train.py", comm.size),
+            json.dump({"benchmark": "train", "provenance": provenance(command_line("benchmarks/bench_train.py", comm.size)),
                        "world_size": comm.size, "args": vars(args),
                        "step_breakdown_s": step, "results": results}, fh, indent=1)
     return 0

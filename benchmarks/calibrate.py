@@ -25,6 +25,7 @@ from mpi4py import MPI
 
 import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
 from hxmpi.cli import command_line
+from hxmpi.provenance import provenance
 from hxmpi.comm.costmodel import fit
 
 PROJECT_NODES = (2, 8, 64, 512, 4096)
@@ -178,7 +179,7 @@ def main(argv=None) -> int:
             print(f"{nn:<10d}" + "".join(cells))
         if args.json:
             with open(args.json, "w") as fh:
-                json.dump({"benchmark": "calibrate", "command": command_line("benchmarks/calibrate.py", comm.size),
+                json.dump({"benchmark": "calibrate", "provenance": provenance(command_line("benchmarks/calibrate.py", comm.size)),
                            **meta, "model": model.__dict__, "rows": rows, "projection": projection}, fh, indent=1)
     return 0
 

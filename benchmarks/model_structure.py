@@ -1,6 +1,6 @@
 """How much the cost model's newer terms matter: its error against a simulate JSON, old and new structure.
 
-    python benchmarks/model_structure.py benchmarks/results/simulate_hdr.json
+    python benchmarks/model_structure.py benchmarks/results/simulate_call_even.json
 
 "old" is the structure before the SimGrid replays (one latency per peer for flat whatever Open MPI
 runs, no per-message cost, three copies), with the same platform numbers; its latencies are what

@@ -19,6 +19,7 @@ from mpi4py import MPI
 
 import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
 from hxmpi.cli import command_line
+from hxmpi.provenance import provenance
 
 
 def tx_bytes(interface: str) -> int:
@@ -73,7 +74,7 @@ def main(argv=None) -> int:
                       f"{node['payload_bytes']:>14}{wire if wire is not None else 'n/a':>14}{ratio}")
         if args.json:
             with open(args.json, "w") as fh:
-                json.dump({"benchmark": "msg_accounting", "command": command_line("benchmarks/msg_accounting.py", comm.size),
+                json.dump({"benchmark": "msg_accounting", "provenance": provenance(command_line("benchmarks/msg_accounting.py", comm.size)),
                            "world_size": comm.size, "block": args.block,
                            "node_sizes": list(t.node_sizes), "calls": args.calls, "results": results}, fh, indent=1)
     return 0

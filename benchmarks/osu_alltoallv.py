@@ -29,6 +29,7 @@ from mpi4py import MPI
 
 import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
 from hxmpi.cli import command_line
+from hxmpi.provenance import provenance
 
 ALGORITHMS = ("flat", "hier", "bruck", "hier_pairwise", "hier_bruck")
 COLUMNS = ("bare", *ALGORITHMS, "auto", *(f"{a}-new" for a in ALGORITHMS), *(f"{a}-plan" for a in ALGORITHMS),
@@ -177,7 +178,7 @@ def main(argv=None) -> int:
                                                            if k.endswith(f"@ {r['size']} B")))
         if args.json:
             with open(args.json, "w") as fh:
-                json.dump({"benchmark": "osu_alltoallv", "command": command_line("benchmarks/osu_alltoallv.py", comm.size),
+                json.dump({"benchmark": "osu_alltoallv", "provenance": provenance(command_line("benchmarks/osu_alltoallv.py", comm.size)),
                            "world_size": comm.size,
                            "node_sizes": list(topo.node_sizes), "uneven": args.uneven,
                            "node_phase": hc.node_phase, "validate": args.validate_input, "radix": hc.radix,

@@ -1,19 +1,20 @@
 """Render every committed benchmark result (benchmarks/results/*.json) as Markdown for the docs.
 
     python benchmarks/report.py OUT_DIR [--results DIR]
+    python benchmarks/report.py --readme README.md      # the README's results block
 
 writes one fragment per JSON file (and one for the packaged CPU file, ``hxmpi/comm/overhead.json``,
-when DIR is the default), ``OUT_DIR/<stem>.md`` (a heading, the command that produced the
-file, its tables, and its committed plot if there is one, copied beside the fragment). The docs'
-performance pages include these fragments, so every number on them is one a run wrote; the Sphinx
-extension ``docs/_ext/hxmpi_docs.py`` runs this at build time. The command comes from the file
-when the benchmark recorded it (``command``, ``commands`` or ``args``); otherwise from the README
-of the commit before the docs site (645fd19), and the fragment says so.
+when DIR is the default), ``OUT_DIR/<stem>.md``: a heading, the file's provenance (the command
+that made it, commit, date, version, MPI library, cores), its tables, and its committed plot if
+there is one, copied beside the fragment. The docs' performance pages include these fragments, so
+every number on them is one a run wrote; the Sphinx extension ``docs/_ext/hxmpi_docs.py`` runs
+this at build time. A file without a provenance record, or of a kind no renderer knows, is refused.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -22,47 +23,6 @@ from statistics import median
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The measured CPU per path that ships with the package (package data, not under results/).
 PACKAGED_CPU = Path(__file__).resolve().parent.parent / "hxmpi" / "comm" / "overhead.json"
-
-#: Commands the README at 645fd19 gave for files that do not record their own (module paths
-#: updated to the current layout: ``python -m hxmpi.sim``, ``python -m hxmpi.sim.cluster``).
-README_COMMANDS = {
-    "osu_1host_np4": "mpirun --allow-run-as-root --oversubscribe -np 4 python benchmarks/osu_alltoallv.py "
-                     "-m 8:1048576 -i 500 --iterations-large 100 -c --ranks-per-node 2",
-    "osu_cluster_221": "python -m hxmpi.sim.cluster up --hosts 3 --slots 2,2,1; python -m hxmpi.sim.cluster run -n 5 "
-                       "-- python benchmarks/osu_alltoallv.py -m 8:1048576 -i 200 --iterations-large 50 -c",
-    "osu_cluster_221_algos": "python -m hxmpi.sim.cluster run -n 5 -- python benchmarks/osu_alltoallv.py "
-                             "-m 8:262144 -i 300 -x 100 --iterations-large 50 -c --json osu.json",
-    "osu_cluster_2x2": "python -m hxmpi.sim.cluster up --hosts 2 --slots 2,2; python -m hxmpi.sim.cluster run -n 4 "
-                       "-x HXMPI_TUNING=benchmarks/results/tuning_cluster_2x2.json -- python benchmarks/osu_alltoallv.py "
-                       "-m 8:1048576 -i 100 -x 10 -c",
-    "calibrate_cluster_221": "python -m hxmpi.sim.cluster run -n 5 -- python benchmarks/calibrate.py --node-phase shm "
-                             "-m 8:262144 -i 50 --out tuning.json --json calibrate.json",
-    "tuning_cluster_221": "python -m hxmpi.sim.cluster run -n 5 -- python benchmarks/calibrate.py --node-phase shm "
-                          "-m 8:262144 -i 50 --out tuning.json --json calibrate.json",
-    "calibrate_cluster_221_loaded": "python -m hxmpi.sim.cluster run -n 5 -- python benchmarks/calibrate.py "
-                                    "--node-phase mpi -m 8:262144 -i 50 --json ...",
-    "sim_vs_cluster_221": "python -m hxmpi.sim --compare osu.json --tuning tuning.json --overhead overhead.json "
-                          "--json sim_vs.json",
-    "sim_vs_cluster_221_calibrate": "python -m hxmpi.sim --compare benchmarks/results/calibrate_cluster_221.json",
-    "sim_vs_cluster_221_loaded": "python -m hxmpi.sim --compare benchmarks/results/calibrate_cluster_221_loaded.json",
-    "sim_vs_cluster_2x2": "python -m hxmpi.sim --compare benchmarks/results/calibrate_cluster_2x2.json --node-phase mpi",
-    "simulate_call_even": "python -m hxmpi.sim --nodes 8,32 --ranks-per-node 8 -m 8:65536 --factor 8 --json ...",
-    "simulate_call_uneven": "python -m hxmpi.sim --nodes 8,32 --ranks-per-node 8 -m 8:65536 --factor 8 --uneven "
-                            "--json ...",
-    "simulate_call_64x8": "python -m hxmpi.sim --nodes 64 --ranks-per-node 8 -m 8:8 --json ...",
-    "simulate_call_64x8_uneven": "python -m hxmpi.sim --nodes 64 --ranks-per-node 8 -m 8:8 --uneven --json ...",
-    "simulate_call_model_2048_4096": "python -m hxmpi.sim --nodes 256,512 --ranks-per-node 8 -m 8:65536 --factor 8 "
-                                     "--json ...",
-    "pack": "python benchmarks/bench_pack.py",
-    "msg_accounting_221": "python -m hxmpi.sim.cluster run -n 5 -- python benchmarks/msg_accounting.py --block 65536",
-    "memory_np2": "python -m hxmpi.data make --out /tmp/big --samples 1500000 --features 64 --shard-mb 32; "
-                  "mpirun -np 2 python benchmarks/bench_memory.py /tmp/big",
-    "memory_np4": "python -m hxmpi.data make --out /tmp/big --samples 1500000 --features 64 --shard-mb 32; "
-                  "mpirun -np 4 python benchmarks/bench_memory.py /tmp/big",
-}
-
-SCRIPTS = {"train": "bench_train.py", "straggler": "bench_straggler.py", "staging": "bench_staging.py"}
-
 
 # ----------------------------------------------------------------------------------------- helpers
 def table(header, rows) -> str:
@@ -107,23 +67,33 @@ def pct(v) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
-def command_text(stem: str, data: dict) -> str:
-    """Where the file came from: its recorded command, or the old README's, said which."""
-    if isinstance(data.get("command"), str):
-        return f"Command (recorded in the file):\n\n```text\n{data['command']}\n```\n"
-    if isinstance(data.get("commands"), list):
-        return "Commands (recorded in the file):\n\n```text\n" + "\n".join(data["commands"]) + "\n```\n"
-    if isinstance(data.get("args"), dict) and data.get("benchmark") in SCRIPTS:
-        flags = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}")
-                         for k, v in data["args"].items() if v not in (None, False))
-        return (f"Arguments (recorded in the file; launcher not recorded, {data.get('world_size')} ranks):\n\n"
-                f"```text\nbenchmarks/{SCRIPTS[data['benchmark']]} {flags}\n```\n")
-    if stem in README_COMMANDS:
-        return ("Command (not recorded in the file; as the README at 645fd19 gave it, module paths "
-                f"updated):\n\n```text\n{README_COMMANDS[stem]}\n```\n")
-    if data.get("benchmark") in ("simulate", "simulate-compare") and data.get("source"):
-        return f"Command: not recorded; a `python -m hxmpi.sim` run from {data['source']}.\n"
-    return "Command: not recorded in the file, nor in the README at 645fd19.\n"
+#: A wrapper that only serialised timing runs on the machine that made a file (a lock), not part
+#: of what ran: left out of the command shown.
+_LOCK_WRAPPER = re.compile(r"\bflock (?:-\w+ )*\S+ ")
+
+
+def shown_command(command: str) -> str:
+    """A recorded command as the pages show it: without lock wrappers."""
+    return _LOCK_WRAPPER.sub("", command)
+
+
+def provenance_text(name: str, data: dict) -> str:
+    """Where a result came from (its ``provenance`` record, ``hxmpi.provenance``): the command that
+    made it, then the commit, date, hxmpi version, MPI library and cores. A file without one is
+    refused: every result says where it came from."""
+    prov = data.get("provenance")
+    if not isinstance(prov, dict) or not prov.get("command") or not prov.get("commit"):
+        raise SystemExit(f"report.py: {name} has no provenance (command and commit); "
+                         "rerun it with a script that writes one (hxmpi.provenance)")
+    commit, mpi = prov["commit"], str(prov.get("mpi", "unknown")).split(",")[0].strip()
+    facts = [f"commit `{commit[:12]}`" + (" (with uncommitted code changes)" if prov.get("dirty") is True else "")
+             if commit != "unknown" else "commit unknown",
+             f"{prov.get('date', 'unknown')[:10]}", f"hxmpi {prov.get('version', 'unknown')}".replace(
+                 "hxmpi unknown", "hxmpi version unknown"),
+             mpi if mpi not in ("unknown", "none") else f"MPI {mpi}", f"{prov.get('cores', 'unknown')} cores"]
+    head = ("Made by (a file from before provenance records: the command it recorded; commit, version and "
+            "MPI library not recorded; dated when git recorded it):" if prov.get("backfilled") else "Made by:")
+    return f"{head}\n\n```text\n{shown_command(prov['command'])}\n```\n\n" + "; ".join(facts) + ".\n"
 
 
 # --------------------------------------------------------------------------------------- renderers
@@ -165,8 +135,9 @@ def render_overhead_combined(d):
                      [(k, us(v), src.get(k, "")) for k, v in d["cpu_s_per_call"].items()]))
     inputs = d.get("inputs", [])
     if inputs:
-        out.append("Input runs (commands recorded in the file):")
-        out.append("```text\n" + "\n".join(i.get("command", i.get("file", "")) for i in inputs) + "\n```")
+        out.append("Input runs (as the file records them):")
+        out.append("```text\n" + "\n".join(shown_command((i.get("provenance") or {}).get("command") or i["file"])
+                                            for i in inputs) + "\n```")
         keys = list(d["cpu_s_per_call"])
         rows = [(k, *[us(i.get("cpu_s_per_call", {}).get(k)) for i in inputs]) for k in keys]
         out.append("Each input run's own CPU per path, us:")
@@ -320,6 +291,34 @@ def render_simulate(d):
     return "\n\n".join(out)
 
 
+def render_fit_slingshot(d):
+    pub = d["published"]
+    out = [f"Published points: {pub['benchmark']}; {pub['machine']}; {pub['source']} ({pub['where']}). "
+           f"Fitted on the {', '.join(size(b) for b in d['fit_sizes'])} points of every column, with "
+           + "; ".join(f"{p['name']} ({p['source']})" for p in d.get("p2p", [])) + "; every other point checks it."]
+    names = {"alpha_intra": ("intra-node latency", "us"), "beta_intra": ("intra-node bandwidth", "GB/s"),
+             "alpha_inter": ("inter-node latency", "us"), "beta_inter": ("inter-node bandwidth", "GB/s"),
+             "beta_copy": ("copy bandwidth", "GB/s"), "msg_overhead": ("CPU per message (send or receive)", "us"),
+             "ddt_block": ("Open MPI Bruck: datatype CPU per block per round", "us"),
+             "han_block": ("HAN: CPU per block copied from a node peer", "us")}
+    values = {**d["model"], **d["reference_cpu"]}
+    rows = [(k, what, num(1e-9 / values[k], 2) if unit == "GB/s" and values[k] else num(values[k] * 1e6, 3), unit)
+            for k, (what, unit) in names.items()]
+    out.append(table(["parameter", "what", "fitted", "unit"], rows))
+    label = {"han_alltoall": "HAN alltoall_using_smsc", "ompi_bruck": "without HAN (tuned: modified Bruck)"}
+    replay = "replay_s" in d["points"][0]
+    rows = [(size(p["block_bytes"]), p["transport"], label.get(p["algorithm"], p["algorithm"]), us(p["published_s"]),
+             us(p["model_s"]), pct(p["model_error"]),
+             *((us(p["replay_s"]), pct(p["replay_error"])) if replay else ()), "fit" if p["fitted"] else "check")
+            for p in d["points"]]
+    out.append(table(["block", "transport", "algorithm", "published us", "model us", "model error",
+                      *(("replay us", "replay error") if replay else ()), "point"], rows))
+    out.append(table(["errors", "mean", "max", "points"],
+                     [(k.replace("_", ", "), pct(v["mean_abs_error"]), pct(v["max_abs_error"]), v["points"])
+                      for k, v in d["summary"].items()]))
+    return "\n\n".join(out)
+
+
 def render_train(d):
     res = d["results"]
     if "speedup" in res:
@@ -341,20 +340,6 @@ def render_train(d):
     return "\n\n".join(out)
 
 
-def render_straggler(d):
-    rows = []
-    for cfg, r in d["results"].items():
-        b = r.get("step_breakdown_s", {})
-        rows.append((cfg, num(r.get("epoch_time_s")), f"{num(r.get('time_to_target_s'))} ({r.get('epoch_at_target')})",
-                     num(b.get("compute", 0) * 1e3), num(b.get("gradient_wait", 0) * 1e3),
-                     num(b.get("exchange", 0) * 1e3), "x" + num(r.get("measured_slowdown"))))
-    out = [table(["config (update/straggler)", "epoch s", "to target s (epoch)", "compute ms", "wait ms",
-                  "exchange ms", "straggler measured"], rows)]
-    if d.get("ratios"):
-        out.append(table(["measure", "value"], [(k, f"{v:.3g}") for k, v in d["ratios"].items()]))
-    return "\n\n".join(out)
-
-
 def render_staging(d):
     a = d["args"]
     rows = [(r["mode"], num(r["time_to_first_batch_s"], 2), num(r["train_time_s"], 2), num(r["data_wait_s"], 2),
@@ -364,11 +349,6 @@ def render_staging(d):
             f"{a.get('epochs')} epochs, cache limit {a.get('cache_limit')}, prefetch {a.get('prefetch')}.\n\n"
             + table(["mode", "first batch s", "train s", "waiting s", "waiting %", "wall s", "test acc",
                      "MB fetched", "consumed MB/s"], rows))
-
-
-def render_tuning(d):
-    return (f"A tuning file (`HXMPI_TUNING`) for layout {layout(d['layout']['node_sizes'])}: mean error of the fit "
-            f"{pct(d['mean_abs_rel_error'])}, `auto` right at {d['auto_right']} sizes.\n\n" + _model_rows(d["model"]))
 
 
 def render_straggler_card(d):
@@ -410,39 +390,216 @@ def render_mpi_call(d):
     return "\n\n".join(out)
 
 
-RENDERERS = {"osu_alltoallv": render_osu, "mpi_call": render_mpi_call, "overhead": render_overhead,
+def render_suite(d):
+    """bench_suite.py: what the README's test command cost, per run of tests/run.py."""
+    total = d.get("total") or {}
+    head = (f"{'The README' + chr(39) + 's test command' if d.get('readme_command') else 'The command'} "
+            f"(`{d['measured_command']}`): exit {d['exit_code']} after {d['wall_s']:.0f} s, "
+            f"{d['tests_s']:.0f} s of them in tests/run.py's runs; peak memory of the whole job "
+            f"{d['peak_pss_bytes'] / 2**30:.2f} GiB (proportional set size); "
+            f"{total.get('passed', '?')} passed, {total.get('failed', '?')} failed, {total.get('skipped', 0)} skipped.")
+    rows = [(r["run"], r["status"], num(r["seconds"]), r.get("passed", 0), r.get("failed", 0) + r.get("errors", 0),
+             r.get("skipped", 0)) for r in d["runs"]]
+    return head + "\n\n" + table(["run", "status", "seconds", "passed", "failed", "skipped"], rows)
+
+
+RENDERERS = {"suite": render_suite, "osu_alltoallv": render_osu, "mpi_call": render_mpi_call, "overhead": render_overhead,
              "overhead-combined": render_overhead_combined, "pack": render_pack, "msg_accounting": render_msg_accounting, "memory": render_memory,
              "calibrate": render_calibrate, "simulate-compare": render_compare, "simulate": render_simulate,
-             "train": render_train, "straggler": render_straggler, "straggler_card": render_straggler_card, "staging": render_staging}
+             "fit_slingshot": render_fit_slingshot, "train": render_train, "straggler_card": render_straggler_card, "staging": render_staging}
 
 
 def render(path: Path) -> str:
     """One result file as a Markdown fragment (heading level 3)."""
     data = json.loads(path.read_text())
-    kind = data.get("benchmark", "tuning" if "model" in data else None)
-    renderer = RENDERERS.get(kind, render_tuning if kind == "tuning" else None)
+    kind = data.get("benchmark")
+    renderer = RENDERERS.get(kind)
     if renderer is None:
         raise SystemExit(f"report.py: no renderer for {path.name} (benchmark {kind!r})")
-    parts = [f"### `{path.name}`\n", command_text(path.stem, data), renderer(data)]
+    parts = [f"### `{path.name}`\n", provenance_text(path.name, data), renderer(data)]
     if path.with_suffix(".png").exists():
         parts.append(f"![{path.stem}]({path.stem}.png)")
     return "\n\n".join(parts).rstrip() + "\n"
 
 
+# ------------------------------------------------------------------------------ headline numbers
+# The README's results and the performance index's summary: each sentence's numbers are read from
+# its result file here, so the text cannot drift from the file (tests/test_docs.py compares the
+# README with this output; ``--readme README.md`` rewrites its block).
+
+def _marks(name: str) -> tuple[str, str]:
+    """The markers around a generated README block."""
+    return (f"<!-- {name}: written from benchmarks/results by python benchmarks/report.py --readme README.md; "
+            "do not edit -->", f"<!-- end of {name} -->")
+
+
+def _load(results: Path, name: str) -> dict:
+    return json.loads((results / name).read_text())
+
+
+def _sim_record(d: dict, nodes: int, per_node: int, block: int) -> dict:
+    return next(r for r in d["records"] if (r["nodes"], r["ranks_per_node"], r["block_bytes"]) == (nodes, per_node, block))
+
+
+def _sim_even(results: Path) -> tuple[str, str]:
+    d = _load(results, "simulate_call_even.json")
+    r = _sim_record(d, 32, 8, 512)
+    plan, best = r["auto_plan_sim_s"], r["best_bare_sim_s"]
+    bare = "MPI_Alltoall" if r["bare_alltoall_sim_s"] <= r["bare_alltoallv_sim_s"] else "MPI_Alltoallv"
+    return (f"**Simulated 256 ranks (32 nodes x 8), 512 B blocks, even counts** (SimGrid, "
+            f"{d['source'].replace('preset ', '')} preset, hxmpi's measured CPU per call): `auto`'s persistent "
+            f"plan ({r['auto_plan_pick']}) takes **{plan / best:.2f}x** the best bare MPI call ({plan * 1e6:.1f} "
+            f"against {best * 1e6:.1f} us for `{bare}`).", "scale")
+
+
+def _sim_skewed(results: Path) -> tuple[str, str]:
+    d = _load(results, "simulate_call_64x8_uneven.json")
+    r = _sim_record(d, 64, 8, 8)
+    plan, one, bare = r["auto_plan_sim_s"], r["auto_sim_s"], r["bare_alltoallv_sim_s"]
+    return (f"**Simulated 512 ranks (64 nodes x 8), 8 B blocks, skewed (Zipf-like) counts**: `auto`'s plan "
+            f"({r['auto_plan_pick']}) takes **{plan / bare:.2f}x** a bare `MPI_Alltoallv` ({plan * 1e6:.1f} against "
+            f"{bare * 1e6:.1f} us); a one-shot call, agreement included, {one / bare:.2f}x ({one * 1e6:.1f} us).",
+            "scale")
+
+
+def _osu_row(d: dict, size: int) -> dict:
+    return next(r for r in d["results"] if r["size"] == size)
+
+
+def _cluster(results: Path) -> tuple[str, str]:
+    d = _load(results, "osu_cluster_221.json")
+    r = _osu_row(d, 8)
+    plan, bare, flat = r["hier-plan"]["avg_us"], r["bare"]["avg_us"], r["flat"]["avg_us"]
+    return (f"**Emulated 3-host cluster (2+2+1 ranks over TCP), 8 B blocks**: the hierarchical persistent "
+            f"request takes **{plan / bare:.2f}x** a bare `MPI_Alltoallv` ({plan:.2f} against {bare:.2f} us); a "
+            f"one-shot call pays the agreement on top (flat, same pattern every call, {flat:.2f} us).", "exchange")
+
+
+def _overhead(results: Path) -> tuple[str, str]:
+    d = _load(results, "overhead_np4.json")
+    m = d["median_us"]
+    return (f"**One host, {layout(d['node_sizes'])} ranks (oversubscribed), 8 B blocks**: a one-shot `Alltoallv` "
+            f"runs whole in compiled code, agreement included. With a new count pattern every call, flat takes "
+            f"**{m['flat-new'] / m['bare']:.2f}x** a bare `MPI_Alltoallv` ({m['flat-new']:.2f} against {m['bare']:.2f} "
+            f"us), with the same pattern every call {m['flat-repeat'] / m['bare']:.2f}x ({m['flat-repeat']:.2f} us; one "
+            f"persistent Allreduce and one persistent Alltoallv take {m['floor']:.2f} us); a hierarchical call with a "
+            f"new pattern {m['hier-new']:.2f} us.", "exchange")
+
+
+def _ddp(results: Path) -> tuple[str, str]:
+    small, lasting = _load(results, "train_np2_120k.json"), _load(results, "train_lasting_np2_fused_sgd.json")
+
+    def times(d):
+        return d["results"]["hxmpi"]["time_to_target_s"]["median"], d["results"]["ddp"]["time_to_target_s"]["median"]
+    (h1, d1), (h2, d2) = times(small), times(lasting)
+    a, b = small["args"], lasting["args"]
+    return (f"**Training against PyTorch DDP, np 2, medians of {a['repeats']} runs**: on a 120,000-sample store (MLP "
+            f"{a['hidden']}, runs of about {d1:.0f} s) hxmpi reaches the target accuracy **{d1 / h1:.2f}x** sooner "
+            f"({h1:.1f} against {d1:.1f} s); on a lasting workload (MLP {b['hidden']}, runs of about {h2:.0f} s) "
+            f"{d2 / h2:.2f}x ({h2:.1f} against {d2:.1f} s), where numpy's matrix products, slower than torch's, set "
+            f"the pace.", "training")
+
+
+def _card(results: Path) -> tuple[str, str]:
+    d = _load(results, "straggler_card_np2_120k_eval25.json")
+    row, a = d["card"]["x3"], d["args"]
+    auto, best = row["cells"]["auto"], row["cells"][row["best_forced"]]
+    t_auto, t_best = auto["time_to_target_s"]["median"], best["time_to_target_s"]["median"]
+    return (f"**The update policy's report card, np 2, one rank x{a['factor']:g}**: `--update auto` reaches the "
+            f"target in **{row['auto_time_ratio']:.2f}x** the time of the best forced mode ({row['best_forced']}; "
+            f"{t_auto:.2f} against {t_best:.2f} s), its final accuracy {row['auto_accuracy_diff']:+.4f} from it; "
+            f"balanced sync's epoch is {row['balanced_over_sync_epoch']:.2f}x sync's.", "training")
+
+
+def _staging(results: Path) -> tuple[str, str]:
+    d = _load(results, "staging.json")
+    by, a = {r["mode"]: r for r in d["results"]}, d["args"]
+    dist, mem = by["distributed"], by["memory"]
+    return (f"**Staging from a store capped at {a['bandwidth']:g} MB/s** ({d['world_size']} nodes, "
+            f"{dist['train_bytes'] / 1e6:.0f} MB train split): distributed staging has its first batch after "
+            f"**{dist['time_to_first_batch_s'] / mem['time_to_first_batch_s']:.2f}x** the time of staging "
+            f"everything in memory first ({dist['time_to_first_batch_s']:.2f} against "
+            f"{mem['time_to_first_batch_s']:.2f} s), waiting for data {pct(dist['data_wait_fraction'])} of the "
+            f"training time.", "training")
+
+
+HEADLINES = (_sim_even, _sim_skewed, _cluster, _overhead, _ddp, _card, _staging)
+#: The performance index's fragment of the headline numbers (``OUT_DIR/headlines.md``).
+HEADLINES_STEM = "headlines"
+PAGE_TITLES = {"scale": "At scale", "exchange": "The exchange", "training": "Training and staging"}
+
+
+def headlines(results: Path = RESULTS, pages: str = "docs/performance/") -> str:
+    """The headline results as Markdown bullets, each linking to the performance page (under
+    ``pages``) that renders its file."""
+    bullets = []
+    for make in HEADLINES:
+        text, page = make(results)
+        bullets.append(f"- {text} [{PAGE_TITLES[page]}]({pages}{page}.md).")
+    return "\n".join(bullets) + "\n"
+
+
+#: The measured run of the README's test command (``benchmarks/bench_suite.py``); the contributing
+#: page includes its fragment, which says so where no run is committed yet.
+SUITE_STEM = "suite"
+NOT_MEASURED = "No measured run of the test command is committed yet (`benchmarks/bench_suite.py` makes one).\n"
+
+
+def suite_cost(results: Path = RESULTS) -> str:
+    """What the README's test command costs, from ``suite.json`` (``benchmarks/bench_suite.py``)."""
+    if not (results / f"{SUITE_STEM}.json").exists():
+        return NOT_MEASURED
+    d = _load(results, f"{SUITE_STEM}.json")
+    by = {r["run"]: r for r in d["runs"]}
+    mpi = [r for r in d["runs"] if r["run"].startswith("mpi")]
+    total, prov = d["total"], d["provenance"]
+    return (f"Measured on a {prov['cores']}-core Linux machine shared with other work ({prov['mpi'].split(',')[0]}): "
+            f"the whole command took **{d['wall_s'] / 60:.0f} minutes**, of which the serial tests "
+            f"{by['serial']['seconds'] / 60:.0f} minutes and the MPI runs at {mpi[0]['run'][-1]} to "
+            f"{mpi[-1]['run'][-1]} ranks {sum(r['seconds'] for r in mpi) / 60:.0f} minutes; the whole job peaked at "
+            f"**{d['peak_pss_bytes'] / 2**30:.1f} GiB** of memory; it ended with {total['passed']} passed, "
+            f"{total['failed']} failed, {total['skipped']} skipped ([the run](docs/contributing.md#tests)).\n")
+
+
+#: The README's generated blocks: name -> what fills it.
+README_BLOCKS = {"results": headlines, "test cost": suite_cost}
+
+
+def write_readme(path: Path, results: Path = RESULTS) -> None:
+    """Rewrite every generated block of the README at ``path`` (``README_BLOCKS``)."""
+    text = path.read_text()
+    for name, make in README_BLOCKS.items():
+        begin, end = _marks(name)
+        start, stop = text.index(begin) + len(begin), text.index(end)
+        text = text[:start] + "\n" + make(results) + text[stop:]
+    path.write_text(text)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="report.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("out", type=Path, help="directory for the Markdown fragments (created)")
+    p.add_argument("out", type=Path, nargs="?", help="directory for the Markdown fragments (created)")
     p.add_argument("--results", type=Path, default=RESULTS, help="directory of the result JSON files")
+    p.add_argument("--readme", type=Path, default=None, help="rewrite this README's results block "
+                   "(the headline numbers, read from the result files)")
     args = p.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    files = sorted(args.results.glob("*.json")) + ([PACKAGED_CPU] if args.results == RESULTS else [])
-    for f in files:
-        (args.out / f"{f.stem}.md").write_text(render(f))
-        if f.with_suffix(".png").exists():
-            shutil.copyfile(f.with_suffix(".png"), args.out / f"{f.stem}.png")
-    print(f"report.py: {len(files)} result files rendered into {args.out}", file=sys.stderr)
+    if args.out is None and args.readme is None:
+        p.error("give OUT_DIR, --readme README.md, or both")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        files = sorted(args.results.glob("*.json")) + ([PACKAGED_CPU] if args.results == RESULTS else [])
+        for f in files:
+            (args.out / f"{f.stem}.md").write_text(render(f))
+            if f.with_suffix(".png").exists():
+                shutil.copyfile(f.with_suffix(".png"), args.out / f"{f.stem}.png")
+        if args.results == RESULTS:  # the headline numbers, for the performance index
+            (args.out / f"{HEADLINES_STEM}.md").write_text(headlines(args.results, pages=""))
+            if not (args.results / f"{SUITE_STEM}.json").exists():
+                (args.out / f"{SUITE_STEM}.md").write_text(NOT_MEASURED)
+        print(f"report.py: {len(files)} result files rendered into {args.out}", file=sys.stderr)
+    if args.readme is not None:
+        write_readme(args.readme, args.results)
+        print(f"report.py: the results block of {args.readme} rewritten", file=sys.stderr)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

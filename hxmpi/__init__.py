@@ -21,7 +21,8 @@ import os
 # choice, unless the user chose. Must happen before MPI initialises (mpi4py's first import).
 os.environ.setdefault("OMPI_MCA_osc", "^ucx")
 
-__version__ = "0.1.0"
+#: The package version, defined here once (pyproject.toml reads it; CHANGELOG.md says what each has).
+__version__ = "0.2.0.dev0"
 _EXPORTS = {"Topology": "comm.topology", "HierComm": "comm.exchange", "ExchangeError": "errors",
             "ExchangeTypeError": "errors", "ExchangeKeyError": "errors", "TopologyError": "errors",
             "HxmpiError": "errors", "HierRequest": "comm.nonblocking", "waitall": "comm.nonblocking"}

@@ -114,8 +114,9 @@ def settle_failure(errcomm, timeout: float = SETTLE_TIMEOUT_S) -> bool:
 
 def command_line(script: str, world_size: Optional[int] = None) -> str:
     """This program's command line, for a result file to record: ``python script`` (a path from
-    the repository's root) and this process's arguments, after ``mpirun -np world_size`` when
-    given. Launcher options (``--oversubscribe``, ``--bind-to``) are not visible to the program
-    and are not recorded."""
+    the repository's root, or ``-m MODULE`` for a module run with ``python -m``) and this
+    process's arguments, after ``mpirun -np world_size`` when given. Launcher options
+    (``--oversubscribe``, ``--bind-to``) are not visible to the program and are not recorded."""
     launch = ["mpirun", "-np", str(world_size)] if world_size is not None else []
-    return shlex.join([*launch, "python", script, *sys.argv[1:]])
+    program = script.split(" ", 1) if script.startswith("-m ") else [script]
+    return shlex.join([*launch, "python", *program, *sys.argv[1:]])

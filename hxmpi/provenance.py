@@ -7,7 +7,8 @@ Every JSON that a benchmark or ``python -m hxmpi.sim`` writes holds one ``"prove
      "version": "0.2.0", "mpi": "Open MPI v5.0.8, ...", "cores": 2}
 
 ``commit`` is the git commit of the source tree hxmpi was imported from, ``"unknown"`` for an
-installed wheel; ``dirty`` says the tree had uncommitted changes to tracked files. ``mpi`` is the
+installed wheel; ``dirty`` says the tree had uncommitted changes to tracked files (result files
+under ``benchmarks/results/`` aside: a rerun rewrites its own). ``mpi`` is the
 first line of the MPI library's version string, or what the caller names (the simulator names
 SimGrid). Reading it never initialises MPI: a process that has not started MPI records what it
 is told, or ``"none"``.
@@ -23,7 +24,7 @@ from typing import Optional
 
 from . import __version__
 
-__all__ = ["PROVENANCE_KEYS", "provenance", "source_commit", "mpi_library"]
+__all__ = ["PROVENANCE_KEYS", "RESULTS_DIR", "provenance", "source_commit", "mpi_library"]
 
 #: The keys of a provenance record, in the order written.
 PROVENANCE_KEYS = ("command", "commit", "dirty", "date", "version", "mpi", "cores")
@@ -31,15 +32,22 @@ PROVENANCE_KEYS = ("command", "commit", "dirty", "date", "version", "mpi", "core
 _ROOT = Path(__file__).resolve().parent.parent
 
 
-def source_commit() -> tuple[str, bool]:
-    """(commit, dirty) of the git tree hxmpi was imported from; ("unknown", False) outside one."""
-    if not (_ROOT / ".git").exists():
+#: Where the results live, relative to the repository: a rerun overwrites its own committed
+#: result file, which says nothing about the code, so changes there do not make a tree dirty.
+RESULTS_DIR = "benchmarks/results"
+
+
+def source_commit(root: Path = _ROOT) -> tuple[str, bool]:
+    """(commit, dirty) of the git tree at ``root``, by default the one hxmpi was imported from;
+    ("unknown", False) outside one. ``dirty``: tracked files outside ``RESULTS_DIR`` have
+    uncommitted changes."""
+    if not (root / ".git").exists():
         return "unknown", False
     try:
-        head = subprocess.run(["git", "-C", str(_ROOT), "rev-parse", "HEAD"], capture_output=True,
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                               text=True, timeout=30)
-        status = subprocess.run(["git", "-C", str(_ROOT), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, timeout=30)
+        status = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
+                                 ".", f":!{RESULTS_DIR}"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return "unknown", False
     if head.returncode != 0:

@@ -1,4 +1,5 @@
-"""Benchmarks record the command that produced their JSON (the docs render it with the tables)."""
+"""Benchmarks record where their JSON came from (``provenance``: the command, commit, date, version,
+MPI library and cores; the docs render it with the tables)."""
 import json
 import shlex
 import subprocess
@@ -6,7 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from mpilaunch import mpirun_command, run_job
+from mpilaunch import launcher_family, mpirun_command, run_job
+
+from hxmpi import __version__
+from hxmpi.provenance import PROVENANCE_KEYS, source_commit
 
 MPIRUN = mpirun_command()
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,9 +21,14 @@ def test_a_serial_benchmark_records_its_command(tmp_path):
     args = ["--min", "8", "--max", "16", "--total-mb", "1", "--repeat", "1", "--json", str(out)]
     subprocess.run([sys.executable, "benchmarks/bench_pack.py", *args], cwd=ROOT, check=True,
                    capture_output=True, timeout=120)
-    recorded = json.loads(out.read_text())["command"]
+    prov = json.loads(out.read_text())["provenance"]
+    assert list(prov) == list(PROVENANCE_KEYS)
+    recorded = prov["command"]
     assert recorded == shlex.join(["python", "benchmarks/bench_pack.py", *args])
     assert shlex.split(recorded)[-1] == str(out)
+    # The tree it ran from, this version, and no MPI: bench_pack never starts it.
+    assert (prov["commit"], prov["dirty"]) == source_commit() and prov["version"] == __version__
+    assert prov["mpi"] == "none" and prov["cores"] >= 1
 
 
 @pytest.mark.skipif(not MPIRUN, reason="no mpirun on this machine")
@@ -31,5 +40,8 @@ def test_an_mpi_benchmark_records_its_command_and_ranks(tmp_path, n):
     proc = run_job(MPIRUN + ["-n", str(n), sys.executable, "benchmarks/osu_alltoallv.py", *args],
                    timeout=90, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(out.read_text())["command"] == shlex.join(
-        ["mpirun", "-np", str(n), "python", "benchmarks/osu_alltoallv.py", *args])
+    prov = json.loads(out.read_text())["provenance"]
+    assert prov["command"] == shlex.join(["mpirun", "-np", str(n), "python", "benchmarks/osu_alltoallv.py", *args])
+    # The library the job ran on, as its launcher's family names it.
+    assert {"openmpi": "Open MPI", "hydra": "MPICH"}[launcher_family()] in prov["mpi"], prov
+    assert prov["commit"] == source_commit()[0]

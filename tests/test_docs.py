@@ -85,14 +85,73 @@ def test_readme_links_resolve():
     assert [link for link in links if not (ROOT / link).is_file()] == []
 
 
-def test_readme_results_are_numbers_the_result_files_hold(fragments):
-    """Every number the README's Results section quotes (us, s, %) is in a generated fragment."""
-    section = README[README.index("## Results"):README.index("## Documentation")]
-    quoted = re.findall(r"\b(\d+\.\d+) (?:against|us|s\b)|(\d+\.\d+)%", section)
-    numbers = {a or b for a, b in quoted}
-    assert len(numbers) >= 8, numbers
-    text = "\n".join(f.read_text() for f in fragments.glob("*.md"))
-    assert sorted(n for n in numbers if not re.search(rf"(?<![\d.]){re.escape(n)}(?![\d])", text)) == []
+def report_module():
+    """benchmarks/report.py, loaded by path (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("hxmpi_report", ROOT / "benchmarks" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_numbers_are_the_result_files():
+    """The README's results and test cost are the blocks report.py writes from the result files
+    now: a number that differs from its file fails here (rewrite them with
+    ``python benchmarks/report.py --readme README.md``)."""
+    report = report_module()
+    assert set(report.README_BLOCKS) == {"results", "test cost"}
+    for name, make in report.README_BLOCKS.items():
+        begin, end = report._marks(name)
+        block = README[README.index(begin) + len(begin):README.index(end)]
+        assert block == "\n" + make(report.RESULTS), name
+    results = README[README.index("## Results"):README.index("## Documentation")]
+    assert results.count("\n- **") == len(report.HEADLINES) >= 6
+
+
+def test_readme_is_rewritten_from_the_files(tmp_path):
+    """--readme rewrites only the generated blocks, from the files given."""
+    report = report_module()
+    copy = tmp_path / "README.md"
+    begin, end = report._marks("results")
+    stale = README.replace(README[README.index(begin) + len(begin):README.index(end)], "\n- stale\n")
+    copy.write_text(stale)
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report.py"), "--readme", str(copy)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert copy.read_text() == README
+
+
+#: Development history that has no place in a manual: issue numbers, sessions, the lock files
+#: and paths of the machine the results were made on, and commit hashes (7 to 40 hex digits with
+#: a digit and a letter among them).
+HISTORY = re.compile(r"issue [0-9]|(this|earlier|last) session|session [0-9]|timing\.lock|/work/|/tmp/"
+                     r"|\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b", re.I)
+
+
+def test_the_manual_holds_no_development_history():
+    """The README and every docs page speak to users; history goes to CHANGELOG.md."""
+    hits = [f"{p.relative_to(ROOT)}:{i}: {m.group(0)}" for p in PAGES + [ROOT / "README.md"]
+            for i, line in enumerate(p.read_text().splitlines(), 1) for m in HISTORY.finditer(line)]
+    assert hits == []
+
+
+def test_the_history_check_catches_each_kind():
+    for text in ("as issue 26 asked", "an earlier session", "this session", "session 3", "flock /work/.timing.lock",
+                 "in /tmp/store120k", "main at 7650c4b", "d31f765c0ffee0123456789abcdef0123456789a"):
+        assert HISTORY.search(text), text
+    for text in ("1048576 B", "a decade", "0.25 s", "mpi4py 4.1.2", "hdr preset", "sha256"):
+        assert not HISTORY.search(text), text
+
+
+def test_performance_prose_quotes_no_measured_numbers():
+    """The performance pages' numbers are in their generated tables and headlines, never typed in
+    the prose around them (a typed number drifts from its file). Settings and layouts (8 MB/s,
+    8 x 8, within 5%) are whole numbers; a measurement has decimals."""
+    measured = re.compile(r"\b\d+\.\d+\s?(us|ms|s|x|%|GB/s|MB/s|GiB|MiB)(?![\w/])")
+    hits = []
+    for p in (DOCS / "performance").glob("*.md"):
+        prose = re.sub(r"```.*?```", "", p.read_text(), flags=re.S)
+        hits += [f"{p.name}: {m.group(0)}" for m in measured.finditer(prose)]
+    assert hits == []
 
 
 # --------------------------------------------------------------------------------- docs commands
@@ -180,15 +239,19 @@ def test_the_extension_writes_the_flag_table_and_the_fragments(tmp_path):
     ext.generate(tmp_path)
     from hxmpi.train.command import flags_markdown
     assert (tmp_path / "flags.md").read_text() == flags_markdown() + "\n"
-    assert {p.stem for p in (tmp_path / "performance").glob("*.md")} == {p.stem for p in result_files()}
+    assert {p.stem for p in (tmp_path / "performance").glob("*.md")} == {p.stem for p in result_files()} | {"headlines", "suite"}
+    assert (tmp_path / "performance" / "headlines.md").read_text() == report_module().headlines(pages="")
 
 
 # ----------------------------------------------------------------------------- performance pages
-def test_every_result_file_is_on_a_performance_page():
+def test_every_result_file_is_on_a_page():
+    """Every result file's fragment is included by a page (the performance pages; the test
+    suite's cost by the contributing page), and the headline numbers by the performance index."""
     included = set()
-    for page in (DOCS / "performance").glob("*.md"):
-        included |= set(re.findall(r"```\{include\} \.\./_generated/performance/(\w+)\.md", page.read_text()))
-    assert included == {p.stem for p in result_files()}
+    for page in PAGES:
+        included |= set(re.findall(r"```\{include\} (?:\.\./)?_generated/performance/(\w+)\.md", page.read_text()))
+    assert included == {p.stem for p in result_files()} | {"headlines", "suite"}  # suite: written even before a run
+    assert "_generated/performance/headlines.md" in (DOCS / "performance" / "index.md").read_text()
 
 
 def test_performance_pages_type_no_tables():
@@ -213,19 +276,61 @@ def test_fragments_hold_the_result_files_numbers(fragments):
     d, md = load("simulate_call_model_2048_4096")
     assert f"{d['records'][0]['model_auto_plan_s'] * 1e6:.1f}" in md and "| model |" in md
     d, md = load("overhead")
-    assert f"| flat | {d['cpu_s_per_call']['flat'] * 1e6:.1f} |" in md and d["command"] in md
+    assert f"| flat | {d['cpu_s_per_call']['flat'] * 1e6:.1f} |" in md and "--combine-flat" in md
     d, md = load("staging")
     assert f"{d['results'][1]['time_to_first_batch_s']:.2f}" in md
-    d, md = load("straggler_lasting_np4")
-    assert f"{d['results']['sync/x3']['epoch_time_s']:.1f}" in md
+    d, md = load("straggler_card_np2_120k_eval25")
+    assert f"{d['card']['x3']['cells']['auto']['time_to_target_s']['median']:.2f}" in md
+    assert f"{d['card']['x3']['auto_time_ratio']:.2f}" in md
     d, md = load("pack")
     assert f"{d['results'][-1]['hxmpi_gbps']:.2f}" in md
     for f in result_files():
         text = (fragments / f"{f.stem}.md").read_text()
-        assert text.startswith(f"### `{f.name}`") and ("Command" in text or "Arguments" in text), f.name
+        assert text.startswith(f"### `{f.name}`") and "Made by" in text, f.name
         assert text.count("\n| ") >= 2, f.name  # every file gives at least one table
         if f.with_suffix(".png").exists():
             assert f"]({f.stem}.png)" in text and (fragments / f"{f.stem}.png").is_file()
+
+
+def test_every_result_file_says_where_it_came_from():
+    """Every result file (and the packaged CPU file) holds a ``provenance`` record with every key
+    of ``hxmpi.provenance``: the command and the commit ("unknown" only where a file made before
+    provenance records existed was backfilled from the command it recorded, and says so)."""
+    from hxmpi.provenance import PROVENANCE_KEYS
+    problems = []
+    for f in result_files():
+        prov = json.loads(f.read_text()).get("provenance")
+        if not isinstance(prov, dict):
+            problems.append(f"{f.name}: no provenance")
+            continue
+        problems += [f"{f.name}: no {k}" for k in PROVENANCE_KEYS if prov.get(k) in (None, "")]
+        if prov.get("commit") == "unknown" and prov.get("backfilled") is not True:
+            problems.append(f"{f.name}: commit unknown but not marked backfilled")
+        if prov.get("commit") not in (None, "unknown") and not re.fullmatch(r"[0-9a-f]{40}", prov["commit"]):
+            problems.append(f"{f.name}: commit {prov['commit']!r} is not a commit")
+        if not re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", str(prov.get("date"))):
+            problems.append(f"{f.name}: date {prov.get('date')!r}")
+    assert problems == []
+
+
+def test_report_renders_each_files_provenance(fragments):
+    """Each table's fragment says how it was made: the command (lock wrappers left out) and the
+    commit, date, version, MPI library and cores."""
+    for f in result_files():
+        prov = json.loads(f.read_text())["provenance"]
+        text = (fragments / f"{f.stem}.md").read_text()
+        command = re.sub(r"\bflock (?:-\w+ )*\S+ ", "", prov["command"])
+        assert command in text and prov["date"][:10] in text, f.name
+        assert (f"commit `{prov['commit'][:12]}`" if prov["commit"] != "unknown" else "commit unknown") in text
+        assert "flock" not in text and ("before provenance records" in text) == bool(prov.get("backfilled"))
+
+
+def test_report_refuses_a_result_without_provenance(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "old.json").write_text('{"benchmark": "pack", "total_bytes": 1, "results": []}')
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "report.py"), str(tmp_path / "out"),
+                           "--results", str(tmp_path / "in")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "old.json has no provenance" in proc.stderr
 
 
 def test_report_refuses_a_result_it_cannot_render(tmp_path):

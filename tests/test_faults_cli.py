@@ -45,8 +45,10 @@ def test_uncaught_exception_on_one_rank_aborts_the_job(tmp_path, n):
 
 
 #: Programs that never start MPI, so have no ranks to strand: the simulator (SimGrid's smpirun is its
-#: launcher) and the benchmark scripts that only read JSON.
-NO_MPI = {"hxmpi/sim/__main__.py", "benchmarks/plot.py", "benchmarks/report.py", "benchmarks/model_structure.py"}
+#: launcher, and its build and fit) and the benchmark scripts that only read JSON.
+NO_MPI = {"hxmpi/sim/__main__.py", "hxmpi/sim/simgrid.py", "benchmarks/fit_slingshot.py", "benchmarks/plot.py",
+          "benchmarks/report.py", "benchmarks/model_structure.py",
+          "benchmarks/bench_suite.py"}
 
 
 def _programs():

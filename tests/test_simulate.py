@@ -1,6 +1,7 @@
 """hxmpi.sim.simulate: replays of tiny layouts in SimGrid, traces built from hxmpi.comm.plan, clean CLI errors."""
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,8 @@ import pytest
 from hxmpi.comm.costmodel import CPU_KEYS, CostModel, CpuTimes
 from hxmpi.comm.plan import Layout
 from hxmpi.errors import CpuFileError
+from hxmpi.provenance import PROVENANCE_KEYS
+from hxmpi.sim import simulate
 from hxmpi.sim.simulate import (
     PRESETS,
     Call,
@@ -90,12 +93,41 @@ def test_bruck_trace_rounds_and_headers():
 
 
 def test_pairwise_and_linear_follow_open_mpi_rule():
-    """64 ranks: pairwise rounds (one message each way, then wait); 8 ranks: every message, one wait."""
-    for p, expect_waits in ((64, 63), (8, 1)):
-        layout = Layout(node_of_sizes([p // 2, p // 2]))
-        lines = rank_trace(layout, make_counts(p, 8, False), 5, "flat", "shm", plain_model())
-        assert sum(ln.endswith("waitall") for ln in lines) == expect_waits
-        assert trace_stats(lines) == {"flat": {"messages": p - 1, "bytes": 8 * (p - 1)}}
+    """64 ranks: pairwise rounds (one message each way, then wait); 8 ranks: every message posted,
+    then a wait for each of the 14 requests (more than WAITALL_MAX), naming it."""
+    layout = Layout(node_of_sizes([32, 32]))
+    lines = rank_trace(layout, make_counts(64, 8, False), 5, "flat", "shm", plain_model())
+    assert sum(ln.endswith("waitall") for ln in lines) == 63
+    assert trace_stats(lines) == {"flat": {"messages": 63, "bytes": 8 * 63}}
+    layout = Layout(node_of_sizes([4, 4]))
+    lines = rank_trace(layout, make_counts(8, 8, False), 5, "flat", "shm", plain_model())
+    assert trace_stats(lines) == {"flat": {"messages": 7, "bytes": 8 * 7}}
+    verbs = [ln.split()[1] for ln in lines]
+    first_wait = verbs.index("wait")
+    assert {"isend", "irecv"}.isdisjoint(verbs[first_wait:]) and "waitall" not in verbs
+    posted = {(v, int(ln.split()[2]), int(ln.split()[3])) for v, ln in zip(verbs, lines) if v in ("isend", "irecv")}
+    waits = [ln.split()[2:] for v, ln in zip(verbs, lines) if v == "wait"]
+    waited = {("irecv", int(src), int(tag)) if int(dst) == 5 else ("isend", int(dst), int(tag))
+              for src, dst, tag in waits}
+    assert waited == posted and len(waits) == 14
+
+
+@needs_simgrid
+def test_waits_end_when_waitall_ends(tmp_path):
+    """A linear phase replayed with a wait per request ends when one waitall would (2 x 4 ranks,
+    one 100 KB message and the rest 8 B: the waits are not in completion order)."""
+    layout = Layout(node_of_sizes([4, 4]))
+    counts = make_counts(8, 8, False)
+    counts[3, 6] = counts[6, 1] = 100_000
+    model = plain_model(alpha_inter=2e-6, beta_inter=1 / 1e9, msg_overhead=0.3e-6)
+    times = []
+    for limit in (simulate.WAITALL_MAX, 10**6):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(simulate, "WAITALL_MAX", limit)
+            traces = [rank_trace(layout, counts, r, Call("flat", "bare"), "shm", model) for r in range(8)]
+        assert any(" waitall" in ln for ln in traces[0]) == (limit > 100)
+        times.append(simulate.replay_traces(layout, traces, model, Network(), str(tmp_path / str(limit))))
+    assert times[0] == times[1] and times[0] > 100_000 / 1e9
 
 
 @needs_simgrid
@@ -158,12 +190,20 @@ def test_crossover_interpolates():
     assert crossover([{"block_bytes": 8, "flat_sim_s": 1.0, "hier_sim_s": 2.0}]) == 0.0
 
 
+def test_shapes_and_pairs_make_the_layouts():
+    args = simulate.build_parser().parse_args(["--nodes", "2", "--ranks-per-node", "3,1", "--shape", "128x8",
+                                               "--shape", "4X2", "--layout", "2+1"])
+    assert simulate._layouts(args) == [[3, 3], [1, 1], [8] * 128, [2] * 4, [2, 1]]
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--nodes", "0", "--ranks-per-node", "2"], "--nodes must be positive"),
     (["--nodes", "2", "-m", "64:8"], "size range is empty"),
     (["--nodes", "2", "--preset", "myrinet"], "unknown preset 'myrinet'"),
     (["--layout", "2+x"], "--layout must be comma-separated integers"),
     (["--ranks-per-node", "2"], "give --nodes"),
+    (["--shape", "12"], "--shape must be NODESxRANKS, e.g. 128x8, got '12'"),
+    (["--shape", "0x8"], "--shape must be positive integers, got '0'"),
     (["--nodes", "2", "--only", "auto,bogus"], "--only: unknown field(s) ['bogus']"),
 ])
 def test_bad_flags_give_one_error_line(args, needle):
@@ -173,11 +213,13 @@ def test_bad_flags_give_one_error_line(args, needle):
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], proc.stderr
 
 
-def test_without_smpirun_says_what_to_install():
-    env = {**os.environ, "PATH": "/nonexistent"}
+def test_without_smpirun_says_what_to_install(tmp_path):
+    env = {**os.environ, "PATH": "/nonexistent", "HXMPI_SIMGRID_PREFIX": str(tmp_path / "none")}
+    env.pop("HXMPI_SMPIRUN", None)
     proc = cli("--nodes", "2", "--ranks-per-node", "2", env=env)
     assert proc.returncode == 2
-    assert "apt-get install libsimgrid-dev" in proc.stderr and proc.stderr.startswith("error:")
+    assert "python -m hxmpi.sim.simgrid build" in proc.stderr and "apt-get install libsimgrid-dev" in proc.stderr
+    assert proc.stderr.startswith("error:") and len(proc.stderr.strip().splitlines()) == 1
 
 
 @needs_simgrid
@@ -186,11 +228,17 @@ def test_cli_json(tmp_path):
     proc = cli("--nodes", "2", "--ranks-per-node", "2", "--layout", "1+1", "-m", "8:64", "--factor", "8",
                "--json", str(out))
     assert proc.returncode == 0, proc.stderr
-    records = json.loads(out.read_text())["records"]
+    doc = json.loads(out.read_text())
+    records = doc["records"]
+    assert doc["provenance"]["mpi"] == f"SimGrid {doc['simgrid']}" and doc["provenance"]["command"].startswith(
+        "python -m hxmpi.sim --nodes 2")
+    assert set(PROVENANCE_KEYS) <= set(doc["provenance"])
+    assert all(r["simgrid"] == doc["simgrid"] for r in records)
     keys = {"nodes", "ranks_per_node", "block_bytes", "flat_sim_s", "hier_sim_s", "model_flat_s",
-            "model_hier_s", "model_pick"}
+            "model_hier_s", "model_pick", "hier_pairwise_sim_s", "hier_pairwise_plan_sim_s", "model_hier_pairwise_s"}
     assert len(records) == 4 and all(keys <= set(r) for r in records)
     assert [r["hier_sim_s"] is None for r in records] == [False, False, True, True]
+    assert [r["hier_pairwise_plan_sim_s"] is None for r in records] == [False, False, True, True]
     assert "model's pick within 5% of the fastest replayed algorithm at 4/4 points" in proc.stdout
     new = {"bare_alltoallv_sim_s", "bare_alltoall_sim_s", "agreement_sim_s", "auto_sim_s", "hier_plan_sim_s",
            "auto_plan_sim_s", "auto_pick", "model_auto_s"}
@@ -326,8 +374,10 @@ def test_compare_replays_an_osu_report(tmp_path):
     PRESETS["hdr"].save(str(tuning))
     proc = cli("--compare", str(src), "--tuning", str(tuning), "--overhead", str(cpu), "--json", str(out))
     assert proc.returncode == 0, proc.stderr
-    rows = {r["algorithm"]: r for r in json.loads(out.read_text())["rows"]}
+    result = json.loads(out.read_text())
+    rows = {r["algorithm"]: r for r in result["rows"]}
     assert set(rows) == {"bare", "bruck-plan"}
+    assert "--compare" in result["provenance"]["command"] and result["provenance"]["mpi"].startswith("SimGrid")
     from hxmpi.sim.simulate import replay
     layout, counts = Layout(node_of_sizes([2, 2])), make_counts(4, 64, False)
     want = [replay(layout, counts, Call("bruck", "plan", 2), "shm", PRESETS["hdr"], Network(), str(tmp_path / d),
@@ -364,6 +414,7 @@ def test_combined_cpu_file_takes_flat_keys_as_measured_and_deflates_hier_keys(tm
     assert cpu["hier_bruck_plan"] == pytest.approx(4.0 * i * 1e-6 * 0.5)
     assert cpu["hier"] == pytest.approx(4.0 * (keys.index("hier") + 1) * 1e-6 * 0.25)
     assert "times 0.250" in got["source"]["hier"] and len(got["inputs"]) == 4
+    assert "--combine-flat" in got["provenance"]["command"] and got["provenance"]["commit"]
     assert CpuTimes.load(str(out)).seconds == cpu  # what the simulator and auto read
     # A 2x2 set whose compiled flat hit measured 0: hits and plans take the miss ratio instead.
     zero = json.loads(open(hier[0]).read())

@@ -186,11 +186,15 @@ def test_pretrain_below_target_switches_to_distributed_and_keeps_the_model(comm,
 def test_pretrain_reaching_target_stops(comm, growing_store):
     server, url, _ = growing_store
     first_read_small(comm, server)
-    t = Trainer(run_args(url, fresh_dir(comm), "--pretrain-time", "0.5", "--target-accuracy", "0.3",
+    # A target every model meets (accuracy >= 0): the deadline is wall-clock time, so on a busy
+    # host it can pass after any number of steps, and a target that needs training (0.3 here
+    # before) was missed when it passed early (seen under load). The stop branch is what this
+    # tests; the other test takes the switch branch.
+    t = Trainer(run_args(url, fresh_dir(comm), "--pretrain-time", "0.5", "--target-accuracy", "0",
                          "--epochs", "50", "--straggle", "0:0.005"), comm)
     summary = t.run()
     decision = next(e for e in t.events if e["event"] == "staging_decision")
-    assert decision["decision"] == "stop: target reached" and decision["accuracy"] >= 0.3
+    assert decision["decision"] == "stop: target reached" and decision["target"] == 0
     assert summary["stop_reason"] == "target accuracy reached in pre-training" and summary["epochs"] < 50
 
 

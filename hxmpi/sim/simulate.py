@@ -25,11 +25,12 @@ columns and errors show what the model's structure misses, not a difference in p
 from __future__ import annotations
 
 import argparse
+import importlib.resources
 import json
 import math
 import os
 import re
-import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -53,21 +54,41 @@ from ..comm.costmodel import (
 )
 from ..comm.plan import ALGORITHMS, Layout
 from ..errors import CpuFileError, HxmpiError
+from ..provenance import provenance
 from .schedule import Collective, Copy, Exchange, rank_schedule
+from .simgrid import SimGrid, SimGridError
+from .simgrid import find as find_simgrid
 
 __all__ = ["SimulateError", "Network", "oversubscription", "oversubscribe", "node_of_sizes", "make_counts",
            "Call", "agreement_steps", "call_steps", "CpuTimes", "phase_algorithm", "exchange_actions",
            "barrier_actions", "collective_actions", "rank_trace", "trace_stats", "platform_xml",
            "smpirun_path", "replay", "ReplayTimeout", "simulate_point", "summarize", "crossover",
-           "osu_calls", "compare_measured", "block_sizes", "print_layout", "plot", "build_parser", "main"]
+           "osu_calls", "compare_measured", "block_sizes", "print_layout", "plot", "build_parser", "main",
+           "simgrid", "replay_traces", "wait_lines", "WAITALL_MAX", "calibrated_preset", "SLINGSHOT_FILE",
+           "PLATFORM_FIELDS", "needs_hierarchy", "has_radix"]
 
-REPLAY_MAIN = "/usr/lib/x86_64-linux-gnu/simgrid/smpireplaymain"
-INSTALL_HINT = "install SimGrid's SMPI: apt-get install libsimgrid-dev (it ships smpirun and smpireplaymain)"
+
+#: The calibrated preset's file (``benchmarks/fit_slingshot.py --preset-out``), package data.
+SLINGSHOT_FILE = "slingshot.json"
+#: The CostModel fields a calibrated preset sets: the platform's, not hxmpi's own per-call costs.
+PLATFORM_FIELDS = ("alpha_intra", "beta_intra", "alpha_inter", "beta_inter", "beta_copy", "msg_overhead",
+                   "beta_backbone")
+
+
+def calibrated_preset(name: str = SLINGSHOT_FILE) -> tuple[CostModel, dict]:
+    """(CostModel, the whole file) of a calibrated preset shipped with hxmpi.sim: its platform
+    fields over the built-in defaults (hxmpi's fixed per-call costs are not the platform's)."""
+    data = json.loads(importlib.resources.files(__package__).joinpath(name).read_text())
+    return replace(CostModel(), **{k: float(data["model"][k]) for k in PLATFORM_FIELDS}), data
+
 
 # Presets: CostModel numbers of a cluster node (seconds, seconds per byte). Sources of each number
-# are in docs/tools.md, "Presets". Fixed per-call costs and copy bandwidth stay the built-in defaults.
+# are in docs/tools.md, "Presets". Fixed per-call costs and copy bandwidth stay the built-in defaults,
+# except in "slingshot", whose platform is fitted to published measurements (docs/performance/scale.md).
 _BASE = CostModel()
 PRESETS = {
+    # Slingshot-11, 48-core AMD nodes, Open MPI btl/ofi + sm (benchmarks/fit_slingshot.py).
+    "slingshot": calibrated_preset()[0],
     # 100 Gb/s InfiniBand port (HDR100 / EDR): 12.5 GB/s, ~1 us MPI latency, ~0.2 us CPU per message.
     "hdr": replace(_BASE, alpha_inter=1.0e-6, beta_inter=1 / 12.5e9, msg_overhead=0.2e-6,
                    alpha_intra=0.4e-6, beta_intra=1 / 8e9),
@@ -221,8 +242,8 @@ def exchange_actions(rank: int, step, layout: Layout, tags: Optional[_Tags] = No
         return []
     schedule = step.schedule or phase_algorithm(step.phase, layout, rank)
     if schedule == "linear":
-        return [ln for v in recvs.values() for ln in v] + [ln for v in sends.values() for ln in v] + \
-            [f"{rank} waitall"]
+        posted = [ln for v in recvs.values() for ln in v] + [ln for v in sends.values() for ln in v]
+        return posted + wait_lines(posted)
     members = list(step.members) if step.members else _comm_of(step.phase, layout, rank).tolist()
     pos, size, lines = members.index(rank), len(members), []
     for k in range(1, size):
@@ -231,6 +252,31 @@ def exchange_actions(rank: int, step, layout: Layout, tags: Optional[_Tags] = No
         if round_:
             lines += round_ + [f"{rank} waitall"]
     return lines
+
+
+#: Posted requests above which a linear phase waits for each one in turn instead of one waitall.
+WAITALL_MAX = 8
+
+
+def wait_lines(posted: Sequence[str]) -> list[str]:
+    """Lines that wait for every request of ``posted`` (irecv/isend lines of one rank).
+
+    Few requests: one ``waitall``. Many: a ``wait SRC DST TAG`` for each, which costs SMPI O(n)
+    where its waitall, a loop of waitany over every pending request, costs O(n^2) per rank (1023
+    peers at 1024 ranks). SMPI charges a small message's receive overhead when its wait finishes
+    it, so the waits go in the order the messages are expected to arrive, as a waitall would take
+    them: receives by size (the smallest arrive first; posting order among equals), then sends.
+    """
+    if len(posted) <= WAITALL_MAX:
+        return [f"{posted[0].split()[0]} waitall"] if posted else []
+    parts = [ln.split() for ln in posted]
+    order = sorted(range(len(parts)), key=lambda i: (parts[i][1] != "irecv", int(parts[i][4]), i))
+    out = []
+    for i in order:
+        rank, verb, peer, tag, _ = parts[i]
+        src, dst = (peer, rank) if verb == "irecv" else (rank, peer)
+        out.append(f"{rank} wait {src} {dst} {tag}")
+    return out
 
 
 def _dissemination(rank: int, layout: Layout, phase: str, nbytes) -> list[str]:
@@ -339,12 +385,18 @@ def platform_xml(layout: Layout, model: CostModel, network: Network) -> str:
             f"<platform version=\"4.1\">\n  <cluster {attr_text}/>\n</platform>\n")
 
 
-def smpirun_path() -> str:
-    """Path of smpirun, or SimulateError saying what to install."""
-    path = shutil.which("smpirun")
-    if path is None or not os.path.exists(REPLAY_MAIN):
-        raise SimulateError(f"smpirun or {REPLAY_MAIN} not found: {INSTALL_HINT}")
-    return path
+def simgrid(smpirun: Optional[str] = None) -> SimGrid:
+    """The SimGrid replays use (``hxmpi.sim.simgrid.find``: ``smpirun``, env HXMPI_SMPIRUN, the
+    source build in the cache prefix, else PATH's), or SimulateError saying what to install."""
+    try:
+        return find_simgrid(smpirun)
+    except SimGridError as exc:
+        raise SimulateError(str(exc)) from None
+
+
+def smpirun_path(smpirun: Optional[str] = None) -> str:
+    """Path of the smpirun replays use (``simgrid``), or SimulateError saying what to install."""
+    return simgrid(smpirun).smpirun
 
 
 _TIME = re.compile(r"^\[(\d+\.\d+)\] Simulation time")
@@ -352,16 +404,25 @@ _TIME = re.compile(r"^\[(\d+\.\d+)\] Simulation time")
 
 def replay(layout: Layout, counts: np.ndarray, algorithm, node_phase: str, model: CostModel,
            network: Network, workdir: str, timeout: Optional[float] = None,
-           cpu: Optional[CpuTimes] = None) -> float:
+           cpu: Optional[CpuTimes] = None, sg: Optional[SimGrid] = None) -> float:
     """Simulated seconds of one call (a ``Call`` or an algorithm name: one-shot): write every
-    rank's trace, run smpirun, read the end time."""
-    smpirun = smpirun_path()
+    rank's trace, run smpirun (``sg``, default ``simgrid()``), read the end time."""
+    traces = (rank_trace(layout, counts, rank, algorithm, node_phase, model, cpu) for rank in range(layout.size))
+    return replay_traces(layout, traces, model, network, workdir, timeout, sg,
+                         getattr(algorithm, "label", algorithm))
+
+
+def replay_traces(layout: Layout, traces, model: CostModel, network: Network, workdir: str,
+                  timeout: Optional[float] = None, sg: Optional[SimGrid] = None, what: str = "a call") -> float:
+    """Simulated seconds of every rank's trace (an iterable of line lists, rank order) on the
+    platform of ``model`` and ``network``; ``what`` names the replay in a timeout's message."""
+    smpirun = (sg or simgrid()).smpirun
     os.makedirs(workdir, exist_ok=True)
     names = []
-    for rank in range(layout.size):
+    for rank, lines in enumerate(traces):
         name = os.path.join(workdir, f"rank{rank}.txt")
         with open(name, "w") as fh:
-            fh.write("\n".join(rank_trace(layout, counts, rank, algorithm, node_phase, model, cpu)) + "\n")
+            fh.write("\n".join(lines) + "\n")
         names.append(name)
     files = {"traces.txt": "\n".join(names) + "\n",
              "hosts.txt": "".join(f"node-{i}:{g}\n" for i, g in enumerate(layout.node_sizes)),
@@ -391,7 +452,7 @@ def replay(layout: Layout, counts: np.ndarray, algorithm, node_phase: str, model
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        raise ReplayTimeout(f"replay of {getattr(algorithm, 'label', algorithm)} on {layout.size} ranks took over {timeout:g} s") from None
+        raise ReplayTimeout(f"replay of {what} on {layout.size} ranks took over {timeout:g} s") from None
     for line in (proc.stdout + proc.stderr).splitlines():
         m = _TIME.match(line)
         if m and proc.returncode == 0:
@@ -406,15 +467,26 @@ DEFAULT_MAX_REPLAY_RANKS = 1024
 
 
 #: The replayed fields of a record (``<name>_sim_s``), in replay order; ``--only`` picks among them.
-REPLAYED = ("bare_alltoallv", "bare_alltoall", "flat", "bruck", "bruck_plan", "hier", "hier_plan", "hier_bruck",
-            "hier_bruck_plan", "auto", "auto_plan", "agreement")
+REPLAYED = ("bare_alltoallv", "bare_alltoall",
+            *(f for a in ALGORITHMS for f in ((a,) if a == "flat" else (a, f"{a}_plan"))),
+            "auto", "auto_plan", "agreement")
+
+
+def needs_hierarchy(algorithm: str) -> bool:
+    """Whether an algorithm of hxmpi's works through nodes (and runs flat where the layout has none)."""
+    return algorithm not in ("flat", "bruck")
+
+
+def has_radix(algorithm: str) -> bool:
+    """Whether an algorithm takes the Bruck radix (the simulator picks it by the model, per point)."""
+    return "bruck" in algorithm
 
 
 class ReplayTimeout(SimulateError):
     """A replay that did not finish within ``--timeout``."""
 
 
-def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec: dict):
+def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec: dict, sg: SimGrid):
     """Replay each distinct Call once (cached); wall seconds go to ``rec["replay_s"]``, and a replay
     that times out gives None and is named in ``rec["timed_out"]`` (the sweep goes on)."""
     done: dict = {}
@@ -426,7 +498,8 @@ def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, re
             name = f"{call.label} {call.mode}"
             try:
                 done[key] = replay(layout, counts, call, node_phase, model, network,
-                                   os.path.join(base, f"{call.label.replace('/', '-')}-{call.mode}"), timeout, cpu)
+                                   os.path.join(base, f"{call.label.replace('/', '-')}-{call.mode}"), timeout, cpu,
+                                   sg)
             except ReplayTimeout:
                 done[key] = None
                 rec["timed_out"].append(name)
@@ -438,7 +511,8 @@ def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, re
 def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: Network,
                    node_phase: str = "shm", uneven: bool = False, workdir: Optional[str] = None,
                    timeout: Optional[float] = None, cpu: Optional[CpuTimes] = None, numpy: bool = False,
-                   max_replay_ranks: int = DEFAULT_MAX_REPLAY_RANKS, only: Optional[Sequence[str]] = None) -> dict:
+                   max_replay_ranks: int = DEFAULT_MAX_REPLAY_RANKS, only: Optional[Sequence[str]] = None,
+                   sg: Optional[SimGrid] = None) -> dict:
     """One JSON record: whole calls replayed (one-shot and plan), the bare MPI baselines, the model.
 
     One-shot calls pay the agreement (``agreement_steps``) and hxmpi's CPU per call (``cpu``);
@@ -446,7 +520,8 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
     degenerate (hxmpi runs flat there); ``bare_alltoall_sim_s`` is None for uneven counts. Worlds
     above ``max_replay_ranks`` are not replayed: every ``*_sim_s`` is None and ``by_model`` is true.
     ``only``: replay just these fields (``REPLAYED`` names, e.g. "auto"); the others stay None and
-    are listed in ``not_run``.
+    are listed in ``not_run``. ``sg``: the SimGrid to replay with (default ``simgrid()``), named in
+    the record's ``simgrid``.
     """
     layout = Layout(node_of_sizes(sizes))
     counts = make_counts(layout.size, block, uneven)
@@ -456,29 +531,33 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
     hier_ok = layout.hier_possible
     pick = lambda mode: choose_call(model, mode, n, g, pattern, node_phase, cpu, numpy)  # noqa: E731
     auto, auto_plan = pick("oneshot"), pick("plan")
-    bruck_k = min(RADICES, key=lambda k: predict_call(model, "bruck", "plan", n, g, pattern, node_phase, k, cpu))
-    hb_k = min(RADICES, key=lambda k: predict_call(model, "hier_bruck", "plan", n, g, pattern, node_phase, k, cpu))
+    radix = {a: min(RADICES, key=lambda k: predict_call(model, a, "plan", n, g, pattern, node_phase, k, cpu))
+             if has_radix(a) else 2 for a in ALGORITHMS}
     model_s = lambda algo, mode, k=2: predict_call(model, algo, mode, n, g, pattern, node_phase, k, cpu, numpy)  # noqa: E731
+    usable = [a for a in ALGORITHMS if hier_ok or not needs_hierarchy(a)]
     rec = {"nodes": n, "ranks_per_node": g, "node_sizes": list(layout.node_sizes), "block_bytes": block,
-           "uneven": uneven, "by_model": p > max_replay_ranks, "bruck_radix": bruck_k, "hier_bruck_radix": hb_k,
+           "uneven": uneven, "by_model": p > max_replay_ranks,
+           **{f"{a}_radix": radix[a] for a in ALGORITHMS if has_radix(a)},
            "auto_pick": Call(auto[0], radix=auto[1]).label, "auto_plan_pick": Call(auto_plan[0], radix=auto_plan[1]).label,
            "model_auto_s": auto[2], "model_auto_plan_s": auto_plan[2],
-           "model_flat_s": model_s("flat", "oneshot"), "model_hier_s": model_s("hier", "oneshot") if hier_ok else None,
            "model_bare_alltoallv_s": model_s("flat", "bare"),
            "model_bare_alltoall_s": model_s("alltoall", "bare") if pattern.uniform else None,
-           "model_agreement_s": predict_agreement(model, n, g, auto[0].startswith("hier"), numpy),
-           "model_bruck_s": model_s("bruck", "oneshot", bruck_k), "model_bruck_plan_s": model_s("bruck", "plan", bruck_k),
-           "model_hier_plan_s": model_s("hier", "plan") if hier_ok else None,
-           "model_hier_bruck_s": model_s("hier_bruck", "oneshot", hb_k) if hier_ok else None,
-           "model_hier_bruck_plan_s": model_s("hier_bruck", "plan", hb_k) if hier_ok else None,
-           "model_pick": auto[0], "flat_schedule": alltoallv_algorithm(p), "numpy_call": numpy}
+           "model_agreement_s": predict_agreement(model, n, g, auto[0].startswith("hier"), numpy)}
+    for a in ALGORITHMS:
+        rec[f"model_{a}_s"] = model_s(a, "oneshot", radix[a]) if a in usable else None
+        if a != "flat":
+            rec[f"model_{a}_plan_s"] = model_s(a, "plan", radix[a]) if a in usable else None
+    rec.update({"model_pick": auto[0], "flat_schedule": alltoallv_algorithm(p), "numpy_call": numpy})
     rec.update({f"{k}_sim_s": None for k in REPLAYED})
     rec["replay_s"], rec["timed_out"], rec["not_run"] = {}, [], []
+    rec["simgrid"] = None
     if rec["by_model"]:
         return rec
+    sg = sg or simgrid()
+    rec["simgrid"] = sg.version
     tmp = tempfile.TemporaryDirectory(prefix="hxmpi-sim-") if workdir is None else None
     base = tmp.name if tmp else workdir
-    replayer = _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec)
+    replayer = _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec, sg)
     rec["not_run"] = [k for k in REPLAYED if only is not None and k not in only]
 
     def run(call: Call, field: str) -> Optional[float]:
@@ -489,17 +568,13 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
             rec["bare_alltoall_sim_s"] = run(Call("alltoall", "bare"), "bare_alltoall")
         # flat's exchange timed out bare: flat calls (the same exchange and more) are not repeated
         slow = "flat bare" in rec["timed_out"]
-        if not slow:
-            rec["flat_sim_s"] = run(Call("flat", numpy=numpy), "flat")
-        else:
-            rec["timed_out"].append("flat oneshot (not run: its exchange timed out bare)")
-        rec["bruck_sim_s"] = run(Call("bruck", radix=bruck_k, numpy=numpy), "bruck")
-        rec["bruck_plan_sim_s"] = run(Call("bruck", "plan", bruck_k), "bruck_plan")
-        if hier_ok:
-            rec["hier_sim_s"] = run(Call("hier", numpy=numpy), "hier")
-            rec["hier_plan_sim_s"] = run(Call("hier", "plan"), "hier_plan")
-            rec["hier_bruck_sim_s"] = run(Call("hier_bruck", radix=hb_k, numpy=numpy), "hier_bruck")
-            rec["hier_bruck_plan_sim_s"] = run(Call("hier_bruck", "plan", hb_k), "hier_bruck_plan")
+        for a in usable:
+            if a == "flat" and slow:
+                rec["timed_out"].append("flat oneshot (not run: its exchange timed out bare)")
+                continue
+            rec[f"{a}_sim_s"] = run(Call(a, radix=radix[a], numpy=numpy), a)
+            if a != "flat":
+                rec[f"{a}_plan_sim_s"] = run(Call(a, "plan", radix[a]), f"{a}_plan")
         if not (slow and auto[0] == "flat"):
             rec["auto_sim_s"] = run(Call(auto[0], radix=auto[1], numpy=numpy), "auto")
         if not (slow and auto_plan[0] == "flat"):
@@ -513,7 +588,7 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
         ("flat" if hier is None or (flat is not None and flat <= hier) else "hier")
     bare = [v for v in (rec["bare_alltoallv_sim_s"], rec["bare_alltoall_sim_s"]) if v is not None]
     rec["best_bare_sim_s"] = min(bare) if bare else None
-    sims = {k: rec[f"{k}_sim_s"] for k in ("flat", "hier", "bruck", "hier_bruck")}
+    sims = {k: rec[f"{k}_sim_s"] for k in ALGORITHMS}
     rec["sim_best"] = min(((v, k) for k, v in sims.items() if v is not None), default=(None, None))[1]
     return rec
 
@@ -525,13 +600,7 @@ def _ratio(a, b):
 def summarize(records: list[dict]) -> dict:
     """Model error against the simulation per algorithm (whole calls), right picks, and the targets."""
     out = {}
-    pairs = {"flat": ("model_flat_s", "flat_sim_s"), "hier": ("model_hier_s", "hier_sim_s"),
-             "bruck": ("model_bruck_s", "bruck_sim_s"), "bruck_plan": ("model_bruck_plan_s", "bruck_plan_sim_s"),
-             "hier_plan": ("model_hier_plan_s", "hier_plan_sim_s"),
-             "hier_bruck": ("model_hier_bruck_s", "hier_bruck_sim_s"),
-             "hier_bruck_plan": ("model_hier_bruck_plan_s", "hier_bruck_plan_sim_s"),
-             "bare_alltoallv": ("model_bare_alltoallv_s", "bare_alltoallv_sim_s"),
-             "auto": ("model_auto_s", "auto_sim_s"), "auto_plan": ("model_auto_plan_s", "auto_plan_sim_s")}
+    pairs = {k: (f"model_{k}_s", f"{k}_sim_s") for k in REPLAYED if k != "agreement"}
     for algo, (km, ks) in pairs.items():
         errs = [abs(r[km] - r[ks]) / r[ks] for r in records if r.get(ks) is not None and r.get(km) is not None]
         out[algo] = {"mean_rel_error": float(np.mean(errs)) if errs else None,
@@ -539,7 +608,7 @@ def summarize(records: list[dict]) -> dict:
     sim = [r for r in records if None not in (r.get("auto_sim_s"), r.get("auto_plan_sim_s"), r.get("agreement_sim_s"),
                                                 r.get("best_bare_sim_s"))]
     # Right pick: the model's one-shot pick is within 5% of the fastest replayed hxmpi algorithm.
-    best = lambda r: min(r[f"{k}_sim_s"] for k in ("flat", "hier", "bruck", "hier_bruck") if r[f"{k}_sim_s"] is not None)  # noqa: E731
+    best = lambda r: min(r[f"{k}_sim_s"] for k in ALGORITHMS if r.get(f"{k}_sim_s") is not None)  # noqa: E731
     out["auto_right"] = sum(r["auto_sim_s"] <= 1.05 * best(r) for r in sim)
     out["auto_points"] = len(sim)
     out["plan_vs_best_bare_max"] = max((r["auto_plan_sim_s"] / r["best_bare_sim_s"] for r in sim), default=None)
@@ -584,7 +653,7 @@ def osu_calls(report: dict) -> dict:
 
 
 def compare_measured(report: dict, model: CostModel, network: Network, node_phase: str,
-                     cpu: Optional[CpuTimes] = None) -> list[dict]:
+                     cpu: Optional[CpuTimes] = None, sg: Optional[SimGrid] = None) -> list[dict]:
     """Simulate the layout and block sizes of a measured report; rows with both times.
 
     ``report``: a ``calibrate.py --json`` report (its flat and hier rows, one-shot calls, with its
@@ -601,7 +670,7 @@ def compare_measured(report: dict, model: CostModel, network: Network, node_phas
     for col, call, block, measured_us in todo:
         with tempfile.TemporaryDirectory(prefix="hxmpi-sim-") as tmp:
             sim = replay(layout, make_counts(layout.size, block, False), call, node_phase, model, network, tmp,
-                         cpu=cpu)
+                         cpu=cpu, sg=sg)
         rows.append({"algorithm": col, "block_bytes": block, "measured_s": measured_us * 1e-6,
                      "sim_s": sim, "rel_error": abs(sim - measured_us * 1e-6) / (measured_us * 1e-6)})
     return rows
@@ -639,10 +708,16 @@ def block_sizes(text: str, factor: int) -> list[int]:
 def _layouts(args) -> list[list[int]]:
     layouts = [[g] * n for n in _int_list(args.nodes, "--nodes")
                for g in _int_list(args.ranks_per_node, "--ranks-per-node")] if args.nodes else []
+    for text in args.shape or []:
+        n, x, g = text.lower().partition("x")
+        if not x:
+            raise SimulateError(f"--shape must be NODESxRANKS, e.g. 128x8, got {text!r}")
+        n_i, g_i = _int_list(n, "--shape")[0], _int_list(g, "--shape")[0]
+        layouts.append([g_i] * n_i)
     for text in args.layout or []:
         layouts.append(_int_list(text.replace("+", ","), "--layout"))
     if not layouts:
-        raise SimulateError("give --nodes and --ranks-per-node, or --layout")
+        raise SimulateError("give --nodes and --ranks-per-node, --shape or --layout")
     return layouts
 
 
@@ -657,8 +732,8 @@ def _model(args) -> tuple[CostModel, str]:
     return PRESETS[args.preset], f"preset {args.preset}"
 
 
-def _us(x: Optional[float]) -> str:
-    return f"{x * 1e6:12.1f}" if x is not None else f"{'-':>12}"
+def _us(x: Optional[float], width: int = 12) -> str:
+    return f"{x * 1e6:{width}.1f}" if x is not None else f"{'-':>{width}}"
 
 
 def print_layout(records: list[dict], out=sys.stdout) -> None:
@@ -671,16 +746,17 @@ def print_layout(records: list[dict], out=sys.stdout) -> None:
     print(f"# nodes {shape} ({p} ranks), {how}; bare MPI_Alltoallv as Open MPI's {r0['flat_schedule']}, "
           "MPI_Alltoall by SMPI's ompi selector", file=out)
     cols = (("bare a2av", "bare_alltoallv"), ("bare a2a", "bare_alltoall"), ("agree", "agreement"),
-            ("flat", "flat"), ("hier", "hier"), ("bruck", "bruck"), ("hier_bruck", "hier_bruck"),
-            ("auto", "auto"), ("hier plan", "hier_plan"), ("bruck plan", "bruck_plan"), ("auto plan", "auto_plan"))
-    print(f"{'# Block [B]':<12}" + "".join(f"{c:>12}" for c, _ in cols) + f"{'auto pick':>14}{'plan pick':>14}  [us]",
-          file=out)
+            *((a, a) for a in ALGORITHMS), ("auto", "auto"),
+            *((f"{a} plan", f"{a}_plan") for a in ALGORITHMS if a != "flat"), ("auto plan", "auto_plan"))
+    widths = [max(12, len(c) + 2) for c, _ in cols]
+    print(f"{'# Block [B]':<12}" + "".join(f"{c:>{w}}" for (c, _), w in zip(cols, widths))
+          + f"{'auto pick':>14}{'plan pick':>14}  [us]", file=out)
     for r in records:
         if r["by_model"]:
             vals = [r.get(f"model_{k}_s") for _, k in cols]
         else:
-            vals = [r[f"{k}_sim_s"] for _, k in cols]
-        print(f"{r['block_bytes']:<12d}" + "".join(_us(v) for v in vals) +
+            vals = [r.get(f"{k}_sim_s") for _, k in cols]
+        print(f"{r['block_bytes']:<12d}" + "".join(_us(v, w) for v, w in zip(vals, widths)) +
               f"{r['auto_pick']:>14}{r['auto_plan_pick']:>14}", file=out)
     sim = [r for r in records if not r["by_model"] and None not in (r["auto_sim_s"], r["auto_plan_sim_s"],
                                                                       r["agreement_sim_s"], r["best_bare_sim_s"])]
@@ -743,6 +819,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", help="node counts, comma-separated (e.g. 8,64)")
     p.add_argument("--ranks-per-node", default="8", help="ranks per node, comma-separated (default 8); "
                    "every pair with --nodes is one layout")
+    p.add_argument("--shape", action="append", help="one layout of N nodes of G ranks, as NxG, e.g. 128x8 "
+                   "(repeatable; beside the pairs of --nodes and --ranks-per-node)")
     p.add_argument("--layout", action="append", help="an irregular layout as node sizes, e.g. 2+2+1 (repeatable)")
     p.add_argument("-m", "--message-size", default="8:1048576", help="MIN:MAX block bytes (default 8:1048576)")
     p.add_argument("--factor", type=int, default=2, help="step between block sizes (default 2: powers of two)")
@@ -771,6 +849,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "model and print simulated vs measured (the layout flags are then not needed); or an "
                    "osu_alltoallv.py --json report: every hxmpi column (one-shot hits, -new misses, -plan) and "
                    "bare, on --tuning's platform with --overhead's CPU per path")
+    p.add_argument("--smpirun", help="the SimGrid smpirun to replay with (default: env HXMPI_SMPIRUN, else the "
+                   "source build of python -m hxmpi.sim.simgrid build, else smpirun on PATH)")
     p.add_argument("--json", help="write the records (and the summary) here")
     p.add_argument("--plot", help="write a PNG of auto / best bare MPI per layout here (needs matplotlib)")
     return p
@@ -780,7 +860,7 @@ def main(argv=None) -> int:
     """``python -m hxmpi.sim``: replay the sweep (or ``--compare`` a report); returns the exit code."""
     args = build_parser().parse_args(argv)
     if args.compare:
-        return _main_compare(args)
+        return _main_compare(args, argv)
     try:
         layouts = _layouts(args)
         sizes = block_sizes(args.message_size, args.factor)
@@ -797,19 +877,19 @@ def main(argv=None) -> int:
                 raise SimulateError(f"--oversubscription must be >= 1, got {args.oversubscription:g}")
             model = oversubscribe(model, args.oversubscription)
         network = Network(args.network)
-        smpirun_path()
+        sg = simgrid(args.smpirun)
         if args.plot:
             try:
                 import matplotlib  # noqa: F401  (checked before hours of replay, not after)
             except ImportError:
                 raise SimulateError("--plot needs matplotlib: pip install -e '.[bench]'") from None
         records = []
-        print(f"# hxmpi.sim: SimGrid SMPI replay, {source}, {args.network} network, "
+        print(f"# hxmpi.sim: {sg.label} SMPI replay ({sg.smpirun}), {source}, {args.network} network, "
               f"node phase {args.node_phase}{', uneven counts' if args.uneven else ''}", flush=True)
         for lay in layouts:
             rows = [simulate_point(lay, b, model, network, args.node_phase, args.uneven, timeout=args.timeout,
                                    cpu=cpu, numpy=args.numpy_call, max_replay_ranks=args.max_replay_ranks,
-                                   only=only)
+                                   only=only, sg=sg)
                     for b in sizes]
             print_layout(rows)
             sys.stdout.flush()
@@ -829,7 +909,8 @@ def main(argv=None) -> int:
               f"one-shot minus agreement {summary['oneshot_minus_agreement_vs_best_bare_max']:.2f}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "simulate", "source": source, "network": args.network,
+            json.dump({"benchmark": "simulate", "provenance": provenance(_command(argv), sg.label),
+                       "simgrid": sg.version, "source": source, "network": args.network,
                        "oversubscription": oversubscription(model), "node_phase": args.node_phase,
                        "uneven": args.uneven, "model": model.__dict__, "summary": summary,
                        "overhead": cpu.source, "cpu_s_per_call": dict(cpu.seconds),
@@ -837,6 +918,11 @@ def main(argv=None) -> int:
     if args.plot:
         plot(records, args.plot, f"SimGrid replay, {source}, node phase {args.node_phase}")
     return 0
+
+
+def _command(argv) -> str:
+    """The command line a result records: ``python -m hxmpi.sim`` and its arguments."""
+    return shlex.join(["python", "-m", "hxmpi.sim", *(sys.argv[1:] if argv is None else argv)])
 
 
 def _cpu(args) -> CpuTimes:
@@ -847,7 +933,7 @@ def _cpu(args) -> CpuTimes:
         raise SimulateError(f"--overhead: {exc}") from None
 
 
-def _main_compare(args) -> int:
+def _main_compare(args, argv=None) -> int:
     try:
         with open(args.compare) as fh:
             report = json.load(fh)
@@ -858,8 +944,8 @@ def _main_compare(args) -> int:
         cpu = _cpu(args) if osu else None
         network = Network(args.network)
         node_phase = report.get("node_phase", args.node_phase)
-        smpirun_path()
-        rows = compare_measured(report, model, network, node_phase, cpu)
+        sg = simgrid(args.smpirun)
+        rows = compare_measured(report, model, network, node_phase, cpu, sg)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         print(f"error: --compare {args.compare}: {exc}", file=sys.stderr)
         return 2
@@ -877,7 +963,8 @@ def _main_compare(args) -> int:
     print("# mean |simulated - measured| / measured: " + ", ".join(f"{a} {e:.1%}" for a, e in summary.items()))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "simulate-compare", "source": args.compare, "node_phase": node_phase,
+            json.dump({"benchmark": "simulate-compare", "provenance": provenance(_command(argv), sg.label),
+                       "simgrid": sg.version, "source": args.compare, "node_phase": node_phase,
                        "layout": report.get("layout", {"node_sizes": sizes}), "tuning": args.tuning if osu else None,
                        "overhead": cpu.source if osu else None,
                        "cpu_s_per_call": dict(cpu.seconds) if osu else None,

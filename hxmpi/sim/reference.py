@@ -1,0 +1,188 @@
+"""Reference schedules: Open MPI's own all-to-alls, as traces and as cost formulas.
+
+The ``slingshot`` preset is fitted to Open MPI's published timings (coll/han's alltoall pull
+request, 4 nodes x 48 ranks on Slingshot-11), so the simulator replays what those timings
+measured, not hxmpi's algorithms:
+
+- ``ompi_bruck``: ``MPI_Alltoall`` as Open MPI's tuned component runs it below 1 KiB blocks on
+  16 to 4095 ranks (its fixed decision: "modified Bruck"). A local rotation of the send buffer,
+  then ceil(log2 P) rounds: round d sends the k_d blocks whose index has bit d set as one indexed
+  datatype to rank + d and receives as many from rank - d (a sendrecv), and copies them back; a
+  last rotation. Each round builds, commits and frees the datatype and packs and unpacks it
+  block by block: ``RefCpu.ddt_block`` seconds per block per round.
+- ``han_alltoall``: coll/han's ``alltoall_using_smsc`` (XPMEM): an Allgather of buffer addresses
+  over the node, every receive posted at once (one per node, G blocks each, from the rank of the
+  same local rank there), then one round per node, the own node last: copy the G blocks the
+  partner's rank needs out of the node's ranks' mapped send buffers (``RefCpu.han_block`` seconds
+  per block, plus the bytes at copy bandwidth) and send them as one blocking message.
+- ``ompi_linear``: ``MPI_Alltoallv`` as Open MPI runs it on 1024 ranks and more (and on 4-63,
+  128-255): every receive and send posted at once, then one wait for all.
+
+``python -m hxmpi.sim`` replays hxmpi's calls beside bare MPI; these schedules serve the
+calibration (``benchmarks/fit_slingshot.py``) and the comparison with HAN's published ratios.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..comm.costmodel import CostModel
+from ..comm.plan import Layout
+from .simulate import wait_lines
+
+__all__ = ["REFERENCES", "RefCpu", "bruck_blocks", "ring_partner", "reference_trace", "predict_reference",
+           "reference_features"]
+
+#: The reference schedules this module knows.
+REFERENCES = ("ompi_bruck", "han_alltoall", "ompi_linear")
+_TAG = {"ompi_bruck": 600000, "han_alltoall": 700000, "ompi_linear": 800000, "allgather": 900000}
+#: Bytes each rank contributes to HAN's node Allgather (three addresses).
+HAN_ALLGATHER_BYTES = 24
+
+
+@dataclass(frozen=True)
+class RefCpu:
+    """CPU seconds of Open MPI's code paths that hxmpi's model has no parameter for:
+    ``ddt_block``, per block per Bruck round (indexed datatype built, committed, packed, unpacked,
+    copied back, freed); ``han_block``, per block HAN copies out of a node peer's mapped buffer
+    (one convertor set up, packed and cleaned up per block, the peer's address looked up)."""
+    ddt_block: float = 0.0
+    han_block: float = 0.0
+
+
+def bruck_blocks(size: int) -> list[tuple[int, int]]:
+    """(distance, blocks sent) of each round of Open MPI's modified Bruck on ``size`` ranks."""
+    idx = np.arange(1, size)
+    out, d = [], 1
+    while d < size:
+        out.append((d, int(np.count_nonzero(idx & d))))
+        d <<= 1
+    return out
+
+
+def ring_partner(node: int, round_: int, nodes: int) -> int:
+    """The node that ``node`` sends to in round ``round_`` of HAN's alltoall: round - node mod N,
+    with the round that would give the node itself skipped, and the node's own data last. (Every
+    receive is posted first, so a round need not pair nodes both ways.)"""
+    if round_ == nodes - 1:
+        return node
+    own = (2 * node) % nodes   # the round in which round - node == node
+    r = round_ if round_ < own else round_ + 1
+    return (r - node) % nodes
+
+
+def _sleep(rank: int, seconds: float) -> list[str]:
+    return [f"{rank} sleep {seconds:.12g}"] if seconds > 0 else []
+
+
+def _allgather(rank: int, layout: Layout, nbytes: int) -> list[str]:
+    """Bruck dissemination Allgather over the rank's node: ceil(log2 G) rounds."""
+    members = layout.members[int(layout.node_of[rank])].tolist()
+    pos, g, d, lines = members.index(rank), len(members), 1, []
+    tag = _TAG["allgather"]
+    while d < g:
+        n = min(d, g - d) * nbytes
+        lines += [f"{rank} isend {members[(pos - d) % g]} {tag} {n}",
+                  f"{rank} irecv {members[(pos + d) % g]} {tag} {n}", f"{rank} waitall"]
+        d, tag = d * 2, tag + 1
+    return lines
+
+
+def reference_trace(name: str, layout: Layout, block: int, rank: int, model: CostModel, cpu: RefCpu) -> list[str]:
+    """Time-independent trace of ``rank`` in one call of reference schedule ``name`` with
+    ``block``-byte blocks (every block the same)."""
+    p, lines = layout.size, [f"{rank} init"]
+    copy = model.beta_copy
+    if name == "ompi_bruck":
+        tag = _TAG[name]
+        lines += _sleep(rank, p * block * copy)  # local rotation
+        for i, (d, k) in enumerate(bruck_blocks(p)):
+            lines += _sleep(rank, k * cpu.ddt_block + k * block * copy)  # build and pack the round's datatype
+            lines += [f"{rank} irecv {(rank - d) % p} {tag + i} {k * block}",
+                      f"{rank} isend {(rank + d) % p} {tag + i} {k * block}", f"{rank} waitall"]
+            lines += _sleep(rank, 2 * k * block * copy)  # unpack, copy back
+        lines += _sleep(rank, p * block * copy)  # last rotation
+    elif name == "han_alltoall":
+        node, local = int(layout.node_of[rank]), int(layout.local_of[rank])
+        n, g = layout.num_nodes, int(layout.node_sizes[node])
+        if len(set(layout.node_sizes)) != 1:
+            raise ValueError("han_alltoall needs nodes of equal size (HAN falls back otherwise)")
+        peer = lambda m: int(layout.members[m][local])  # noqa: E731
+        tag = _TAG[name]
+        lines += _allgather(rank, layout, HAN_ALLGATHER_BYTES)
+        lines += [f"{rank} irecv {peer(ring_partner(node, j, n))} {tag} {g * block}" for j in range(n)]
+        for j in range(n):
+            lines += _sleep(rank, g * cpu.han_block + g * block * copy)
+            lines.append(f"{rank} send {peer(ring_partner(node, j, n))} {tag} {g * block}")
+        lines += [f"{rank} waitall"]
+    elif name == "ompi_linear":
+        tag = _TAG[name]
+        others = [q for q in range(p) if q != rank]
+        lines += _sleep(rank, block * copy)  # the own block
+        posted = [f"{rank} irecv {q} {tag} {block}" for q in others] + \
+                 [f"{rank} isend {q} {tag} {block}" for q in others]
+        lines += posted + wait_lines(posted)
+    else:
+        raise ValueError(f"unknown reference schedule {name!r}; choose one of {REFERENCES}")
+    return lines + [f"{rank} finalize"]
+
+
+#: ``reference_features`` columns beyond CostModel's fields.
+REF_FIELDS = ("ddt_block", "han_block")
+
+
+def reference_features(name: str, nodes: int, per_node: int, block: float) -> dict:
+    """Coefficients of the parameters (CostModel's fields and ``REF_FIELDS``) in the predicted
+    seconds of one call: the model is linear in them, as ``CostModel.features`` is.
+
+    - ``ompi_bruck``: each round costs its datatype CPU, its copies, and one message each way (a
+      latency and two overheads; the inter-node latency once nodes > 1: every round's chain of
+      dependencies crosses a node somewhere); a round of distance d puts min(d, G) of a node's
+      ranks' k_d blocks on its link, the rest on the node's loopback.
+    - ``han_alltoall``: the node Allgather's rounds, then per node round the G blocks' CPU and copy
+      and a send's overhead; the last message's latency and the receives' overheads; a node's link
+      carries G (N - 1) messages of G blocks.
+    - ``ompi_linear``: one latency, 2 (P - 1) overheads, the node's G (P - G) blocks on its link and
+      G - 1 on the loopback.
+    """
+    n, g, b = nodes, per_node, float(block)
+    p = n * g
+    f = dict.fromkeys((*CostModel.__dataclass_fields__, *REF_FIELDS), 0.0)
+    inter = "alpha_inter" if n > 1 else "alpha_intra"
+    if name == "ompi_bruck":
+        f["beta_copy"] += 2 * p * b
+        for d, k in bruck_blocks(p):
+            f["ddt_block"] += k
+            f["beta_copy"] += 3 * k * b
+            f[inter] += 1
+            f["msg_overhead"] += 2
+            cross = min(d, g) if n > 1 else 0  # a node's ranks whose partner is on another node
+            f["beta_inter"] += cross * k * b     # they share the node's link
+            f["beta_intra"] += k * b if cross < g else 0.0  # the loopback is not shared
+    elif name == "han_alltoall":
+        rounds = math.ceil(math.log2(g)) if g > 1 else 0
+        f["alpha_intra"] += rounds
+        f["msg_overhead"] += 2 * rounds + 2 * n
+        f["beta_intra"] += sum(min(d, g - d) for d in (2 ** i for i in range(rounds))) * HAN_ALLGATHER_BYTES
+        f["han_block"] += n * g
+        f["beta_copy"] += n * g * b
+        f[inter] += 1
+        f["beta_inter"] += g * (n - 1) * g * b
+        f["beta_intra"] += g * b  # the own node's message, through the loopback
+    elif name == "ompi_linear":
+        f[inter] += 1
+        f["msg_overhead"] += 2 * (p - 1)
+        f["beta_inter"] += g * (p - g) * b
+        f["beta_intra"] += (g - 1) * b
+        f["beta_copy"] += b
+    else:
+        raise ValueError(f"unknown reference schedule {name!r}; choose one of {REFERENCES}")
+    return f
+
+
+def predict_reference(name: str, nodes: int, per_node: int, block: float, model: CostModel, cpu: RefCpu) -> float:
+    """Predicted seconds of one call of reference schedule ``name`` (``reference_features``)."""
+    values = {**model.__dict__, **cpu.__dict__}
+    return sum(c * values[k] for k, c in reference_features(name, nodes, per_node, block).items())
