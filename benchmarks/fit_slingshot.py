@@ -171,6 +171,9 @@ def main(argv=None) -> int:
         p["model_s"] = predict_reference(p["algorithm"], NODES, PER_NODE, p["block_bytes"],
                                          transport_model(model, p["transport"]), cpu)
         p["model_error"] = (p["model_s"] - p["published_s"]) / p["published_s"]
+        # The part of the model that is Open MPI's own CPU per block (datatypes, HAN's copies), not the network.
+        f = dict(zip(NAMES, features(p["transport"], p["algorithm"], p["block_bytes"])))
+        p["reference_cpu_s"] = float(sum(f[k] * getattr(cpu, k) for k in REF_FIELDS))
     sg = simgrid() if args.replay else None
     if args.replay:
         for p in pts:

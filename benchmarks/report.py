@@ -285,17 +285,40 @@ def render_simulate(d):
     if rest:
         out.append(table(["summary", "value"], [(k, num(v, 2) if isinstance(v, float) else v)
                                                for k, v in rest.items()]))
+    walls = [r for r in recs if r.get("replay_s")]
+    if walls:
+        out.append(f"What the replays cost (wall seconds{', SimGrid ' + d['simgrid'] if d.get('simgrid') else ''}; "
+                   f"on a {d['provenance'].get('cores', '?')}-core machine, which other jobs may have shared):")
+        rows = []
+        for r in walls:
+            slowest = max(r["replay_s"], key=r["replay_s"].get)
+            rows.append((layout(r.get("node_sizes") or [r["ranks_per_node"]] * r["nodes"]), size(r["block_bytes"]),
+                         len(r["replay_s"]), num(sum(r["replay_s"].values()), 1),
+                         f"{slowest} ({num(r['replay_s'][slowest], 1)})"))
+        out.append(table(["layout", "block", "replays", "wall s, all", "slowest replay (s)"], rows))
     if d.get("cpu_s_per_call"):
         out.append("CPU per path used (`cpu_s_per_call`), us: " + ", ".join(
             f"{k} {us(v)}" for k, v in d["cpu_s_per_call"].items()) + ".")
     return "\n\n".join(out)
 
 
+def _p2p_rows(d):
+    """The point-to-point measurements the fit also uses: each as published (a time, and for a
+    bandwidth point, bytes over that time), the parameters it pins, and where it was published."""
+    rows = []
+    for p in d.get("p2p", []):
+        feats = p.get("features", {})
+        rate = [f"{b / p['published_s'] / 1e9:.1f} GB/s" for k, b in feats.items() if k == "beta_inter"]
+        rows.append((p["name"], us(p["published_s"], 2), ", ".join(rate) or "-", ", ".join(feats), p["source"]))
+    return rows
+
+
 def render_fit_slingshot(d):
     pub = d["published"]
     out = [f"Published points: {pub['benchmark']}; {pub['machine']}; {pub['source']} ({pub['where']}). "
-           f"Fitted on the {', '.join(size(b) for b in d['fit_sizes'])} points of every column, with "
-           + "; ".join(f"{p['name']} ({p['source']})" for p in d.get("p2p", [])) + "; every other point checks it."]
+           f"Fitted on the {', '.join(size(b) for b in d['fit_sizes'])} points of every column and the "
+           "point-to-point measurements below; every other point checks it."]
+    out.append(table(["point-to-point measurement", "published us", "as a rate", "pins", "source"], _p2p_rows(d)))
     names = {"alpha_intra": ("intra-node latency", "us"), "beta_intra": ("intra-node bandwidth", "GB/s"),
              "alpha_inter": ("inter-node latency", "us"), "beta_inter": ("inter-node bandwidth", "GB/s"),
              "beta_copy": ("copy bandwidth", "GB/s"), "msg_overhead": ("CPU per message (send or receive)", "us"),
@@ -307,15 +330,21 @@ def render_fit_slingshot(d):
     out.append(table(["parameter", "what", "fitted", "unit"], rows))
     label = {"han_alltoall": "HAN alltoall_using_smsc", "ompi_bruck": "without HAN (tuned: modified Bruck)"}
     replay = "replay_s" in d["points"][0]
+    cpu = "reference_cpu_s" in d["points"][0]
     rows = [(size(p["block_bytes"]), p["transport"], label.get(p["algorithm"], p["algorithm"]), us(p["published_s"]),
              us(p["model_s"]), pct(p["model_error"]),
+             *((f"{us(p['reference_cpu_s'])} ({pct(p['reference_cpu_s'] / p['published_s'])})",) if cpu else ()),
              *((us(p["replay_s"]), pct(p["replay_error"])) if replay else ()), "fit" if p["fitted"] else "check")
             for p in d["points"]]
     out.append(table(["block", "transport", "algorithm", "published us", "model us", "model error",
+                      *(("of which Open MPI's CPU per block, us (of published)",) if cpu else ()),
                       *(("replay us", "replay error") if replay else ()), "point"], rows))
     out.append(table(["errors", "mean", "max", "points"],
                      [(k.replace("_", ", "), pct(v["mean_abs_error"]), pct(v["max_abs_error"]), v["points"])
                       for k, v in d["summary"].items()]))
+    if replay:
+        out.append(f"The {len(d['points'])} replays (SimGrid {d.get('simgrid')}) took "
+                   f"{num(sum(p['replay_wall_s'] for p in d['points']), 0)} s of wall time in all.")
     return "\n\n".join(out)
 
 

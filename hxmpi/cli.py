@@ -23,7 +23,7 @@ import time
 import traceback
 from typing import Callable, NoReturn, Optional
 
-from .launcher import RANK_VARS
+from .launcher import LAUNCH_ENV, RANK_VARS
 
 __all__ = ["world_rank", "abort_job", "report", "run_main", "settle_failure", "command_line"]
 
@@ -115,8 +115,12 @@ def settle_failure(errcomm, timeout: float = SETTLE_TIMEOUT_S) -> bool:
 def command_line(script: str, world_size: Optional[int] = None) -> str:
     """This program's command line, for a result file to record: ``python script`` (a path from
     the repository's root, or ``-m MODULE`` for a module run with ``python -m``) and this
-    process's arguments, after ``mpirun -np world_size`` when given. Launcher options
-    (``--oversubscribe``, ``--bind-to``) are not visible to the program and are not recorded."""
+    process's arguments, after ``mpirun -np world_size`` when given, or after the wrapper that
+    launched the job when one says so (``launcher.LAUNCH_ENV``: the emulated cluster's ``run``).
+    Launcher options (``--oversubscribe``, ``--bind-to``) are not visible to the program and are
+    not recorded."""
     launch = ["mpirun", "-np", str(world_size)] if world_size is not None else []
+    if world_size is not None and os.environ.get(LAUNCH_ENV):
+        launch = shlex.split(os.environ[LAUNCH_ENV])
     program = script.split(" ", 1) if script.startswith("-m ") else [script]
     return shlex.join([*launch, "python", *program, *sys.argv[1:]])

@@ -22,6 +22,9 @@ OTHER = "other"
 # Where each launcher tells a rank its COMM_WORLD rank (Open MPI; PMIx, e.g. srun --mpi=pmix; Hydra
 # and PMI-2 launchers). Read by processes that look at ranks from outside MPI.
 RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK")
+#: Set for every rank of a job a wrapper launched (``python -m hxmpi.sim.cluster run``): the command
+#: up to the program, which ``cli.command_line`` records in place of ``mpirun -np N``.
+LAUNCH_ENV = "HXMPI_LAUNCH"
 
 # What each family prints when a rank calls MPI_Abort, with the rank in group 1 or 2:
 #   Open MPI: "MPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD"

@@ -34,8 +34,16 @@ def pytest_configure(config):
             config.option.xmlpath = f"{xml}.rank{_world().rank}"
 
 
+_cluster_lock = None  # the machine's cluster-test lock while a module marked emulated_cluster runs
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
+    global _cluster_lock
+    if item.get_closest_marker("emulated_cluster") and _cluster_lock is None:
+        # Before the watchdog is armed: waiting for another suite's cluster tests is not a hang.
+        from support import lock_clusters
+        _cluster_lock = lock_clusters()
     marker = item.get_closest_marker("watchdog")
     seconds = float(marker.args[0]) if marker else DEFAULT_WATCHDOG_S
     faulthandler.dump_traceback_later(seconds, exit=True)
@@ -43,6 +51,10 @@ def pytest_runtest_protocol(item, nextitem):
         yield
     finally:
         faulthandler.cancel_dump_traceback_later()
+        # Released after the module's last test, whose teardown took its hosts down.
+        if _cluster_lock is not None and (nextitem is None or nextitem.module is not item.module):
+            _cluster_lock.close()
+            _cluster_lock = None
 
 
 @pytest.hookimpl(hookwrapper=True)

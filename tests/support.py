@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -364,6 +365,22 @@ _CLUSTER_SKIP = _UNPROBED
 # The tests' clusters keep their state in one fixed place, so that a run that crashed is found
 # again by the next one: recorded objects by 'down', objects whose state is gone by 'down --stale'.
 TEST_STATE_BASE = Path("/run/hxmpi-cluster-tests")
+#: The tests' cluster names, namespaces and subnets are fixed, so two suites on one machine (two
+#: checkouts, or a rerun beside a run) would share them: the second's ``cluster_up`` takes the
+#: first's hosts down mid-test. Modules marked ``emulated_cluster`` hold this lock while they run.
+CLUSTER_LOCK = TEST_STATE_BASE / "lock"
+
+
+def lock_clusters():
+    """Wait for and take the machine's cluster-test lock; returns the open lock file (close it to
+    release), or None where the lock cannot be made (no root: the cluster tests skip there)."""
+    try:
+        TEST_STATE_BASE.mkdir(parents=True, exist_ok=True)
+        fh = open(CLUSTER_LOCK, "a")
+    except OSError:
+        return None
+    fcntl.flock(fh, fcntl.LOCK_EX)
+    return fh
 
 
 def cluster_up(name, subnet, slots):

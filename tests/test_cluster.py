@@ -24,7 +24,8 @@ NAME, SUBNET = "hxt", "10.213.11.0/24"
 # the module fixture still takes the cluster down; the outer watchdog only backs that up.
 SUITE_TIMEOUT_S = 1200
 SKIP = cluster_unavailable()
-pytestmark = pytest.mark.skipif(SKIP is not None, reason=f"emulated cluster unavailable: {SKIP}")
+pytestmark = [pytest.mark.skipif(SKIP is not None, reason=f"emulated cluster unavailable: {SKIP}"),
+              pytest.mark.emulated_cluster]  # one suite's cluster tests at a time (conftest)
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +176,13 @@ def test_cli_up_status_run_down(tmp_path):
         assert run.returncode == 0, run.stderr
         rows = [line for line in run.stdout.splitlines() if line.startswith("{")]
         assert len(rows) == 3 and all('"node_sizes": [2, 1]' in r for r in rows)
+        # A result file made in such a job records the run command (cli.command_line), on every host.
+        code = "import os, sys; from hxmpi.cli import command_line; sys.argv[1:] = ['--json', 'x.json']; " \
+               "os.write(1, (command_line('benchmarks/x.py', 3) + '\\n').encode())"
+        run = call("run", "--name", "hxc", "--timeout", "240", "-n", "3", "--", sys.executable, "-c", code)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.splitlines() == ["python -m hxmpi.sim.cluster run --name hxc -n 3 -- python "
+                                           "benchmarks/x.py --json x.json"] * 3, run.stdout
     finally:
         down = call("down", "--name", "hxc")
     assert down.returncode == 0 and "bridge hxcbr0" in down.stdout

@@ -239,6 +239,11 @@ def test_the_extension_writes_the_flag_table_and_the_fragments(tmp_path):
     ext.generate(tmp_path)
     from hxmpi.train.command import flags_markdown
     assert (tmp_path / "flags.md").read_text() == flags_markdown() + "\n"
+    # The presets table the simulator's page includes lists every preset the package ships.
+    from hxmpi.sim.simulate import PRESETS
+    presets = (tmp_path / "presets.md").read_text()
+    assert presets == ext.presets_markdown() + "\n" and all(f"| `{name}` |" in presets for name in PRESETS)
+    assert "```{include} _generated/presets.md" in (DOCS / "tools.md").read_text()
     assert {p.stem for p in (tmp_path / "performance").glob("*.md")} == {p.stem for p in result_files()} | {"headlines", "suite"}
     assert (tmp_path / "performance" / "headlines.md").read_text() == report_module().headlines(pages="")
 
@@ -284,12 +289,24 @@ def test_fragments_hold_the_result_files_numbers(fragments):
     assert f"{d['card']['x3']['auto_time_ratio']:.2f}" in md
     d, md = load("pack")
     assert f"{d['results'][-1]['hxmpi_gbps']:.2f}" in md
+    d, md = load("fit_slingshot")
+    assert all(p["source"] in md and f"| {p['published_s'] * 1e6:.2f} |" in md for p in d["p2p"])
+    assert f"{d['points'][0]['reference_cpu_s'] * 1e6:.1f}" in md
     for f in result_files():
         text = (fragments / f"{f.stem}.md").read_text()
         assert text.startswith(f"### `{f.name}`") and "Made by" in text, f.name
         assert text.count("\n| ") >= 2, f.name  # every file gives at least one table
         if f.with_suffix(".png").exists():
             assert f"]({f.stem}.png)" in text and (fragments / f"{f.stem}.png").is_file()
+
+
+def test_the_two_simgrid_versions_replay_the_same_times():
+    """The scale page says SimGrid 3.32 and 4.1 give the same simulated time in every cell of the
+    same sweep: the two files hold it."""
+    old, new = (json.loads((RESULTS / f"simulate_versions_{v}.json").read_text()) for v in ("332", "41"))
+    assert (old["simgrid"], new["simgrid"]) == ("3.32", "4.1")
+    cells = [(a[k], b[k]) for a, b in zip(old["records"], new["records"], strict=True) for k in a if k.endswith("_sim_s")]
+    assert len(cells) >= 60 and all(x == y for x, y in cells)  # the same simulated seconds, as written
 
 
 def test_every_result_file_says_where_it_came_from():

@@ -1,8 +1,8 @@
 """Fault matrix on the emulated cluster (issue 13 item 7): a host's network link taken down while
 the job trains. With --stall-abort the job must end within --stall-timeout + 10 s.
 
-Cluster tier: builds network namespaces with fixed names, so run it only under
-``flock /tmp/hxmpi-cluster.lock``; skipped where namespaces are not permitted.
+Cluster tier: builds network namespaces with fixed names, so its tests hold the machine's
+cluster-test lock (``emulated_cluster``, tests/conftest.py); skipped where namespaces are not permitted.
 """
 import re
 import subprocess
@@ -15,7 +15,8 @@ from support import cluster_unavailable, cluster_up, epochs_logged, kill_session
 from hxmpi.sim import cluster
 
 SKIP = cluster_unavailable()
-pytestmark = pytest.mark.skipif(SKIP is not None, reason=f"emulated cluster unavailable: {SKIP}")
+pytestmark = [pytest.mark.skipif(SKIP is not None, reason=f"emulated cluster unavailable: {SKIP}"),
+              pytest.mark.emulated_cluster]  # one suite's cluster tests at a time (conftest)
 NAME, SUBNET = "hxf", "10.213.12.0/24"
 
 

@@ -43,3 +43,15 @@ def test_mpi_is_what_the_caller_names():
     where this process has not started MPI)."""
     assert provenance("c", mpi="MPICH Version: 5.0.2")["mpi"] == "MPICH Version: 5.0.2"
     assert provenance("c")["mpi"] == mpi_library()
+
+
+def test_a_wrapped_launch_is_recorded_as_typed(monkeypatch):
+    """A job the emulated cluster's ``run`` started records that command, not the mpirun under it."""
+    from hxmpi.cli import command_line
+    from hxmpi.launcher import LAUNCH_ENV
+    monkeypatch.setattr("sys.argv", ["x.py", "--json", "out.json"])
+    monkeypatch.delenv(LAUNCH_ENV, raising=False)
+    assert command_line("benchmarks/x.py", 5) == "mpirun -np 5 python benchmarks/x.py --json out.json"
+    monkeypatch.setenv(LAUNCH_ENV, "python -m hxmpi.sim.cluster run -n 5 --")
+    assert command_line("benchmarks/x.py", 5) == "python -m hxmpi.sim.cluster run -n 5 -- python benchmarks/x.py --json out.json"
+    assert command_line("benchmarks/x.py") == "python benchmarks/x.py --json out.json"  # not an MPI job

@@ -323,8 +323,12 @@ def run(mpirun_extra: list[str], command: list[str], timeout: Optional[float] = 
     if not command:
         raise ClusterError("nothing to run: give the command after '--'")
     exe = find_mpirun()
-    cmd = [exe, *mpirun_args(state, exe), *mpirun_extra, *command]
-    return subprocess.run(cmd, timeout=timeout).returncode
+    # The job's result files record this command (cli.command_line), not the mpirun under it.
+    launch = ["python", "-m", "hxmpi.sim.cluster", "run", *(["--name", name] if name != DEFAULT_NAME else []),
+              *mpirun_extra, "--"]
+    env = dict(os.environ, **{launcher.LAUNCH_ENV: shlex.join(launch)})
+    cmd = [exe, *mpirun_args(state, exe), *export_args([launcher.LAUNCH_ENV], exe), *mpirun_extra, *command]
+    return subprocess.run(cmd, timeout=timeout, env=env).returncode
 
 
 # ---------------------------------------------------------------------------- down
