@@ -432,10 +432,32 @@ def render_suite(d):
     return head + "\n\n" + table(["run", "status", "seconds", "passed", "failed", "skipped"], rows)
 
 
+def render_overlap(d):
+    """bench_overlap.py: each mode's us per iteration, median (min-max) over rounds, with its CPU
+    (process and progress thread) and the cores it kept busy; then the overlap ratios."""
+    a = d["args"]
+    cal = d["calibration_s"]
+    head = (f"{d['library'].split(',')[0]}; {d['world_size']} ranks on {d['cores']} cores (load average before the run "
+            f"{num(d['load_average'][0], 2)}), {size(a['block'])} blocks, algorithm {d['algorithm']}; compute: "
+            f"{d['compute_chunks']} products of {a['matrix']}-square float64 matrices, sized to the exchange "
+            f"alone ({us(cal['exchange'])} us at calibration); {a['iterations']} iterations x {a['rounds']} rounds, "
+            "modes interleaved; us per iteration, median (min-max) over rounds.")
+    rows = [(m, num({k: v * 1e6 for k, v in s.items()}), num(d["cpu_us_per_iteration"][m]),
+             num(d["progress_thread_cpu_us_per_iteration"][m]), pct(d["cores_busy"][m]))
+            for m, s in d["seconds"].items()]
+    ratios = [(k, num(v, 2) + "x") for k, v in d["ratios"].items()]
+    return "\n\n".join([head, table(["mode", "us per iteration", "CPU us (process)", "CPU us (progress thread)",
+                                       "cores busy"], rows),
+                         "Overlapped time over the longer of its two parts alone (1.00x: the shorter is hidden; "
+                         "2.00x for equal parts run in turn):",
+                         table(["ratio", "value"], ratios)])
+
+
 RENDERERS = {"suite": render_suite, "osu_alltoallv": render_osu, "mpi_call": render_mpi_call, "overhead": render_overhead,
              "overhead-combined": render_overhead_combined, "pack": render_pack, "msg_accounting": render_msg_accounting, "memory": render_memory,
              "calibrate": render_calibrate, "simulate-compare": render_compare, "simulate": render_simulate,
-             "fit_slingshot": render_fit_slingshot, "train": render_train, "straggler_card": render_straggler_card, "staging": render_staging}
+             "fit_slingshot": render_fit_slingshot, "train": render_train, "straggler_card": render_straggler_card, "staging": render_staging,
+             "overlap": render_overlap}
 
 
 def render(path: Path) -> str:

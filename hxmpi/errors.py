@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 __all__ = ["HxmpiError", "TopologyError", "ExchangeError", "SettingError", "NonFiniteLoss",
-           "ExchangeTypeError", "ExchangeKeyError", "CpuFileError", "agree", "raise_gathered"]
+           "ExchangeTypeError", "ExchangeKeyError", "CpuFileError", "PlanStateError", "agree", "raise_gathered"]
 
 if TYPE_CHECKING:  # importing this module does not start MPI
     from mpi4py import MPI
@@ -43,6 +43,11 @@ class SettingError(HxmpiError, ValueError):
 class CpuFileError(HxmpiError, ValueError):
     """A CPU-per-path file (``bench_overhead.py --json`` output) that is missing or malformed; the
     message names the file and the problem."""
+
+
+class PlanStateError(HxmpiError, RuntimeError):
+    """A request used out of order or as MPI forbids: a persistent one started twice, waited for
+    without a start or used after ``Free``; a nonblocking one cancelled."""
 
 
 class NonFiniteLoss(HxmpiError, ArithmeticError):

@@ -2,7 +2,8 @@
 
 - ``layouts``: the one catalogue of node layouts (``Topology`` / ``HierComm`` keyword arguments by
   name) that every MPI test draws from; ``node_of`` gives a layout's node id per rank.
-- Exchange cases with their flat reference (``exchange_case``), message-spec objects (``DLPackOnly``).
+- Exchange cases with their flat reference (``exchange_case``), message-spec objects (``DLPackOnly``),
+  the catalogue of MPI datatypes the Alltoallw tests move (``datatype_catalogue``).
 - A real HTTP store with injected faults (``FaultServer``, ``serve_store``, ``serve_shards``,
   ``injected``, ``rewrite_shard``), scratch cache directories (``fresh_dir``).
 - Jobs: processes of an mpirun session (``session``, ``kill_session``), run logs (``epochs_logged``),
@@ -201,6 +202,49 @@ def mpi_type(dtype):
     from mpi4py import MPI
     return MPI.BYTE.Create_contiguous(np.dtype(dtype).itemsize).Commit() \
         if np.dtype(dtype).kind == "V" else MPI.Datatype.fromcode(np.dtype(dtype).char)
+
+
+def datatype_catalogue() -> dict:
+    """Committed MPI datatypes by name, every kind an Alltoallw client passes: basic, pair types,
+    each constructor, resized (negative lower bound, padded extent), type maps out of memory order,
+    nested, empty, and a DARRAY; a few items of each never overlap (they may be received). The
+    caller frees them (``free_types``)."""
+    from mpi4py import MPI
+    D, I = MPI.DOUBLE, MPI.INT
+    inner = D.Create_vector(2, 1, 3)
+    made = {
+        "double": D, "int8": MPI.INT8_T, "double_int": MPI.DOUBLE_INT, "short_int": MPI.SHORT_INT,
+        "contiguous": D.Create_contiguous(3),
+        "vector": D.Create_vector(3, 2, 5),
+        "hvector": I.Create_hvector(4, 1, 12),
+        "indexed_out_of_order": D.Create_indexed([2, 1, 3], [7, 0, 3]),
+        "hindexed": I.Create_hindexed([1, 2], [20, 4]),
+        "indexed_block": I.Create_indexed_block(2, [5, 1, 9]),
+        "hindexed_block": D.Create_hindexed_block(1, [16, 0, 40]),
+        "struct_with_gaps": MPI.Datatype.Create_struct([1, 2, 1], [0, 8, 28], [MPI.CHAR, I, D]),
+        "subarray_c": D.Create_subarray([4, 6, 5], [2, 3, 4], [1, 2, 1]),
+        "subarray_f": D.Create_subarray([4, 6, 5], [2, 3, 4], [1, 2, 1], order=MPI.ORDER_FORTRAN),
+        "subarray_complex_rows": MPI.C_DOUBLE_COMPLEX.Create_subarray([3, 8], [3, 2], [0, 5]),
+        "resized_negative_lb": D.Create_contiguous(2).Create_resized(-8, 32),
+        "resized_tight": D.Create_vector(2, 1, 4).Create_resized(0, 8),
+        "nested_vector_of_subarrays": D.Create_subarray([3, 4], [2, 2], [1, 1]).Create_resized(8, 88)
+        .Create_hvector(2, 1, 200),
+        # resized: Open MPI keeps the subarray's explicit bounds sticky inside the struct, MPICH does not
+        "nested_struct": MPI.Datatype.Create_struct([2, 1], [0, 64], [inner, D.Create_subarray([4], [2], [1])])
+        .Create_resized(0, 96),
+        "dup": D.Create_vector(2, 2, 3).Dup(),
+        "empty": D.Create_contiguous(0),
+        "darray": D.Create_darray(4, 1, [8, 6], [MPI.DISTRIBUTE_BLOCK, MPI.DISTRIBUTE_CYCLIC],
+                                  [MPI.DISTRIBUTE_DFLT_DARG, 2], [2, 2]),
+    }
+    return {name: t if t.is_predefined else t.Commit() for name, t in made.items()}
+
+
+def free_types(types: dict) -> None:
+    """Free the derived datatypes of a ``datatype_catalogue``."""
+    for t in types.values():
+        if not t.is_predefined:
+            t.Free()
 
 
 def rewrite_shard(root, index, shard, X, y):

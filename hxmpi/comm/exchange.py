@@ -30,14 +30,16 @@ from typing import Optional
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import CpuFileError, ExchangeError, HxmpiError, agree
+from ..errors import CpuFileError, ExchangeError, PlanStateError, agree
 from . import transfer
 from ._agree import buffer_id, pattern_key
 from ._call import AGREED, DONE, KEEP, NOT_FOUND, CallTable, Runner, Saved
 from .agreement import Agreed, Agreement
+from .alltoallw import TypedSides
 from .bruck import TAG as BRUCK_TAG
 from .costmodel import ENV_TUNING, KIB_CAP, CostModel, CpuTimes, auto_pick, pattern_class
 from .msgspec import PREDEFINED, Side, count_arrays, int_vector, parse_alltoall, parse_alltoallv
+from .nonblocking import HierRequest, Progress
 from .plan import (
     ALGORITHM,
     ALGORITHM_CHOICES,
@@ -55,15 +57,11 @@ from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES, CacheEntry, PlanCache
 from .runs import ExchangeStats, NodeWindow, Run, Scratch
 from .topology import Topology
 
-__all__ = ["PlanStateError", "HierComm", "ExchangeRequest"]
+__all__ = ["PlanStateError", "HierComm", "ExchangeRequest", "HierRequest"]
 
 ENV_NODE_PHASE = "HXMPI_NODE_PHASE"
 _ALGO_CODE = {name: i for i, name in enumerate(ALGORITHM_CHOICES)}
 _KIND_BITS = 20  # row kinds are agreed as a 20-bit code: its square summed over ranks fits in 64 bits
-
-
-class PlanStateError(HxmpiError, RuntimeError):
-    """A persistent request used out of order: Start twice, Wait without Start, or after Free."""
 
 
 class HierComm:
@@ -81,6 +79,12 @@ class HierComm:
     agreed plan cache of one-shot calls (entries; bytes per rank; 0 entries turns it off).
     Results equal ``comm.Alltoallv`` byte for byte. Bad input raises ``ExchangeError`` on every
     rank. Collective.
+
+    Beside Alltoall/Alltoallv (blocking, persistent), ``Alltoallw`` takes datatype specs and
+    ``Ialltoall``/``Ialltoallv``/``Ialltoallw`` return requests that progress on a thread of
+    their own. Every other public attribute of an ``MPI.Intracomm`` (``Get_rank``, ``Allreduce``,
+    ``Barrier``, ``Sendrecv``, ...) falls through to ``comm`` (a duplicate of the communicator
+    given), so a HierComm stands in wherever a client passes a communicator; ``Free`` is ``free``.
     """
 
     def __init__(self, comm: MPI.Intracomm = MPI.COMM_WORLD, ranks_per_node: Optional[int] = None,
@@ -148,6 +152,12 @@ class HierComm:
         self._count_send = np.empty(size, dtype=np.int64)  # alltoallv's count exchange, reused
         self._count_recv = np.empty(size, dtype=np.int64)
         self._count_request: Optional[ExchangeRequest] = None
+        self._typed: Optional[TypedSides] = None  # Alltoallw's layouts and packing scratch, made on first use
+        self._progress: Optional[Progress] = None  # the nonblocking calls' thread, made on first use
+        #: what a HierComm with this one's layout and settings is built from (the progress thread's)
+        self._settings = dict(node_of=list(t.node_of), algorithm=algorithm, tuning=tuning,
+                              node_phase=self.node_phase, cache_entries=cache_entries, cache_bytes=cache_bytes,
+                              radix=radix, overhead=overhead)
 
     def _agree_settings(self, requested: Optional[str], problem: Optional[str]) -> tuple[str, tuple]:
         """Agree on the constructor's settings; return the node phase every rank uses ("shm" only
@@ -197,6 +207,55 @@ class HierComm:
         done = self._calls.call(sendbuf, recvbuf, algorithm, validate, True, self.algorithm)
         if done != DONE:
             self._general(parse_alltoall, sendbuf, recvbuf, algorithm, validate, True, done)
+
+    def Alltoallw(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
+        """All to All Scatter/Gather General, with mpi4py's spec ``[buf, counts, displs, datatypes]``:
+        displacements in bytes, one basic or derived datatype per peer (``hxmpi/comm/alltoallw.py``).
+
+        Packs what is not contiguous, moves bytes as ``Alltoallv`` does (every algorithm), unpacks;
+        receive-buffer bytes outside the receive type maps stay untouched."""
+        typed = self._typed
+        if typed is None:
+            typed = self._typed = TypedSides(self.comm.size)
+        rview, r, problem = typed.parse(recvbuf, True, "recv")
+        in_place = sendbuf is MPI.IN_PLACE
+        sview, s = rview, r
+        if problem is None and not in_place:
+            sview, s, problem = typed.parse(sendbuf, False, "send")
+        if problem:  # agreed like any call's problem: raises on every rank, before data moves
+            nothing = Side(None, None, None)
+            self._one_shot(nothing, nothing, problem, algorithm, validate, False, False)
+        sbytes, sdispls = typed.send_bytes(sview, s, in_place)
+        rbytes = typed.recv_bytes(rview, r)
+        self.Alltoallv([sbytes, (s.counts, sdispls), MPI.BYTE], [rbytes, (r.counts, r.displs), MPI.BYTE],
+                       algorithm, validate)
+        typed.unpack(rview, r, rbytes)
+
+    def Ialltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> HierRequest:
+        """Nonblocking ``Alltoallv``: returns a request (``Test``/``Wait``) while a progress thread
+        moves the data (``hxmpi/comm/nonblocking.py``); errors are raised by ``Wait``, on every rank."""
+        return self._nonblocking("Alltoallv", sendbuf, recvbuf, algorithm, validate)
+
+    def Ialltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> HierRequest:
+        """Nonblocking ``Alltoall`` (see ``Ialltoallv``)."""
+        return self._nonblocking("Alltoall", sendbuf, recvbuf, algorithm, validate)
+
+    def Ialltoallw(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> HierRequest:
+        """Nonblocking ``Alltoallw`` (see ``Ialltoallv``)."""
+        return self._nonblocking("Alltoallw", sendbuf, recvbuf, algorithm, validate)
+
+    def _nonblocking(self, method: str, sendbuf, recvbuf, algorithm, validate) -> HierRequest:
+        if self._progress is None:  # collective: every rank makes its first nonblocking call alike
+            self._progress = Progress(lambda: HierComm(self.comm, **self._settings))
+        return self._progress.submit(method, sendbuf, recvbuf, algorithm, validate)
+
+    def __getattr__(self, name: str):
+        """A public attribute of ``comm`` that HierComm lacks (called only when lookup fails)."""
+        comm = self.__dict__.get("comm")
+        if name.startswith("_") or comm is None or not hasattr(comm, name):
+            raise AttributeError(f"'HierComm' object has no attribute {name!r}"
+                                 + ("" if name.startswith("_") else " (nor has its MPI communicator)"))
+        return getattr(comm, name)
 
     def _general(self, parse, sendbuf, recvbuf, algorithm, validate, uniform: bool, done: int) -> None:
         """A call that the compiled path (``csrc/_call.pyx``) did not finish (``done``: what it
@@ -521,7 +580,13 @@ class HierComm:
                 "inter": inter, "intra": intra, "inter_node": dict(inter), "copy_bytes": int(st.copied)}
 
     def free(self) -> None:
-        """Free cached runs, the node window and the Topology's communicators (collective)."""
+        """Free cached runs, the node window and the Topology's communicators (collective); the
+        nonblocking calls still queued complete first."""
+        if self._progress is not None:
+            self._progress.close()
+            self._progress = None
+        if self._typed is not None:
+            self._typed.clear()
         if self._count_request is not None:
             self._count_request.Free()
             self._count_request = None
@@ -531,6 +596,10 @@ class HierComm:
         if self._window is not None:
             self._window.free()
         self.topology.free()
+
+    def Free(self) -> None:
+        """``free``, under the name a communicator's is called."""
+        self.free()
 
 
 def _stats_of(algorithm: Algorithm, radix: int, prog: StepProgram) -> ExchangeStats:

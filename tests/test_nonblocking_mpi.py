@@ -1,0 +1,151 @@
+"""Nonblocking all-to-alls (HierComm.Ialltoallv/Ialltoall/Ialltoallw): bytes equal the flat
+reference, the data moves while the caller does not call into MPI, several requests in flight and
+mixed with mpi4py's, errors raised by Wait on every rank, mpi4py's request semantics."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+from support import assert_exchange_works, exchange_case, hier_comms
+
+import hxmpi
+from hxmpi import ExchangeError, HierComm
+from hxmpi.errors import PlanStateError
+
+pytestmark = pytest.mark.mpi
+
+LAYOUTS = ("regular", "irregular", "one_per_node", "shuffled")
+
+
+@pytest.fixture(scope="module")
+def comms():
+    yield from hier_comms(LAYOUTS)
+
+
+@pytest.mark.parametrize("algorithm", ["flat", "hier", "auto", "bruck"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_requests_in_flight_equal_the_flat_exchange(comm, comms, layout, algorithm):
+    """Three Ialltoallv of different patterns in flight at once, completed by waitall in reverse."""
+    hc = comms[layout]
+    cases = [exchange_case(comm, np.random.default_rng(31 * k + comm.rank), np.float64, max_count=9)
+             for k in range(3)]
+    outs = [np.full_like(ref, np.nan) for _, _, _, ref in cases]
+    reqs = [hc.Ialltoallv([sbuf, sc], [out, rc], algorithm=algorithm)
+            for (sc, rc, sbuf, _), out in zip(cases, outs)]
+    assert hxmpi.waitall(reqs[::-1]) is True
+    for (_, _, _, ref), out in zip(cases, outs):
+        assert out.tobytes() == ref.tobytes()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_ialltoall_and_ialltoallw(comm, comms, layout):
+    hc, size = comms[layout], comm.size
+    send = np.arange(3 * size, dtype=np.int32) + 100 * comm.rank
+    ref, out = np.empty_like(send), np.full_like(send, -1)
+    comm.Alltoall(send, ref)
+    req = hc.Ialltoall(send, out)
+    assert req.Wait() is True
+    assert out.tobytes() == ref.tobytes()
+    # Alltoallw of strided rows: element j of every row goes to rank j
+    rows = np.arange(4 * size, dtype=np.float64).reshape(4, size) + 1000 * comm.rank
+    column = [MPI.DOUBLE.Create_vector(4, 1, size).Commit()] * size
+    got = np.full((size, 4), -1.0)
+    try:
+        req = hc.Ialltoallw([rows, [1] * size, [8 * j for j in range(size)], column],
+                            [got, [4] * size, [32 * i for i in range(size)], [MPI.DOUBLE] * size])
+        req.Wait()
+    finally:
+        column[0].Free()
+    everyone = np.array(comm.allgather(rows))
+    assert got.tobytes() == everyone[:, :, comm.rank].tobytes()
+
+
+def test_data_moves_while_the_caller_stays_out_of_mpi(comm, comms):
+    """After Ialltoallv every rank only sleeps and looks at Test(), which does not enter MPI: the
+    exchange still completes, so the progress thread moved it."""
+    hc = comms["regular"]
+    sc, rc, sbuf, ref = exchange_case(comm, np.random.default_rng(5 + comm.rank), np.float64, max_count=2000)
+    out = np.full_like(ref, np.nan)
+    req = hc.Ialltoallv([sbuf, sc], [out, rc])
+    deadline = time.monotonic() + 60
+    while not req.Test() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert req.Test() is True  # completed without a Wait
+    assert out.tobytes() == ref.tobytes()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_bad_input_raises_at_wait_on_every_rank(comm, comms, layout):
+    """A negative count on the last rank: every rank's call returns a request, every rank's Wait
+    raises the agreed error naming it; the next nonblocking and blocking calls work."""
+    hc, last = comms[layout], comm.size - 1
+    sc, rc, sbuf, ref = exchange_case(comm, np.random.default_rng(comm.rank), np.float64)
+    bad = sc.copy()
+    if comm.rank == last:
+        bad[0] = -1
+    req = hc.Ialltoallv([sbuf, bad], [np.zeros_like(ref), rc])
+    with pytest.raises(ExchangeError, match=rf"rank {last}: send counts\[0\] = -1 is negative"):
+        req.Wait()
+    assert req.Wait() is True  # the error is raised once; the request is then inactive
+    out = np.zeros_like(ref)
+    hc.Ialltoallv([sbuf, sc], [out, rc]).Wait()
+    assert out.tobytes() == ref.tobytes()
+    assert_exchange_works(comm, hc)
+
+
+def test_request_semantics_of_mpi4py(comm, comms):
+    """Wait and Test return True once done, and again after; Free waits for an active exchange;
+    Cancel is refused (MPI cancels no collective)."""
+    hc = comms["irregular"]
+    sc, rc, sbuf, ref = exchange_case(comm, np.random.default_rng(9 + comm.rank), np.int64)
+    out = np.zeros_like(ref)
+    req = hc.Ialltoallv([sbuf, sc], [out, rc])
+    with pytest.raises(PlanStateError, match="cannot be cancelled"):
+        req.Cancel()
+    req.Free()  # waits first
+    assert out.tobytes() == ref.tobytes()
+    assert req.Test() and req.Wait() and req.Test()
+    out[:] = 0
+    req = hc.Ialltoallv([sbuf, sc], [out, rc])
+    assert req.Wait() is True and req.Wait() is True and out.tobytes() == ref.tobytes()
+
+
+def test_waitall_mixes_hxmpi_and_mpi4py_requests(comm, comms):
+    """A ring of mpi4py Isend/Irecv beside two hxmpi exchanges, completed by one waitall (and by
+    HierRequest.Waitall/Testall)."""
+    hc, size, me = comms["one_per_node"], comm.size, comm.rank
+    cases = [exchange_case(comm, np.random.default_rng(k * 7 + me), np.float32) for k in range(2)]
+    outs = [np.zeros_like(ref) for *_, ref in cases]
+    token, got = np.array([me], np.int64), np.array([-1], np.int64)
+    ours = [hc.Ialltoallv([sbuf, sc], [out, rc]) for (sc, rc, sbuf, _), out in zip(cases, outs)]
+    theirs = [comm.Irecv(got, source=(me - 1) % size, tag=77), comm.Isend(token, dest=(me + 1) % size, tag=77)]
+    hxmpi.waitall([ours[0], theirs[0], ours[1], theirs[1]])
+    assert got[0] == (me - 1) % size
+    assert all(out.tobytes() == ref.tobytes() for out, (*_, ref) in zip(outs, cases))
+    again = hc.Ialltoallv([cases[0][2], cases[0][0]], [outs[0], cases[0][1]])
+    assert hxmpi.HierRequest.Waitall([again]) is True and hxmpi.HierRequest.Testall([again, MPI.REQUEST_NULL])
+
+
+def test_blocking_calls_beside_one_in_flight(comm, comms):
+    """The caller's own blocking Alltoallv and Allreduce run while an Ialltoallv is in flight."""
+    hc = comms["regular"]
+    a = exchange_case(comm, np.random.default_rng(3 + comm.rank), np.float64, max_count=500)
+    b = exchange_case(comm, np.random.default_rng(4 + comm.rank), np.float64)
+    out_a, out_b = np.zeros_like(a[3]), np.zeros_like(b[3])
+    req = hc.Ialltoallv([a[2], a[0]], [out_a, a[1]])
+    hc.Alltoallv([b[2], b[0]], [out_b, b[1]])
+    assert hc.allreduce(1) == comm.size
+    req.Wait()
+    assert out_a.tobytes() == a[3].tobytes() and out_b.tobytes() == b[3].tobytes()
+
+
+def test_free_completes_what_is_queued(comm):
+    hc = HierComm(comm, ranks_per_node=2)
+    sc, rc, sbuf, ref = exchange_case(comm, np.random.default_rng(comm.rank), np.float64)
+    outs = [np.zeros_like(ref) for _ in range(3)]
+    reqs = [hc.Ialltoallv([sbuf, sc], [out, rc]) for out in outs]
+    hc.free()
+    assert all(r.Test() for r in reqs)
+    assert all(out.tobytes() == ref.tobytes() for out in outs)
