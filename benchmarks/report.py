@@ -604,7 +604,7 @@ def suite_cost(results: Path = RESULTS) -> str:
     by = {r["run"]: r for r in d["runs"]}
     mpi = [r for r in d["runs"] if r["run"].startswith("mpi")]
     total, prov = d["total"], d["provenance"]
-    return (f"Measured on a {prov['cores']}-core Linux machine shared with other work ({prov['mpi'].split(',')[0]}): "
+    return (f"Measured on a {prov['cores']}-core Linux machine ({prov['mpi'].split(',')[0]}): "
             f"the whole command took **{d['wall_s'] / 60:.0f} minutes**, of which the serial tests "
             f"{by['serial']['seconds'] / 60:.0f} minutes and the MPI runs at {mpi[0]['run'][-1]} to "
             f"{mpi[-1]['run'][-1]} ranks {sum(r['seconds'] for r in mpi) / 60:.0f} minutes; the whole job peaked at "

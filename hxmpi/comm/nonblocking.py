@@ -87,7 +87,7 @@ class HierRequest:
     def Cancel(self) -> None:
         """Refused: MPI does not cancel collective operations."""
         raise PlanStateError("a nonblocking all-to-all cannot be cancelled (MPI cancels no collective); "
-                                "Wait() for it")
+                              "Wait() for it")
 
     @classmethod
     def Waitall(cls, requests, statuses=None) -> bool:
