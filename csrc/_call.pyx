@@ -42,6 +42,7 @@ include "_steps.pxi"
 
 ctypedef int (*start_t)(void*) noexcept nogil
 ctypedef int (*wait_t)(void*, void*) noexcept nogil
+ctypedef int (*test_t)(void*, int*, void*) noexcept nogil
 # MPI_Alltoallv and MPI_Alltoall with the family's handle type: a pointer (Open MPI) or an int (MPICH).
 ctypedef int (*alltoallv_ptr_t)(const void*, const int*, const int*, void*, void*, const int*, const int*,
                                 void*, void*) noexcept nogil
@@ -58,6 +59,7 @@ ctypedef int (*barrier_ptr_t)(void*) noexcept nogil
 ctypedef int (*barrier_int_t)(int) noexcept nogil
 cdef start_t _mpi_start = NULL
 cdef wait_t _mpi_wait = NULL
+cdef test_t _mpi_test = NULL
 cdef void* _mpi_alltoallv = NULL
 cdef void* _mpi_alltoall = NULL
 cdef void* _mpi_ialltoallv = NULL
@@ -76,12 +78,13 @@ cdef enum:
 
 cdef _resolve():
     global _mpi_start, _mpi_wait, _mpi_alltoallv, _mpi_alltoall, _handle_bytes, _mpi_ialltoallv, _mpi_allgather
-    global _mpi_barrier, _mpi_isend, _mpi_mprobe, _mpi_get_count, _mpi_imrecv, _mpi_irecv
+    global _mpi_barrier, _mpi_isend, _mpi_mprobe, _mpi_get_count, _mpi_imrecv, _mpi_irecv, _mpi_test
     path = MPI.__file__.encode()
     handle = dlopen(path, RTLD_LAZY)  # already loaded: the same handle, its libmpi among its dependencies
     if handle != NULL:
         _mpi_start = <start_t>dlsym(handle, "MPI_Start")
         _mpi_wait = <wait_t>dlsym(handle, "MPI_Wait")
+        _mpi_test = <test_t>dlsym(handle, "MPI_Test")
         _mpi_alltoallv = dlsym(handle, "MPI_Alltoallv")
         _mpi_alltoall = dlsym(handle, "MPI_Alltoall")
         _mpi_ialltoallv = dlsym(handle, "MPI_Ialltoallv")
@@ -92,8 +95,9 @@ cdef _resolve():
         _mpi_get_count = dlsym(handle, "MPI_Get_count")
         _mpi_imrecv = dlsym(handle, "MPI_Imrecv")
         _mpi_irecv = dlsym(handle, "MPI_Irecv")
-    if _mpi_start == NULL or _mpi_wait == NULL:
-        raise ImportError(f"hxmpi: MPI_Start and MPI_Wait not found through {path.decode()} (mpi4py's extension)")
+    if _mpi_start == NULL or _mpi_wait == NULL or _mpi_test == NULL:
+        raise ImportError(f"hxmpi: MPI_Start, MPI_Wait and MPI_Test not found through {path.decode()} "
+                          f"(mpi4py's extension)")
     if MPI._sizeof(MPI.Status) > STATUS_BYTES:
         raise ImportError(f"hxmpi: this MPI's MPI_Status ({MPI._sizeof(MPI.Status)} B) is larger than "
                           f"{STATUS_BYTES} B")
@@ -304,6 +308,27 @@ cdef int _run_steps(Step* steps, Py_ssize_t n, char* status) noexcept nogil:
     return 0
 
 
+cdef Py_ssize_t _flat_count(const Step* steps, Py_ssize_t n) noexcept nogil:
+    """Steps of ``steps`` with every ``SUB`` step replaced by its own steps (recursively)."""
+    cdef Py_ssize_t i, total = 0
+    for i in range(n):
+        total += _flat_count(steps[i].sub, steps[i].n) if steps[i].kind == SUB else 1
+    return total
+
+
+cdef Py_ssize_t _flatten(const Step* steps, Py_ssize_t n, Step* out) noexcept nogil:
+    """Copy ``steps`` into ``out`` with sub-programs inlined (their buffers and handles stay
+    theirs: the program keeps them alive); the steps written."""
+    cdef Py_ssize_t i, k = 0
+    for i in range(n):
+        if steps[i].kind == SUB:
+            k += _flatten(steps[i].sub, steps[i].n, out + k)
+        else:
+            out[k] = steps[i]
+            k += 1
+    return k
+
+
 cdef class Program:
     """A run as compiled steps over fixed buffers, executed without the GIL and without Python
     between them: block copies, and Start + Wait of MPI persistent requests (built by mpi4py).
@@ -317,10 +342,17 @@ cdef class Program:
 
     ``run()`` runs it blocking; ``start()`` and ``wait()`` split it, for a persistent request's
     Start and Wait, after the Start of the first top-level ``"mpi"`` step (without one, ``start``
-    runs it whole).
+    runs it whole). ``begin()``, ``test()`` and ``finish()`` run it as a state machine instead
+    (a nonblocking request's): each call goes as far as it can without waiting, copies as soon
+    as the requests before them complete (``MPI_Test``), next requests started at once.
     """
     cdef Step* _steps
     cdef Py_ssize_t _n
+    cdef Step* _flat         # the steps with sub-programs inlined (``begin``'s, made at the first)
+    cdef Py_ssize_t _nflat
+    cdef Py_ssize_t _pos     # the state machine's next step
+    cdef bint _posted        # its requests are started
+    cdef bint _begun         # a ``begin`` not yet completed
     cdef void** _handles
     cdef list _keep
     cdef list _requests
@@ -384,6 +416,7 @@ cdef class Program:
                 raise ValueError(f"Program: unknown step {step[0]!r}")
             self._n = i + 1
         self._split, self._started = -1, False
+        self._flat, self._nflat, self._pos, self._posted, self._begun = NULL, 0, 0, False, False
         for i in range(self._n):
             if self._steps[i].kind == REQUESTS:
                 self._split = i
@@ -394,6 +427,7 @@ cdef class Program:
     def __dealloc__(self):
         free(self._steps)
         free(self._handles)
+        free(self._flat)
 
     cdef int execute(self) except -1:
         cdef int err
@@ -455,11 +489,93 @@ cdef class Program:
         if err:
             raise MPI.Exception(err)
 
+    cdef int _advance(self, bint block, bint* done) noexcept nogil:
+        """Run steps from ``_pos`` on; stop at requests not complete yet unless ``block``. Sets
+        ``done`` when every step ran; the first MPI error code, or 0."""
+        cdef Step* st
+        cdef Py_ssize_t i
+        cdef int err, flag
+        done[0] = False
+        while self._pos < self._nflat:
+            st = &self._flat[self._pos]
+            if st.kind == COPY:
+                _copy_list(st.dst, st.src, st.src_off, st.dst_off, st.length, st.n)
+                self._pos += 1
+                continue
+            if not self._posted:
+                if st.kind == BARRIER:
+                    hx_fence()  # as ``_run_steps``: window writes before the barrier
+                for i in range(st.n):
+                    err = _mpi_start(st.handles[i])
+                    if err:
+                        return err
+                self._posted = True
+            for i in range(st.n):  # a completed persistent request is inactive: it tests true again
+                if block:
+                    err = _mpi_wait(st.handles[i], self._status)
+                else:
+                    flag = 0
+                    err = _mpi_test(st.handles[i], &flag, self._status)
+                    if not err and not flag:
+                        return 0
+                if err:
+                    return err
+            if st.kind == BARRIER:
+                hx_fence()
+            self._posted = False
+            self._pos += 1
+        done[0] = True
+        return 0
+
+    cdef int _step(self, bint block) except -1:
+        """One ``_advance`` from Python: 1 when the program completed (it is then idle), else 0."""
+        cdef int err
+        cdef bint done = False
+        if not self._begun:
+            return 1
+        with nogil:
+            err = self._advance(block, &done)
+        if err:
+            self._begun = False
+            raise MPI.Exception(err)
+        if done:
+            self._begun = False
+        return 1 if done else 0
+
+    def begin(self):
+        """Start a run as a state machine: copies up to the first requests, which it starts;
+        returns whether the run already completed (then ``test``/``finish`` return at once)."""
+        if self._requests is None:
+            raise RuntimeError("this compiled run was freed")
+        if self._started or self._begun:
+            raise RuntimeError("Program.begin while a run of it is in progress")
+        if self._flat == NULL:
+            self._nflat = _flat_count(self._steps, self._n)
+            self._flat = <Step*>malloc(max(self._nflat, 1) * sizeof(Step))
+            if self._flat == NULL:
+                raise MemoryError()
+            _flatten(self._steps, self._n, self._flat)
+        self._pos, self._posted, self._begun = 0, False, True
+        return self._step(False) == 1
+
+    def test(self):
+        """Go on as far as possible without waiting; whether the run completed."""
+        return self._step(False) == 1
+
+    def finish(self):
+        """Complete the run, waiting for each request in turn."""
+        self._step(True)
+
+    @property
+    def running(self):
+        """Whether a ``begin`` has not completed yet."""
+        return self._begun
+
     def free(self):
         """Stop the program: it cannot run again. Its requests stay their owner's to free; what it
         points into stays alive until it is collected (a program that holds it as a step may
         still point there)."""
-        self._requests, self._n = None, 0
+        self._requests, self._n, self._nflat, self._begun = None, 0, 0, False
 
 
 cdef inline const int64_t* _i64(object arr, Py_ssize_t n, str name) except NULL:
@@ -891,6 +1007,11 @@ cdef class CallTable:
     cdef readonly tuple kept
     cdef object _planned
     cdef public object stats, state
+    #: a deferred table (a request-mode HierComm's, ``exchange._Deferred``) hands a clean hit's
+    #: run over in ``ready`` instead of running it; ``paused``: recognise nothing (every call
+    #: goes to Python: requests are in flight, whose buffers only Python checks)
+    cdef public bint deferred, paused
+    cdef public object ready
     # The miss path (``miss_path``): None until configured.
     cdef object _choices, _codes, _flat_codes, _predefined, _datatype_type, _limits, _miss_stats
     cdef long _auto_code
@@ -926,6 +1047,8 @@ cdef class CallTable:
         self.tick = self.misses = self.compiled = self.compiled_misses = self.compiled_rebound = 0
         self.stats, self.state = None, "off"
         self._pending_flags, self._pending_entry = -1, None
+        self.deferred = self.paused = False
+        self.ready = None
         self._choices = None
         self._runner = None
         self._brucks = None
@@ -1018,9 +1141,12 @@ cdef class CallTable:
         reads; nothing was communicated), ``AGREED`` (agreed, but not a clean hit nor a miss run
         here: ``take_pending``), ``DONE`` or ``KEEP``. ``default_algorithm``: the ``HierComm``'s,
         for ``algorithm`` None."""
-        cdef Slot slot = self._find(sendbuf, recvbuf, algorithm, validate, uniform)
+        cdef Slot slot
         cdef Record* rec
         cdef int flags, err
+        if self.paused:
+            return NOT_FOUND
+        slot = self._find(sendbuf, recvbuf, algorithm, validate, uniform)
         if slot is not None and self._choices is not None and not self._same_buffers(slot):
             # No run bound to these buffers: the miss path runs the entry's plan on them (a hit,
             # rebound), or, the same buffers on every rank, leaves binding one to Python.
@@ -1041,7 +1167,9 @@ cdef class CallTable:
         self.tick += 1
         self.misses = 0
         self.touch(slot.entry)
-        if slot.program is not None:
+        if self.deferred:
+            self.ready = slot.run
+        elif slot.program is not None:
             slot.program.execute()
         else:
             slot.run.run()

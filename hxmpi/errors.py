@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 __all__ = ["HxmpiError", "TopologyError", "ExchangeError", "SettingError", "NonFiniteLoss",
-           "ExchangeTypeError", "ExchangeKeyError", "CpuFileError", "PlanStateError", "agree", "raise_gathered"]
+           "ExchangeTypeError", "ExchangeKeyError", "CpuFileError", "PlanStateError", "agree", "raise_gathered",
+           "abort_job"]
 
 if TYPE_CHECKING:  # importing this module does not start MPI
     from mpi4py import MPI
@@ -90,3 +91,23 @@ def raise_gathered(comm: MPI.Comm, problem: Optional[str], error: type = HxmpiEr
     err = (kind if isinstance(kind, type) and issubclass(kind, error) else error)("; ".join(shown))
     err.agreed = True  # raised on every rank: a program may exit cleanly, no abort needed
     raise err
+
+
+def abort_job(error: BaseException, where: str) -> None:
+    """End the whole job for an error that one rank alone met inside a collective (never returns).
+
+    The other ranks cannot learn of it and would wait for this one forever, so, as MPI's
+    ``ERRORS_ARE_FATAL`` does, this rank prints the cause, naming itself and ``where`` it was
+    (with the traceback), and calls ``MPI_Abort`` on ``COMM_WORLD``. Errors raised on every rank
+    alike (``agreed``) never come here: a program may catch those.
+    """
+    import sys
+    import traceback
+
+    from mpi4py import MPI
+    rank = MPI.COMM_WORLD.rank if MPI.Is_initialized() and not MPI.Is_finalized() else -1
+    lines = traceback.format_exception(type(error), error, error.__traceback__)
+    print(f"hxmpi: rank {rank}: {type(error).__name__}: {error}\n  in {where}, on this rank alone: the other ranks "
+          f"cannot learn of it and would wait forever, so the job is aborted (MPI_Abort)\n" + "".join(lines),
+          file=sys.stderr, flush=True)
+    MPI.COMM_WORLD.Abort(1)

@@ -1,6 +1,7 @@
-"""Nonblocking all-to-alls (HierComm.Ialltoallv/Ialltoall/Ialltoallw): bytes equal the flat
-reference, the data moves while the caller does not call into MPI, several requests in flight and
-mixed with mpi4py's, errors raised by Wait on every rank, mpi4py's request semantics."""
+"""Nonblocking all-to-alls (HierComm.Ialltoallv/Ialltoall/Ialltoallw), in both progress modes
+(driven by the request, or by a thread): bytes equal the flat reference, the data moves with only
+Test() called (or, on a thread, none), several requests in flight, waited in any order, and mixed
+with mpi4py's, errors raised by Wait on every rank, mpi4py's request semantics."""
 from __future__ import annotations
 
 import time
@@ -12,6 +13,7 @@ from support import assert_exchange_works, exchange_case, hier_comms
 
 import hxmpi
 from hxmpi import ExchangeError, HierComm
+from hxmpi.comm.nonblocking import PROGRESS_MODES
 from hxmpi.errors import PlanStateError
 
 pytestmark = pytest.mark.mpi
@@ -19,9 +21,9 @@ pytestmark = pytest.mark.mpi
 LAYOUTS = ("regular", "irregular", "one_per_node", "shuffled")
 
 
-@pytest.fixture(scope="module")
-def comms():
-    yield from hier_comms(LAYOUTS)
+@pytest.fixture(scope="module", params=PROGRESS_MODES)
+def comms(request):
+    yield from hier_comms(LAYOUTS, progress=request.param)
 
 
 @pytest.mark.parametrize("algorithm", ["flat", "hier", "auto", "bruck"])
@@ -62,9 +64,9 @@ def test_ialltoall_and_ialltoallw(comm, comms, layout):
     assert got.tobytes() == everyone[:, :, comm.rank].tobytes()
 
 
-def test_data_moves_while_the_caller_stays_out_of_mpi(comm, comms):
-    """After Ialltoallv every rank only sleeps and looks at Test(), which does not enter MPI: the
-    exchange still completes, so the progress thread moved it."""
+def test_data_moves_while_the_caller_only_tests(comm, comms):
+    """After Ialltoallv every rank only sleeps and looks at Test() (which moves a request-driven
+    exchange on, and only reads a thread's flag): the exchange completes without a Wait."""
     hc = comms["regular"]
     sc, rc, sbuf, ref = exchange_case(comm, np.random.default_rng(5 + comm.rank), np.float64, max_count=2000)
     out = np.full_like(ref, np.nan)
@@ -149,3 +151,87 @@ def test_free_completes_what_is_queued(comm):
     hc.free()
     assert all(r.Test() for r in reqs)
     assert all(out.tobytes() == ref.tobytes() for out in outs)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_ranks_wait_in_different_orders(comm, comms, layout):
+    """Four requests of different patterns and algorithms in flight; even ranks wait newest first,
+    odd ranks test the last one and then wait oldest first: every rank moves them in call order, so
+    the bytes equal the flat exchange whatever order each rank waits in."""
+    hc = comms[layout]
+    algorithms = ("hier", "flat", "bruck", "hier_pairwise")
+    cases = [exchange_case(comm, np.random.default_rng(97 * k + comm.rank), np.int32, max_count=300)
+             for k in range(len(algorithms))]
+    outs = [np.full_like(ref, -7) for *_, ref in cases]
+    reqs = [hc.Ialltoallv([sbuf, sc], [out, rc], algorithm=a)
+            for (sc, rc, sbuf, _), out, a in zip(cases, outs, algorithms)]
+    if comm.rank % 2:
+        reqs[-1].Test()
+        for r in reqs:
+            r.Wait()
+    else:
+        for r in reversed(reqs):
+            r.Wait()
+    for (*_, ref), out in zip(cases, outs):
+        assert out.tobytes() == ref.tobytes()
+
+
+def test_a_receive_buffer_in_flight_is_refused_on_every_rank(comm, comms):
+    """A second call receiving into the buffer of a request still in flight (request mode) is a
+    bad spec: its Wait raises on every rank alike (it is agreed: a rank whose first request had
+    already completed agrees to the others' refusal), and the first request completes correctly."""
+    hc = comms["regular"]
+    if hc.progress != "request" or comm.size == 1:
+        pytest.skip("a thread runs calls one after another, and one rank's call completes at once (all local)")
+    sc, rc, sbuf, ref = exchange_case(comm, np.random.default_rng(41 + comm.rank), np.float64, max_count=3000)
+    out = np.zeros_like(ref)
+    first = hc.Ialltoallv([sbuf, sc], [out, rc], algorithm="hier")
+    second = hc.Ialltoallv([sbuf, sc], [out, rc], algorithm="hier")
+    raised = None
+    try:
+        second.Wait()
+    except ExchangeError as exc:
+        raised = str(exc)
+    first.Wait()
+    assert out.tobytes() == ref.tobytes()
+    views = comm.allgather(raised)
+    assert len(set(views)) == 1, views  # the same outcome, the same message, on every rank
+    if raised is not None:
+        assert "overlaps that of a nonblocking all-to-all still in flight" in raised
+
+
+def test_repeated_calls_with_one_pattern_reuse_their_run(comm, comms):
+    """The pipelined pattern: the same buffers again and again, each request completed by Test
+    alone; every round's bytes are right (the run bound to them is reused, not rebuilt)."""
+    hc = comms["irregular"]
+    sc, rc, sbuf, ref = exchange_case(comm, np.random.default_rng(13 + comm.rank), np.float64, max_count=40)
+    out = np.zeros_like(ref)
+    for k in range(6):
+        sbuf += 1.0
+        expected = np.empty_like(ref)
+        comm.Alltoallv([sbuf, sc], [expected, rc])
+        req = hc.Ialltoallv([sbuf, sc], [out, rc])
+        while not req.Test():
+            pass
+        assert out.tobytes() == expected.tobytes(), k
+
+
+def test_mpi4py_waitall_refuses_hxmpi_requests(comm, comms):
+    """mpi4py's own Waitall takes mpi4py requests only: it raises TypeError (it cannot move an
+    hxmpi request); hxmpi.waitall takes both."""
+    hc = comms["regular"]
+    sc, rc, sbuf, ref = exchange_case(comm, np.random.default_rng(comm.rank), np.float64)
+    out = np.zeros_like(ref)
+    req = hc.Ialltoallv([sbuf, sc], [out, rc])
+    with pytest.raises(TypeError):
+        MPI.Request.Waitall([req, MPI.REQUEST_NULL])
+    hxmpi.waitall([req, MPI.REQUEST_NULL])
+    assert out.tobytes() == ref.tobytes()
+
+
+def test_a_bad_progress_mode_raises_on_every_rank(comm):
+    with pytest.raises(ExchangeError, match="progress must be one of"):
+        HierComm(comm, progress="polling" if comm.rank == comm.size - 1 else "request")
+    if comm.size > 1:
+        with pytest.raises(ExchangeError, match="progress 'thread' differs between ranks|progress 'request' differs"):
+            HierComm(comm, progress="thread" if comm.rank == 0 else "request")

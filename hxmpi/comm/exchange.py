@@ -24,13 +24,13 @@ from __future__ import annotations
 import os
 import secrets
 import zlib
-from functools import partial
+from functools import partial, wraps
 from typing import Optional
 
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import CpuFileError, ExchangeError, PlanStateError, agree
+from ..errors import CpuFileError, ExchangeError, PlanStateError, abort_job, agree
 from . import transfer
 from ._agree import buffer_id, pattern_key
 from ._call import AGREED, DONE, KEEP, NOT_FOUND, CallTable, Runner, Saved
@@ -39,7 +39,7 @@ from .alltoallw import TypedSides
 from .bruck import TAG as BRUCK_TAG
 from .costmodel import ENV_TUNING, KIB_CAP, CostModel, CpuTimes, auto_pick, pattern_class
 from .msgspec import PREDEFINED, Side, count_arrays, int_vector, parse_alltoall, parse_alltoallv
-from .nonblocking import HierRequest, Progress
+from .nonblocking import PROGRESS_MODES, HierRequest, Progress, Requests
 from .plan import (
     ALGORITHM,
     ALGORITHM_CHOICES,
@@ -64,6 +64,23 @@ _ALGO_CODE = {name: i for i, name in enumerate(ALGORITHM_CHOICES)}
 _KIND_BITS = 20  # row kinds are agreed as a 20-bit code: its square summed over ranks fits in 64 bits
 
 
+def _collective(method):
+    """Guard a collective call: an error raised on this rank alone (not ``agreed``: every bad spec
+    is agreed, and raised on every rank alike) ends the job (``errors.abort_job``) instead of
+    leaving the other ranks waiting for this one forever."""
+    where = f"HierComm.{method.__name__}"
+
+    @wraps(method)
+    def guarded(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except BaseException as exc:
+            if getattr(exc, "agreed", False):
+                raise
+            abort_job(exc, where)
+    return guarded
+
+
 class HierComm:
     """All-to-all over a Topology: flat (one MPI_Alltoallv) or hierarchical (lanes, then nodes).
 
@@ -81,8 +98,12 @@ class HierComm:
     rank. Collective.
 
     Beside Alltoall/Alltoallv (blocking, persistent), ``Alltoallw`` takes datatype specs and
-    ``Ialltoall``/``Ialltoallv``/``Ialltoallw`` return requests that progress on a thread of
-    their own. Every other public attribute of an ``MPI.Intracomm`` (``Get_rank``, ``Allreduce``,
+    ``Ialltoall``/``Ialltoallv``/``Ialltoallw`` return requests (``hxmpi/comm/nonblocking.py``):
+    ``progress`` "request" (the default) moves them inside their ``Test``/``Wait`` as state
+    machines over MPI's own nonblocking calls, "thread" on a progress thread (which needs
+    ``MPI_THREAD_MULTIPLE`` and pays where the thread has a spare core). An error that one rank
+    alone meets inside a call ends the job, naming the rank and the cause, rather than leaving the
+    others waiting (``errors.abort_job``). Every other public attribute of an ``MPI.Intracomm`` (``Get_rank``, ``Allreduce``,
     ``Barrier``, ``Sendrecv``, ...) falls through to ``comm`` (a duplicate of the communicator
     given), so a HierComm stands in wherever a client passes a communicator; ``Free`` is ``free``.
     """
@@ -91,7 +112,7 @@ class HierComm:
                  node_of=None, algorithm: str = "auto", topology: Optional[Topology] = None,
                  tuning: Optional[str] = None, node_phase: Optional[str] = None,
                  cache_entries: int = DEFAULT_ENTRIES, cache_bytes: int = DEFAULT_BYTES, radix: int = 2,
-                 overhead: Optional[str] = None):
+                 overhead: Optional[str] = None, progress: str = "request"):
         # A bad name is agreed below, with the node phase: a rank raising here alone would leave
         # the others waiting in Topology's collectives.
         bad = None if algorithm in ALGORITHM_CHOICES else f"algorithm must be one of {ALGORITHM_CHOICES}, got {algorithm!r}"
@@ -100,6 +121,10 @@ class HierComm:
             bad = f"cache_entries and cache_bytes must be integers >= 0, got {cache_entries!r}, {cache_bytes!r}"
         if bad is None and (type(radix) is not int or radix < 2):
             bad = f"radix must be an integer >= 2, got {radix!r}"
+        if bad is None and progress not in PROGRESS_MODES:
+            bad = f"progress must be one of {PROGRESS_MODES}, got {progress!r}"
+        #: how nonblocking calls move: "request" (inside Test/Wait) or "thread" (``nonblocking.py``)
+        self.progress = progress
         #: the cost model behind "auto" and hxmpi's CPU per path it prices with (the same on every rank)
         self.cost_model, self.cpu_times, problem = _pricing(tuning, overhead)
         bad = bad or problem
@@ -117,11 +142,13 @@ class HierComm:
         self._window = NodeWindow(t.intra) if self.node_phase == "shm" else None
         #: each exchange's communicator by its code in a step program (``plan.ExchangeStep.comm``)
         self._comms = {"world": self.comm, "node": t.intra, **dict(t.served_lanes)}
+        if self._deferred:  # the data's own duplicates: its collectives never interleave with the agreement's
+            self._comms = {code: comm.Dup() for code, comm in self._comms.items()}
         # One-shot runs are compiled (None where the MPI's handles cannot be passed from compiled
         # code: their steps are walked in Python then).
         try:
-            self._runner: Optional[Runner] = Runner(self.comm, t.intra, t.served_lanes, MPI.BYTE, BRUCK_TAG,
-                                                    bruck_rounds)
+            self._runner: Optional[Runner] = None if self._deferred else Runner(
+                self.comm, t.intra, t.served_lanes, MPI.BYTE, BRUCK_TAG, bruck_rounds)
         except NotImplementedError:
             self._runner = None
         self._scratch = Scratch()
@@ -131,14 +158,16 @@ class HierComm:
         # The compiled hit path (``csrc/_call.pyx``); it also counts agreed calls (``tick``, the same
         # on every rank) and misses since the last hit, and holds the last call's stats and state.
         self._calls = CallTable(self._agreement, self.plan_cache, self._scratch, self._window, self.comm.size)
+        self._calls.deferred = self._deferred
         self.plan_cache.on_drop = self._calls.forget
         self._choices: dict[tuple, tuple[Algorithm, int]] = {}  # auto's picks by pattern class (_pick)
         # Misses of the common spec form that run flat are parsed, agreed and run compiled too.
         hier = {a.code: a for a in ALGORITHM.values() if a.hierarchical}
         flat = frozenset([ALGORITHM["flat"].code, *(() if self._hier_possible else hier)])
-        self._calls.miss_path(self._choices, _ALGO_CODE, _ALGO_CODE["auto"], flat, PREDEFINED, MPI.Datatype,
-                              transfer, self.comm.rank, key, KIB_CAP, self.comm, MPI.BYTE,
-                              ExchangeStats("flat", flat_counts=np.zeros(self.comm.size, dtype=np.int64)))
+        if not self._deferred:  # a deferred call's run is handed over, never run here
+            self._calls.miss_path(self._choices, _ALGO_CODE, _ALGO_CODE["auto"], flat, PREDEFINED, MPI.Datatype,
+                                  transfer, self.comm.rank, key, KIB_CAP, self.comm, MPI.BYTE,
+                                  ExchangeStats("flat", flat_counts=np.zeros(self.comm.size, dtype=np.int64)))
         if self._runner is not None and self._hier_possible:  # and hierarchical ones too
             self._calls.hier_path(hier, radix, self._runner, {"lanes": self._planner}, self._mode,
                                   self._mode == MODE_SHM, _stats_of, MPI.INT64_T)
@@ -154,10 +183,14 @@ class HierComm:
         self._count_request: Optional[ExchangeRequest] = None
         self._typed: Optional[TypedSides] = None  # Alltoallw's layouts and packing scratch, made on first use
         self._progress: Optional[Progress] = None  # the nonblocking calls' thread, made on first use
+        self._requests: Optional[Requests] = None  # the nonblocking calls' queue (request mode), likewise
+        # A deferred call's hand-over (``_defer``): its run, what completes it, where it receives,
+        # and why its receive buffer may not be used (a request in flight still receives there).
+        self._ready = self._after = self._ready_recv = self._busy = None
         #: what a HierComm with this one's layout and settings is built from (the progress thread's)
         self._settings = dict(node_of=list(t.node_of), algorithm=algorithm, tuning=tuning,
                               node_phase=self.node_phase, cache_entries=cache_entries, cache_bytes=cache_bytes,
-                              radix=radix, overhead=overhead)
+                              radix=radix, overhead=overhead, progress=progress)
 
     def _agree_settings(self, requested: Optional[str], problem: Optional[str]) -> tuple[str, tuple]:
         """Agree on the constructor's settings; return the node phase every rank uses ("shm" only
@@ -173,9 +206,11 @@ class HierComm:
             probe.Free()
         key = (secrets.randbits(64), secrets.randbits(64))
         pricing = (tuple(self.cost_model.vector().tolist()), tuple(self.cpu_times.seconds.values()))
-        views = self.comm.allgather((requested, shared, problem, key, self.radix, pricing))
+        views = self.comm.allgather((requested, shared, problem, key, self.radix, pricing, self.progress))
         if problem is None and len({v[0] for v in views}) > 1:
             problem = f"node_phase {requested!r} differs between ranks"
+        if problem is None and len({v[6] for v in views}) > 1:
+            problem = f"progress {self.progress!r} differs between ranks"
         if problem is None and len({v[4] for v in views}) > 1:
             problem = f"radix {self.radix!r} differs between ranks"
         if problem is None and len({v[5] for v in views}) > 1:  # "auto" would pick differently
@@ -188,6 +223,7 @@ class HierComm:
         return ("shm" if requested != "mpi" and everywhere else "mpi"), views[0][3]
 
     # ------------------------------------------------------------------ public API
+    @_collective
     def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather Vector, with mpi4py buffer specs (counts and displs in elements)."""
         done = self._calls.call(sendbuf, recvbuf, algorithm, validate, False, self.algorithm)
@@ -200,6 +236,7 @@ class HierComm:
         if done != DONE:
             self._general(parse_alltoallv, sendbuf, recvbuf, algorithm, validate, False, done)
 
+    @_collective
     def Alltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather: equal blocks of ``len(buf) / size`` elements (or a given count).
 
@@ -208,6 +245,7 @@ class HierComm:
         if done != DONE:
             self._general(parse_alltoall, sendbuf, recvbuf, algorithm, validate, True, done)
 
+    @_collective
     def Alltoallw(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather General, with mpi4py's spec ``[buf, counts, displs, datatypes]``:
         displacements in bytes, one basic or derived datatype per peer (``hxmpi/comm/alltoallw.py``).
@@ -217,6 +255,8 @@ class HierComm:
         typed = self._typed
         if typed is None:
             typed = self._typed = TypedSides(self.comm.size)
+        if self._deferred:  # each request packs and receives into buffers of its own
+            typed.scratch = Scratch()
         rview, r, problem = typed.parse(recvbuf, True, "recv")
         in_place = sendbuf is MPI.IN_PLACE
         sview, s = rview, r
@@ -229,11 +269,15 @@ class HierComm:
         rbytes = typed.recv_bytes(rview, r)
         self.Alltoallv([sbytes, (s.counts, sdispls), MPI.BYTE], [rbytes, (r.counts, r.displs), MPI.BYTE],
                        algorithm, validate)
-        typed.unpack(rview, r, rbytes)
+        if self._deferred:  # unpacked once the request's run completed
+            self._after, self._ready_recv = (None if r.direct else partial(typed.unpack, rview, r, rbytes)), rview
+        else:
+            typed.unpack(rview, r, rbytes)
 
     def Ialltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> HierRequest:
-        """Nonblocking ``Alltoallv``: returns a request (``Test``/``Wait``) while a progress thread
-        moves the data (``hxmpi/comm/nonblocking.py``); errors are raised by ``Wait``, on every rank."""
+        """Nonblocking ``Alltoallv``: returns a request whose ``Test``/``Wait`` move the data (or a
+        progress thread does, with ``progress="thread"``; ``hxmpi/comm/nonblocking.py``). The call
+        agrees the spec with every rank; errors are raised by ``Wait``/``Test``, on every rank."""
         return self._nonblocking("Alltoallv", sendbuf, recvbuf, algorithm, validate)
 
     def Ialltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> HierRequest:
@@ -245,9 +289,32 @@ class HierComm:
         return self._nonblocking("Alltoallw", sendbuf, recvbuf, algorithm, validate)
 
     def _nonblocking(self, method: str, sendbuf, recvbuf, algorithm, validate) -> HierRequest:
-        if self._progress is None:  # collective: every rank makes its first nonblocking call alike
-            self._progress = Progress(lambda: HierComm(self.comm, **self._settings))
-        return self._progress.submit(method, sendbuf, recvbuf, algorithm, validate)
+        # The first call sets its way of progress up, collectively: every rank makes it alike.
+        if self.progress == "thread":
+            if self._progress is None:
+                self._progress = Progress(lambda: HierComm(self.comm, **self._settings))
+            return self._progress.submit(method, sendbuf, recvbuf, algorithm, validate)
+        if self._requests is None:
+            # The node phase by message passing: a window's barriers would need every rank of the
+            # node inside the library at once.
+            self._requests = Requests(_Deferred(self.comm, **{**self._settings, "node_phase": "mpi"}))
+        return self._requests.submit(method, sendbuf, recvbuf, algorithm, validate)
+
+    _deferred = False  # a ``_Deferred``: calls hand their bound runs over instead of running them
+
+    def _defer(self, method: str, sendbuf, recvbuf, algorithm, validate, busy) -> tuple:
+        """Agree and plan one call of ``method`` (collective) without running it: (its run, bound
+        and persistent; what completes it after the run, or None; the receive buffer's bytes).
+        ``busy(recv)``: why this call may not receive there, or None (an agreed problem); None
+        where no request is in flight, and then a recognised call is a compiled hit."""
+        self._busy = busy
+        self._calls.paused = busy is not None
+        try:
+            getattr(self, method)(sendbuf, recvbuf, algorithm=algorithm, validate=validate)
+            run = self._ready if self._ready is not None else self._calls.ready
+            return run, self._after, self._ready_recv if self._ready_recv is not None else run.r.view
+        finally:
+            self._ready = self._after = self._ready_recv = self._busy = self._calls.ready = None
 
     def __getattr__(self, name: str):
         """A public attribute of ``comm`` that HierComm lacks (called only when lookup fails)."""
@@ -273,9 +340,12 @@ class HierComm:
             self._keep_miss(algorithm, validate, uniform)
             return
         s, r, problem = parse(sendbuf, recvbuf, self.comm.size)  # the same sides the compiled path read
+        if self._busy is not None and problem is None:
+            problem = self._busy(r.view)
         self._one_shot(s, r, problem, algorithm, validate, uniform, sendbuf is not MPI.IN_PLACE,
                        specs=(sendbuf, recvbuf), agreed_as=None if flags is None else (flags, entry))
 
+    @_collective
     def Alltoallv_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
         """Persistent All to All Scatter/Gather Vector (MPI-4 style): validate, agree and plan once.
 
@@ -284,10 +354,12 @@ class HierComm:
         """
         return self._init(parse_alltoallv, False, sendbuf, recvbuf, algorithm)
 
+    @_collective
     def Alltoall_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
         """Persistent All to All Scatter/Gather (equal blocks); see ``Alltoallv_init``."""
         return self._init(parse_alltoall, True, sendbuf, recvbuf, algorithm)
 
+    @_collective
     def alltoallv(self, array, counts, algorithm: Optional[str] = None,
                   validate: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Send ``counts[d]`` consecutive rows of ``array`` (axis 0) to rank d; return (rows, recv counts).
@@ -410,6 +482,8 @@ class HierComm:
                            agreed.big, key=key or 0, radix=radix)
         if algo.hierarchical:
             fresh.plan = self._hier_plan(s, r, algo, radix)
+            if self._deferred:  # it runs after the planner's next plan
+                fresh.plan = fresh.plan.detach()
         calls.state = "miss" if cache.max_entries else "off"
         self._run_once(fresh, s, r)
         if calls.count_miss() and cache.max_entries:  # on every rank at this agreed miss, findable or not
@@ -518,6 +592,11 @@ class HierComm:
                    window or self._window, persistent, runner=self._runner)
 
     def _run_once(self, entry: CacheEntry, s: Side, r: Side) -> None:
+        if self._deferred:  # its own persistent run, freed once its request completed
+            run = self._bind(entry, s, r, persistent=True)
+            self._execute(run)
+            run.free_when_done()
+            return
         run = self._bind(entry, s, r, persistent=False)
         try:
             self._execute(run)
@@ -525,7 +604,10 @@ class HierComm:
             run.free()
 
     def _execute(self, run) -> None:
-        run.run()
+        if self._deferred:
+            self._ready = run
+        else:
+            run.run()
         self._calls.stats = run.stats
 
     def _init(self, parse, uniform: bool, sendbuf, recvbuf, algorithm) -> "ExchangeRequest":
@@ -585,6 +667,10 @@ class HierComm:
         if self._progress is not None:
             self._progress.close()
             self._progress = None
+        if self._requests is not None:
+            self._requests.close()
+            self._requests.hc.free()
+            self._requests = None
         if self._typed is not None:
             self._typed.clear()
         if self._count_request is not None:
@@ -595,11 +681,21 @@ class HierComm:
         self._agreement.free()
         if self._window is not None:
             self._window.free()
+        if self._deferred:
+            for comm in self._comms.values():
+                comm.Free()
         self.topology.free()
 
     def Free(self) -> None:
         """``free``, under the name a communicator's is called."""
         self.free()
+
+
+class _Deferred(HierComm):
+    """The HierComm a request-mode ``HierComm``'s nonblocking calls are agreed and planned on: its
+    calls bind their runs (persistent, on data communicators of its own) and hand them over
+    (``_defer``) for a request to run; no compiled call path."""
+    _deferred = True
 
 
 def _stats_of(algorithm: Algorithm, radix: int, prog: StepProgram) -> ExchangeStats:

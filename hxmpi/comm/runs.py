@@ -238,6 +238,9 @@ class Run:
         self._phases: list = []
         self._steps: list = []
         self._finish: Optional[Callable] = None  # what ``wait`` calls: the started part's end
+        #: a ``begin`` not completed yet (its buffers and requests are in use)
+        self.busy = False
+        self._free_when_done = False
         if self._once is not None:
             return
         self._steps = self._bind(comms, big, persistent)
@@ -317,6 +320,51 @@ class Run:
         else:
             self._walk(self._steps)
 
+    def begin(self) -> bool:
+        """Start the run as a state machine (a nonblocking request's): the compiled program's
+        ``begin``; whether it already completed. A run with no compiled program (a Bruck exchange
+        before its first run, the large-count path) runs whole at its first ``test``/``finish``."""
+        program = self.program()
+        self.busy = True
+        if program is None:
+            return False
+        if program.begin():
+            self._ended()
+            return True
+        return False
+
+    def test(self) -> bool:
+        """Go on without waiting (copies once the requests before them completed); whether done."""
+        if not self.busy:
+            return True
+        program = self.program()
+        if program is None:
+            self.run()
+        elif not program.test():
+            return False
+        self._ended()
+        return True
+
+    def finish(self) -> None:
+        """Complete a ``begin``: wait for each step in turn."""
+        if not self.busy:
+            return
+        program = self.program()
+        if program is None:
+            self.run()
+        else:
+            program.finish()
+        self._ended()
+
+    def free_when_done(self) -> None:
+        """Free the run when its next ``begin`` completes (a run handed to a request)."""
+        self._free_when_done = True
+
+    def _ended(self) -> None:
+        self.busy = False
+        if self._free_when_done:
+            self.free()
+
     def program(self) -> Optional[Program]:
         """This run compiled (``_call.Program``, built once), persistent runs only: persistent
         requests, learned Bruck and pairwise exchanges as their own programs, and the window
@@ -346,6 +394,11 @@ class Run:
         return self._program
 
     def free(self) -> None:
+        """Release the run's requests and programs; a run in progress (``begin``) is released when
+        it completes."""
+        if self.busy:
+            self._free_when_done = True
+            return
         if self._program is not None and self._owns_program:
             self._program.free()
         self._program = None

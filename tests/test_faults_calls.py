@@ -1,0 +1,98 @@
+"""Fault matrix, client calls: an error that one rank alone meets inside a blocking or nonblocking
+all-to-all ends the whole job with a message naming the rank and the cause, instead of leaving the
+other ranks waiting forever; requests still in flight at exit are completed and reported before
+MPI_Finalize. Each case is a real job at 2 and 4 ranks, run under plain ``python`` (no
+``-m mpi4py``: hxmpi itself must end the job)."""
+import sys
+import time
+
+import pytest
+from mpilaunch import mpirun_command, run_job
+
+MPIRUN = mpirun_command()
+needs_mpirun = pytest.mark.skipif(not MPIRUN, reason="no mpirun on this machine")
+
+# The job: every rank makes a few good calls, then the last rank meets ``FAULT`` inside the call
+# ``CALL`` (a fault injected into hxmpi's own code on that rank alone); the others are then inside
+# the same call, waiting for it.
+JOB = """
+import sys
+import numpy as np
+import hxmpi
+from mpi4py import MPI
+from hxmpi.comm import exchange, nonblocking, runs
+
+comm = MPI.COMM_WORLD
+call, progress = sys.argv[1], sys.argv[2]
+hc = hxmpi.HierComm(comm, ranks_per_node=2, progress=progress)
+counts = np.arange(comm.size) % 3 + 1
+send = np.arange(counts.sum(), dtype=np.float64)
+recv = np.empty(comm.size * (comm.rank % 3 + 1))
+rcounts = np.full(comm.size, comm.rank % 3 + 1)
+
+def boom(*args, **kwargs):
+    raise RuntimeError("injected fault: scratch page lost")
+
+for k in range(3):
+    if k == 2 and comm.rank == comm.size - 1:
+        if call == "blocking":
+            hc._calls = type("Broken", (), {"call": boom})()  # the call path: the others wait in the agreement
+        elif call == "request":
+            runs.Run.begin = runs.Run.test = runs.Run.finish = boom  # while the data moves (start, Test, Wait)
+        else:
+            exchange.HierComm.Alltoallv = boom          # on the progress thread
+    if call == "blocking":
+        hc.Alltoallv([send, counts], [recv, rcounts], algorithm="hier")
+    else:
+        req = hc.Ialltoallv([send, counts], [recv, rcounts], algorithm="hier")
+        while not req.Test():
+            pass
+print(f"rank {comm.rank} finished", flush=True)
+"""
+
+
+@needs_mpirun
+@pytest.mark.watchdog(240)
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("call, progress", [("blocking", "request"), ("request", "request"), ("thread", "thread")])
+def test_an_error_on_one_rank_ends_the_job_naming_it(tmp_path, n, call, progress):
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+    t0 = time.monotonic()
+    proc = run_job(MPIRUN + ["-n", str(n), sys.executable, str(script), call, progress], timeout=120)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert f"hxmpi: rank {n - 1}: RuntimeError: injected fault: scratch page lost" in proc.stderr, proc.stderr
+    assert "the job is aborted (MPI_Abort)" in proc.stderr
+    assert "finished" not in proc.stdout  # no rank got past the call
+    assert time.monotonic() - t0 < 100
+
+
+EXIT_IN_FLIGHT = """
+import sys
+import numpy as np
+import hxmpi
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+hc = hxmpi.HierComm(comm, ranks_per_node=2, progress=sys.argv[1])
+send = np.arange(comm.size * 1000, dtype=np.float64) + comm.rank
+recv = np.empty_like(send)
+requests = [hc.Ialltoall(send, recv)]
+print(f"rank {comm.rank} leaves", flush=True)
+# no Wait: the interpreter exits with the request in flight
+"""
+
+
+@needs_mpirun
+@pytest.mark.watchdog(240)
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("progress", ["request", "thread"])
+def test_requests_in_flight_at_exit_are_completed_and_reported(tmp_path, n, progress):
+    script = tmp_path / "job.py"
+    script.write_text(EXIT_IN_FLIGHT)
+    proc = run_job(MPIRUN + ["-n", str(n), sys.executable, str(script), progress], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("leaves") == n
+    if progress == "request":  # a thread completes its queue on its own: nothing is left to report
+        reported = proc.stderr.count("nonblocking all-to-all(s) were still in flight at exit; completed them")
+        assert reported >= 1, proc.stderr  # a rank whose request completed at its call has none left
