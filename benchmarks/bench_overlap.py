@@ -1,40 +1,36 @@
-"""Overlap of a nonblocking all-to-all with the caller's work: ``HierComm.Ialltoallv`` in flight
-while the caller computes (or waits idle, as for an accelerator), against the two in turn.
+"""Nonblocking all-to-alls in each progress mode: ``HierComm.Ialltoallv`` waited for at once,
+and in flight while the caller computes, against the blocking call, compute and exchange in turn,
+and MPI's own ``Ialltoallv``.
 
-    mpirun -np 4 python benchmarks/bench_overlap.py --block 65536 --json overlap_np4.json
+    mpirun -np 4 python benchmarks/bench_overlap.py --block 65536 --ranks-per-node 2 --json overlap_np4.json
 
-Every rank sends ``--block`` bytes to every rank. Two kinds of work, each calibrated first to last
-as long as the exchange alone (the same on every rank):
+Every rank sends ``--block`` bytes to every rank. The compute is a loop of ``--matrix``-square
+float64 matrix products (BLAS held to one thread; each product releases the GIL), calibrated first
+to last as long as the blocking exchange alone (the same on every rank). Two HierComms over the
+same layout, one per progress mode (``request``: the request's Test/Wait move the exchange;
+``thread``: a progress thread does), and MPI's own (``mpi``). Modes, interleaved in each of
+``--rounds`` rounds; a mode runs ``--iterations`` iterations back to back after a barrier:
 
-  compute   a loop of ``--matrix``-square float64 matrix products (BLAS held to one thread; each
-            product releases the GIL): work that needs the caller's core
-  idle      ``time.sleep``: a caller whose core is free meanwhile (one waiting for a GPU kernel)
-
-Modes, interleaved in each of ``--rounds`` rounds; a mode runs ``--iterations`` iterations back to
-back after a barrier, as a pipelined code calls them:
-
-  exchange          ``hc.Ialltoallv(...).Wait()``: the exchange alone, on the progress thread
-  blocking          ``hc.Alltoallv(...)``: the same exchange on the caller's thread
-  compute, idle     the work alone
+  blocking          ``hc.Alltoallv(...)``
+  compute           the compute alone
   in_turn           compute, then ``hc.Alltoallv(...)``
-  overlap           ``req = hc.Ialltoallv(...)``, compute, ``req.Wait()``
-  overlap_idle      ``req = hc.Ialltoallv(...)``, idle, ``req.Wait()``
-  mpi_exchange      ``comm.Ialltoallv(...).Wait()``: MPI's own nonblocking collective
-  mpi_overlap       ``req = comm.Ialltoallv(...)``, compute, ``req.Wait()`` (MPI progresses it only
-                    when the caller enters MPI)
-  mpi_overlap_idle  ``req = comm.Ialltoallv(...)``, idle, ``req.Wait()``
+  mpi_in_turn       compute, then ``comm.Alltoallv(...)``
+  P_immediate       ``Ialltoallv(...).Wait()`` at once (P = request, thread, mpi)
+  P_overlap         ``req = Ialltoallv(...)``, compute, ``req.Wait()``
+  P_chunked         ``req = Ialltoallv(...)``, then each product of the compute followed by
+                    ``req.Test()`` (a pipelined code's pattern), then ``req.Wait()``
 
 A mode's time per iteration in a round is the slowest rank's loop time over the iterations; the
-tables show median (min-max) over rounds. An overlap ratio is the overlapped time over the longer
-of its two parts alone (1.0: the shorter is hidden entirely; 2.0 for equal parts: no overlap).
-CPU seconds per iteration (the process's, and the progress thread's) are recorded per mode, and
-the cores' utilisation (ranks x CPU / (cores x wall)): work and exchange that each keep a core
-busy cannot overlap on a host whose cores the ranks already fill.
+tables show median (min-max) over rounds. Ratios: ``immediate_P`` is P_immediate over the blocking
+call (the nonblocking call's toll); ``overlap_P`` and ``chunked_P`` are the overlapped time over
+compute and exchange run in turn (below 1.0: the overlap gains; the ``mpi`` ones over
+``mpi_in_turn``). CPU seconds per iteration (the process's, and the progress thread's) are
+recorded per mode, and the cores' utilisation (ranks x CPU / (cores x wall)): work and exchange
+that each keep a core busy cannot overlap on a host whose cores the ranks already fill.
 """
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import threading
@@ -46,15 +42,18 @@ from threadpoolctl import threadpool_limits
 
 import hxmpi  # before mpi4py's first call: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
 from hxmpi.cli import command_line
+from hxmpi.comm.nonblocking import PROGRESS_MODES
 from hxmpi.provenance import provenance
 
-MODES = ("exchange", "blocking", "compute", "idle", "in_turn", "overlap", "overlap_idle", "mpi_exchange",
-         "mpi_overlap", "mpi_overlap_idle")
-PR_SET_TIMERSLACK = 29  # prctl option (linux/prctl.h)
-#: ratio name -> (overlapped mode, the two modes it overlaps)
-RATIOS = {"overlap": ("overlap", "exchange", "compute"), "overlap_idle": ("overlap_idle", "exchange", "idle"),
-          "in_turn": ("in_turn", "blocking", "compute"), "mpi_overlap": ("mpi_overlap", "mpi_exchange", "compute"),
-          "mpi_overlap_idle": ("mpi_overlap_idle", "mpi_exchange", "idle")}
+#: the ways a nonblocking exchange progresses here: hxmpi's modes, and MPI's own Ialltoallv
+WAYS = (*PROGRESS_MODES, "mpi")
+MODES = ("blocking", "compute", "in_turn", "mpi_in_turn",
+         *(f"{w}_{pattern}" for w in WAYS for pattern in ("immediate", "overlap", "chunked")))
+#: ratio name -> (mode, the mode it is divided by)
+RATIOS = {**{f"immediate_{w}": (f"{w}_immediate", "blocking") for w in PROGRESS_MODES},
+          "immediate_mpi": ("mpi_immediate", "blocking"),
+          **{f"{pattern}_{w}": (f"{w}_{pattern}", "mpi_in_turn" if w == "mpi" else "in_turn")
+             for w in WAYS for pattern in ("overlap", "chunked")}}
 
 
 def progress_clock() -> int:
@@ -78,19 +77,6 @@ class Compute:
             np.matmul(self.a, self.b, out=self.out)
 
 
-class Idle:
-    """A sleep of ``request`` seconds (the work's length less the overshoot measured at calibration)."""
-
-    def __init__(self):
-        self.request = 0.0
-        # Linux wakes a sleeper up to its timer slack (50 us by default) late, as long as a
-        # 64 KiB exchange: 1 ns lets the sleep last what it is asked to (this thread only).
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0)
-
-    def __call__(self) -> None:
-        time.sleep(self.request)
-
-
 def loop_s(comm, fn, iterations: int) -> float:
     """Seconds per call of ``fn`` in a loop of ``iterations`` after a barrier: the slowest rank's."""
     comm.Barrier()
@@ -100,18 +86,14 @@ def loop_s(comm, fn, iterations: int) -> float:
     return comm.allreduce(time.perf_counter() - t, op=MPI.MAX) / iterations
 
 
-def calibrate(comm, compute: Compute, idle: Idle, exchange, iterations: int) -> dict:
-    """Size the work to the exchange alone (medians of 3 loops; agreed: rank 0's): the products
-    per compute, and the sleep request whose measured sleep lasts as long. Returns the seconds
-    measured (exchange, one product, the sleep's overshoot)."""
+def calibrate(comm, compute: Compute, exchange, iterations: int) -> dict:
+    """Size the compute to the exchange alone (medians of 3 loops; agreed: rank 0's): the products
+    per compute. Returns the seconds measured (exchange, one product)."""
     def median_s(fn):
         return float(np.median([loop_s(comm, fn, iterations) for _ in range(3)]))
     compute.chunks = 1
     measured = {"exchange": median_s(exchange), "one_product": median_s(compute)}
     compute.chunks = comm.bcast(max(1, round(measured["exchange"] / measured["one_product"])))
-    idle.request = measured["exchange"]
-    measured["sleep_overshoot"] = median_s(idle) - idle.request
-    idle.request = comm.bcast(max(0.0, measured["exchange"] - measured["sleep_overshoot"]))
     return measured
 
 
@@ -121,7 +103,8 @@ def main(argv=None) -> int:
     p.add_argument("--iterations", type=int, default=100, help="timed iterations per mode and round (default 100)")
     p.add_argument("--rounds", type=int, default=5, help="rounds, the modes interleaved in each (default 5)")
     p.add_argument("--warmup", type=int, default=50, help="untimed iterations of each mode first (default 50)")
-    p.add_argument("--matrix", type=int, default=64, help="side of the compute's square matrices (default 64)")
+    p.add_argument("--matrix", type=int, default=48,
+                   help="side of the compute's square matrices, one chunk of the chunked modes (default 48)")
     p.add_argument("--algorithm", default=None, help="HierComm algorithm (default: HierComm's default)")
     p.add_argument("--ranks-per-node", type=int, default=None, help="virtual nodes (default: real nodes)")
     p.add_argument("--json", default=None, help="write the results here (rank 0)")
@@ -131,31 +114,43 @@ def main(argv=None) -> int:
     threadpool_limits(1)  # one BLAS thread: the compute is one core's, as the caller's thread is one
     comm = MPI.COMM_WORLD
     size = comm.size
-    hc = hxmpi.HierComm(comm, ranks_per_node=args.ranks_per_node)
+    hcs = {mode: hxmpi.HierComm(comm, ranks_per_node=args.ranks_per_node, progress=mode) for mode in PROGRESS_MODES}
+    hc = hcs["request"]
     counts = np.full(size, args.block, dtype=np.int64)
     displs = np.arange(size, dtype=np.int64) * args.block
     sbuf = np.random.default_rng(comm.rank).integers(0, 256, size * args.block, dtype=np.uint8)
-    rbuf, mbuf, ref = (np.empty_like(sbuf) for _ in range(3))
-    send, recv = [sbuf, (counts, displs), MPI.BYTE], [rbuf, (counts, displs), MPI.BYTE]
+    bufs = {w: np.empty_like(sbuf) for w in ("blocking", *WAYS)}
+    ref = np.empty_like(sbuf)
+    specs = {w: ([sbuf, (counts, displs), MPI.BYTE], [bufs[w], (counts, displs), MPI.BYTE])
+             for w in ("blocking", *PROGRESS_MODES)}
     mpi_specs = ([sbuf, (counts.astype(np.intc), displs.astype(np.intc)), MPI.BYTE],
-                 [mbuf, (counts.astype(np.intc), displs.astype(np.intc)), MPI.BYTE])
+                 [bufs["mpi"], (counts.astype(np.intc), displs.astype(np.intc)), MPI.BYTE])
     compute = Compute(args.matrix, np.random.default_rng(1000 + comm.rank))
 
-    idle = Idle()
-    hx = lambda: hc.Ialltoallv(send, recv, algorithm=args.algorithm)  # noqa: E731
-    blocking = lambda: hc.Alltoallv(send, recv, algorithm=args.algorithm)  # noqa: E731
-    mpi = lambda: comm.Ialltoallv(*mpi_specs)  # noqa: E731
+    starts = {w: (lambda w=w: hcs[w].Ialltoallv(*specs[w], algorithm=args.algorithm)) for w in PROGRESS_MODES}
+    starts["mpi"] = lambda: comm.Ialltoallv(*mpi_specs)
+    blocking = lambda: hc.Alltoallv(*specs["blocking"], algorithm=args.algorithm)  # noqa: E731
 
-    def overlapped(start, work):
+    def overlapped(start):
         def run():
             req = start()
-            work()
+            compute()
             req.Wait()
         return run
-    modes = {"exchange": lambda: hx().Wait(), "blocking": blocking, "compute": compute, "idle": idle,
-             "in_turn": lambda: (compute(), blocking()), "overlap": overlapped(hx, compute),
-             "overlap_idle": overlapped(hx, idle), "mpi_exchange": lambda: mpi().Wait(),
-             "mpi_overlap": overlapped(mpi, compute), "mpi_overlap_idle": overlapped(mpi, idle)}
+
+    def chunked(start):
+        def run():
+            req = start()
+            for _ in range(compute.chunks):
+                np.matmul(compute.a, compute.b, out=compute.out)
+                req.Test()
+            req.Wait()
+        return run
+    modes = {"blocking": blocking, "compute": compute, "in_turn": lambda: (compute(), blocking()),
+             "mpi_in_turn": lambda: (compute(), comm.Alltoallv(*mpi_specs))}
+    for w in WAYS:
+        modes.update({f"{w}_immediate": (lambda w=w: starts[w]().Wait()), f"{w}_overlap": overlapped(starts[w]),
+                      f"{w}_chunked": chunked(starts[w])})
     assert tuple(modes) == MODES
 
     comm.Alltoallv([sbuf, (counts, displs), MPI.BYTE], [ref, (counts, displs), MPI.BYTE])
@@ -163,7 +158,7 @@ def main(argv=None) -> int:
         for _ in range(max(1, args.warmup)):
             run()
     progress = progress_clock()
-    calibration = calibrate(comm, compute, idle, modes["exchange"], args.iterations)
+    calibration = calibrate(comm, compute, blocking, args.iterations)
     per_round = {m: [] for m in MODES}
     cpu = {m: 0.0 for m in MODES}
     progress_cpu = {m: 0.0 for m in MODES}
@@ -173,19 +168,19 @@ def main(argv=None) -> int:
             per_round[mode].append(loop_s(comm, run, args.iterations))
             cpu[mode] += time.process_time() - c0
             progress_cpu[mode] += time.clock_gettime(progress) - p0
-    checks = [np.array_equal(rbuf, ref), np.array_equal(mbuf, ref)]
-    if not all(comm.allgather(all(checks))):
+    if not all(comm.allgather(all(np.array_equal(b, ref) for b in bufs.values()))):
         raise SystemExit("bench_overlap.py: a received buffer differs from comm.Alltoallv's")
     calls = args.rounds * args.iterations
     # CPU per iteration, mean over ranks (one barrier and one allreduce per loop included)
     cpu_us = {m: comm.allreduce(cpu[m] / calls, op=MPI.SUM) / size * 1e6 for m in MODES}
     progress_us = {m: comm.allreduce(progress_cpu[m] / calls, op=MPI.SUM) / size * 1e6 for m in MODES}
     hc_stats = hc.last_stats
-    hc.free()
+    for h in hcs.values():
+        h.free()
     if comm.rank == 0:
         stats = {m: {"median": float(np.median(v)), "min": min(v), "max": max(v)} for m, v in per_round.items()}
         med = {m: s["median"] for m, s in stats.items()}
-        ratios = {name: med[o] / max(med[x], med[w]) for name, (o, x, w) in RATIOS.items()}
+        ratios = {name: med[m] / med[base] for name, (m, base) in RATIOS.items()}
         cores = os.cpu_count()
         busy = {m: size * cpu_us[m] / (cores * med[m] * 1e6) for m in MODES}
         library = MPI.Get_library_version().splitlines()[0].strip()
@@ -205,7 +200,7 @@ def main(argv=None) -> int:
                            "library": library, "world_size": size, "cores": cores,
                            "load_average": os.getloadavg(), "args": vars(args),
                            "algorithm": hc_stats.get("algorithm"), "compute_chunks": compute.chunks,
-                           "calibration_s": calibration, "sleep_request_s": idle.request,
+                           "calibration_s": calibration,
                            "seconds": stats, "cpu_us_per_iteration": cpu_us,
                            "progress_thread_cpu_us_per_iteration": progress_us, "cores_busy": busy,
                            "ratios": ratios}, f, indent=1)

@@ -434,12 +434,13 @@ def render_suite(d):
 
 def render_overlap(d):
     """bench_overlap.py: each mode's us per iteration, median (min-max) over rounds, with its CPU
-    (process and progress thread) and the cores it kept busy; then the overlap ratios."""
+    (process and progress thread) and the cores it kept busy; then the ratios."""
     a = d["args"]
     cal = d["calibration_s"]
     head = (f"{d['library'].split(',')[0]}; {d['world_size']} ranks on {d['cores']} cores (load average before the run "
-            f"{num(d['load_average'][0], 2)}), {size(a['block'])} blocks, algorithm {d['algorithm']}; compute: "
-            f"{d['compute_chunks']} products of {a['matrix']}-square float64 matrices, sized to the exchange "
+            f"{num(d['load_average'][0], 2)}), {size(a['block'])} blocks, virtual nodes of "
+            f"{a.get('ranks_per_node') or 'the host'}, algorithm {d['algorithm']}; compute: "
+            f"{d['compute_chunks']} products of {a['matrix']}-square float64 matrices, sized to the blocking exchange "
             f"alone ({us(cal['exchange'])} us at calibration); {a['iterations']} iterations x {a['rounds']} rounds, "
             "modes interleaved; us per iteration, median (min-max) over rounds.")
     rows = [(m, num({k: v * 1e6 for k, v in s.items()}), num(d["cpu_us_per_iteration"][m]),
@@ -448,8 +449,10 @@ def render_overlap(d):
     ratios = [(k, num(v, 2) + "x") for k, v in d["ratios"].items()]
     return "\n\n".join([head, table(["mode", "us per iteration", "CPU us (process)", "CPU us (progress thread)",
                                        "cores busy"], rows),
-                         "Overlapped time over the longer of its two parts alone (1.00x: the shorter is hidden; "
-                         "2.00x for equal parts run in turn):",
+                         "Ratios: `immediate_*` is a nonblocking call waited for at once over the blocking call "
+                         "(1.00x: no toll); `overlap_*` and `chunked_*` are the overlapped time over compute and "
+                         "exchange run in turn (below 1.00x the overlap gains; `chunked` calls Test() between the "
+                         "compute's chunks):",
                          table(["ratio", "value"], ratios)])
 
 

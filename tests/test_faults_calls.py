@@ -96,3 +96,42 @@ def test_requests_in_flight_at_exit_are_completed_and_reported(tmp_path, n, prog
     if progress == "request":  # a thread completes its queue on its own: nothing is left to report
         reported = proc.stderr.count("nonblocking all-to-all(s) were still in flight at exit; completed them")
         assert reported >= 1, proc.stderr  # a rank whose request completed at its call has none left
+
+
+SINGLE = """
+import mpi4py
+mpi4py.rc.thread_level = "single"
+import numpy as np
+import hxmpi
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+assert MPI.Query_thread() == MPI.THREAD_SINGLE
+hc = hxmpi.HierComm(comm, ranks_per_node=2)
+send = np.arange(comm.size * 5, dtype=np.int64) + 100 * comm.rank
+recv, ref = np.empty_like(send), np.empty_like(send)
+comm.Alltoall(send, ref)
+hc.Ialltoall(send, recv).Wait()
+assert recv.tobytes() == ref.tobytes()
+threaded = hxmpi.HierComm(comm, ranks_per_node=2, progress="thread")
+try:
+    threaded.Ialltoall(send, recv)
+except hxmpi.HxmpiError as exc:
+    print(f"rank {comm.rank} refused: {exc}", flush=True)
+print(f"rank {comm.rank} ok", flush=True)
+"""
+
+
+@needs_mpirun
+@pytest.mark.watchdog(240)
+@pytest.mark.parametrize("n", [2, 3])
+def test_request_mode_needs_no_thread_level(tmp_path, n):
+    """At MPI_THREAD_SINGLE a request-driven Ialltoall is exact; progress='thread' is refused on
+    every rank with a message naming the level and the way out."""
+    script = tmp_path / "job.py"
+    script.write_text(SINGLE)
+    proc = run_job(MPIRUN + ["-n", str(n), sys.executable, str(script)], timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count(" ok") == n
+    assert proc.stdout.count("needs MPI_THREAD_MULTIPLE") == n
+    assert "use progress='request'" in proc.stdout

@@ -288,9 +288,11 @@ class Progress:
 
     def __init__(self, make: Callable):
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-            raise HxmpiError(
+            error = HxmpiError(
                 "progress='thread' needs MPI_THREAD_MULTIPLE (mpi4py's default: mpi4py.rc.thread_level = "
                 f"'multiple'); this MPI runs at level {MPI.Query_thread()}: use progress='request'")
+            error.agreed = True  # the level is the job's: every rank raises alike
+            raise error
         self.hc = make()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name="hxmpi-progress", daemon=True)
