@@ -235,3 +235,23 @@ def test_a_bad_progress_mode_raises_on_every_rank(comm):
     if comm.size > 1:
         with pytest.raises(ExchangeError, match="progress 'thread' differs between ranks|progress 'request' differs"):
             HierComm(comm, progress="thread" if comm.rank == 0 else "request")
+
+
+def test_requests_of_two_hiercomms_waited_in_opposite_orders(comm):
+    """Two request-driven HierComms, a hierarchical request in flight on each; even ranks wait for
+    the first one first, odd ranks for the second: a Wait polls the other HierComm's request too,
+    so neither rank holds back the phase the other waits for."""
+    pair = [HierComm(comm, ranks_per_node=2, progress="request") for _ in range(2)]
+    try:
+        cases = [exchange_case(comm, np.random.default_rng(7 * k + comm.rank), np.float64, max_count=800)
+                 for k in range(2)]
+        outs = [np.zeros_like(ref) for *_, ref in cases]
+        reqs = [hc.Ialltoallv([sbuf, sc], [out, rc], algorithm="hier")
+                for hc, (sc, rc, sbuf, _), out in zip(pair, cases, outs)]
+        for r in (reqs if comm.rank % 2 == 0 else reqs[::-1]):
+            r.Wait()
+        for (*_, ref), out in zip(cases, outs):
+            assert out.tobytes() == ref.tobytes()
+    finally:
+        for hc in pair:
+            hc.free()

@@ -20,6 +20,11 @@ of one HierComm run one after another in call order; ``Test``/``Wait`` of any of
 earliest ones first, so every rank starts every MPI collective in the same order whatever order it
 waits in. The node phase goes by message passing (an ``MPI_Alltoallv`` on the node), not the shared
 window: a window's barriers would need every rank of the node inside the library at once.
+Between phases an exchange needs its rank's next ``Test``/``Wait`` (or ``waitall``; a ``Wait``
+polls every HierComm's requests meanwhile): MPI moves the phase in flight on its own, but a rank
+blocked in another collective does not start the next phase. So every rank completes its requests
+before a blocking collective that another rank may enter only after its own ``Wait``, as codes
+do when all ranks wait in the same order; where that cannot hold, use ``progress="thread"``.
 
 Errors: a bad spec is agreed at the call and raised by ``Wait``/``Test`` on every rank alike (the
 call itself never raises for bad input; a receive buffer still in use by an earlier request of the
@@ -216,16 +221,25 @@ class Requests:
         return request
 
     def progress(self, target: Optional[StepRequest], block: bool) -> None:
-        """Move the queue on from its head: until ``target`` completed (``block``), or as far as
-        it goes without waiting. An error here is this rank's alone: it ends the job."""
+        """Move the queue on from its head: until ``target`` completed (``block``; None: every
+        request), or as far as it goes without waiting. A wait while another HierComm's requests
+        are in flight too polls theirs as well: a rank waiting here may be what the ranks waiting
+        for those need. An error here is this rank's alone: it ends the job."""
         try:
             while self.queue and (target is None or not target.ended):
-                head = self.queue[0]
-                if block:
-                    head.run.finish()
-                elif not head.run.test():
-                    return
-                self._complete()
+                if not block:
+                    if not self.queue[0].run.test():
+                        return
+                    self._complete()
+                    continue
+                others = [q for q in _LIVE if q is not self and isinstance(q, Requests) and q.queue]
+                if not others:  # nothing else to move meanwhile: MPI_Wait each step
+                    self.queue[0].run.finish()
+                    self._complete()
+                    continue
+                for q in (self, *others):
+                    while q.queue and q.queue[0].run.test():
+                        q._complete()
         except BaseException as exc:
             abort_job(exc, "a nonblocking all-to-all's Test/Wait")
 
