@@ -53,7 +53,7 @@ from mpi4py import MPI
 
 from ..errors import HxmpiError, PlanStateError, abort_job
 
-__all__ = ["HierRequest", "Progress", "Requests", "waitall", "PROGRESS_MODES"]
+__all__ = ["HierRequest", "StepRequest", "ThreadRequest", "Progress", "Requests", "waitall", "PROGRESS_MODES"]
 
 #: ``HierComm(progress=...)``'s choices: a state machine driven by the request, or a thread
 PROGRESS_MODES = ("request", "thread")
