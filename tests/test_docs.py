@@ -549,3 +549,16 @@ def test_the_built_site_holds_no_machine_paths_or_commit_hashes(tmp_path):
     built = DOCS / "_build" / "html"  # a build of the README's command, when there is one, holds none either
     if built.is_dir() and all(p.stat().st_mtime <= built.stat().st_mtime for p in PAGES):
         assert history_in_html(built) == []
+
+
+def test_changelog_follows_keep_a_changelog():
+    """``## [Unreleased]`` first, then released versions dated ``## [X.Y.Z] - YYYY-MM-DD``, newest
+    first; each section's changes under Added / Changed / Deprecated / Removed / Fixed / Security."""
+    text = (ROOT / "CHANGELOG.md").read_text()
+    versions = re.findall(r"^## (.+)$", text, re.M)
+    assert versions[0] == "[Unreleased]" and len(versions) >= 2
+    assert all(re.fullmatch(r"\[\d+\.\d+\.\d+\] - \d{4}-\d\d-\d\d", v) for v in versions[1:]), versions
+    kinds = re.findall(r"^### (.+)$", text, re.M)
+    assert kinds and set(kinds) <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
+    for section in re.split(r"^## ", text, flags=re.M)[1:]:
+        assert "\n### " in section, section.splitlines()[0]
