@@ -20,6 +20,7 @@ comm = MPI.COMM_WORLD
 work = None
 if comm.rank == 0:
     work = Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp(prefix="hxmpi-own-"))
+    work.mkdir(parents=True, exist_ok=True)
     # Your data: here two Gaussian blobs per class in 16 features, 3 classes, 3000 samples.
     rng = np.random.default_rng(0)
     centres = rng.normal(scale=3.0, size=(6, 16))
