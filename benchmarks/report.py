@@ -5,7 +5,7 @@
 
 writes one fragment per JSON file (and one for the packaged CPU file, ``hxmpi/comm/overhead.json``,
 when DIR is the default), ``OUT_DIR/<stem>.md``: a heading, the file's provenance (the command
-that made it, commit, date, version, MPI library, cores), its tables, and its committed plot if
+that made it, date, version, MPI library, cores), its tables, and its committed plot if
 there is one, copied beside the fragment. The docs' performance pages include these fragments, so
 every number on them is one a run wrote; the Sphinx extension ``docs/_ext/hxmpi_docs.py`` runs
 this at build time. A file without a provenance record, or of a kind no renderer knows, is refused.
@@ -70,30 +70,54 @@ def pct(v) -> str:
 #: A wrapper that only serialised timing runs on the machine that made a file (a lock), not part
 #: of what ran: left out of the command shown.
 _LOCK_WRAPPER = re.compile(r"\bflock (?:-\w+ )*\S+ ")
+#: An absolute path into a checkout of the repository (any machine's): shown relative to its root.
+_IN_REPOSITORY = re.compile(r"(?<![\w.$/])/(?:[\w.+-]+/)+?((?:benchmarks|hxmpi|tests|docs|examples|csrc)/)")
+#: An absolute path of the machine's scratch space: shown under a placeholder the reader picks.
+_SCRATCH_PATH = re.compile(r"(?<![\w.$/])/(?:tmp|work|scratch)/")
+SCRATCH = "$SCRATCH/"
+#: A commit named in a result's own notes ("code at 1a2b3c4"): the file's provenance holds it.
+_NOTED_COMMIT = re.compile(r"\bcode at [0-9a-f]{7,40}\b")
 
 
 def shown_command(command: str) -> str:
-    """A recorded command as the pages show it: without lock wrappers."""
-    return _LOCK_WRAPPER.sub("", command)
+    """A recorded command as the pages show it: without lock wrappers, with paths inside the
+    repository relative to it and other machine paths under ``$SCRATCH``."""
+    command = _IN_REPOSITORY.sub(r"\1", _LOCK_WRAPPER.sub("", command))
+    return _SCRATCH_PATH.sub(SCRATCH, command)
+
+
+def shown_note(text: str) -> str:
+    """A result's note (``host_load``) as the pages show it: a commit it names is the file's
+    provenance's, so the note points there instead of printing a hash."""
+    return _NOTED_COMMIT.sub("code at the commit its provenance records", text)
 
 
 def provenance_text(name: str, data: dict) -> str:
     """Where a result came from (its ``provenance`` record, ``hxmpi.provenance``): the command that
-    made it, then the commit, date, hxmpi version, MPI library and cores. A file without one is
-    refused: every result says where it came from."""
+    made it, then the date, hxmpi version, MPI library and cores. The commit stays in the file
+    (the page says whether one is recorded): pages carry no hashes. A file without a provenance
+    record is refused: every result says where it came from."""
     prov = data.get("provenance")
     if not isinstance(prov, dict) or not prov.get("command") or not prov.get("commit"):
         raise SystemExit(f"report.py: {name} has no provenance (command and commit); "
                          "rerun it with a script that writes one (hxmpi.provenance)")
     commit, mpi = prov["commit"], str(prov.get("mpi", "unknown")).split(",")[0].strip()
-    facts = [f"commit `{commit[:12]}`" + (" (with uncommitted code changes)" if prov.get("dirty") is True else "")
-             if commit != "unknown" else "commit unknown",
-             f"{prov.get('date', 'unknown')[:10]}", f"hxmpi {prov.get('version', 'unknown')}".replace(
+    if commit == "unknown":
+        source = "commit unknown"
+    elif prov.get("commit_source"):
+        source = "commit recovered afterwards from git history (in the file)"
+    else:
+        source = ("commit recorded in the file" + (" (with uncommitted code changes)" if prov.get("dirty") is True
+                                                  else ""))
+    facts = [source, f"{prov.get('date', 'unknown')[:10]}", f"hxmpi {prov.get('version', 'unknown')}".replace(
                  "hxmpi unknown", "hxmpi version unknown"),
              mpi if mpi not in ("unknown", "none") else f"MPI {mpi}", f"{prov.get('cores', 'unknown')} cores"]
-    head = ("Made by (a file from before provenance records: the command it recorded; commit, version and "
+    recorded = "version" if commit != "unknown" else "commit, version"
+    head = (f"Made by (a file from before provenance records: the command it recorded; {recorded} and "
             "MPI library not recorded; dated when git recorded it):" if prov.get("backfilled") else "Made by:")
-    return f"{head}\n\n```text\n{shown_command(prov['command'])}\n```\n\n" + "; ".join(facts) + ".\n"
+    command = shown_command(prov["command"])
+    scratch = f"\n\n(`{SCRATCH}`: a scratch directory of your choice.)" if SCRATCH in command else ""
+    return f"{head}\n\n```text\n{command}\n```{scratch}\n\n" + "; ".join(facts) + ".\n"
 
 
 # --------------------------------------------------------------------------------------- renderers
@@ -385,7 +409,7 @@ def render_straggler_card(d):
     over runs; then auto against the best forced mode, and async and balanced against sync."""
     a, card = d["args"], d["card"]
     modes = a["modes"].split(",")
-    load = d.get("host_load")  # a sentence the benchmark wrote
+    load = shown_note(d.get("host_load") or "")  # a sentence the benchmark wrote
     head = (f"MLP {a['hidden']}, np {d['world_size']} (`--ranks-per-node {a['ranks_per_node']}`), batch "
             f"{a['batch_size']}, {a['epochs']} epochs, seed {a['seed']}, target {a['target']}, straggler "
             f"x{a['factor']:g}, {a['runs']} runs per cell: median (min-max)"
@@ -405,7 +429,7 @@ def render_straggler_card(d):
 def render_mpi_call(d):
     """bench_mpi_call.py: us per Start + Wait of a persistent request by the way compiled code
     reaches MPI, median (min-max) over rounds, with each variant's ratio to the Python loop."""
-    load = d.get("host_load")
+    load = shown_note(d.get("host_load") or "")
     head = (f"{d['library']}; {d['world_size']} ranks, {d['args']['iterations']} Start + Wait pairs x "
             f"{d['args']['rounds']} rounds, variants interleaved; us per pair, median (min-max)"
             + (f"; host: {load}" if load else "") + ".")
@@ -593,6 +617,62 @@ def headlines(results: Path = RESULTS, pages: str = "docs/performance/") -> str:
     return "\n".join(bullets) + "\n"
 
 
+#: The comparison page's fragment (``OUT_DIR/comparison.md``): hxmpi beside the alternatives.
+COMPARISON_STEM = "comparison"
+
+
+def comparison(results: Path = RESULTS) -> str:
+    """hxmpi beside what a user would otherwise run, one row per comparison a result file holds,
+    each labelled measured (this project's runs), projected (SimGrid replays) or published (another
+    project's measurement), with its file; alternatives no file measures are listed as such."""
+    rows = []
+
+    def row(against, setting, kind, ours, theirs, file):
+        ratio = "-" if ours is None or theirs is None else f"{ours / theirs:.2f}x"
+        rows.append((against, setting, kind, "-" if ours is None else f"{ours:.1f}",
+                     "-" if theirs is None else f"{theirs:.1f}", ratio, f"`{file}`" if file else "-"))
+    o = _load(results, "overhead_np4.json")
+    m, where = o["median_us"], f"one host, {layout(o['node_sizes'])} ranks (oversubscribed), {o['block']} B blocks"
+    row("mpi4py `comm.Alltoallv`", f"{where}; one-shot call, a new count pattern every call", "measured",
+        m["flat-new"], m["bare"], "overhead_np4.json")
+    row("mpi4py `comm.Alltoallv`", f"{where}; one-shot call, the same pattern every call", "measured",
+        m["flat-repeat"], m["bare"], "overhead_np4.json")
+    u = _load(results, "osu_1host_np4.json")
+    r = _osu_row(u, 8)
+    plans = {k: v["avg_us"] for k, v in r.items() if k.endswith("-plan")}
+    best = min(plans, key=plans.get)
+    row("mpi4py `comm.Alltoallv`", f"one host, {layout(u['node_sizes'])} ranks, 8 B blocks; persistent request "
+        f"(fastest: {best})", "measured", plans[best], r["bare"]["avg_us"], "osu_1host_np4.json")
+    c = _load(results, "osu_cluster_221.json")
+    r = _osu_row(c, 8)
+    row("MPI_Alltoallv over TCP", f"emulated cluster, {layout(c['node_sizes'])} ranks on 3 hosts, 8 B blocks; "
+        "hier persistent request", "measured", r["hier-plan"]["avg_us"], r["bare"]["avg_us"], "osu_cluster_221.json")
+    for name in ("simulate_1024_128x8_8.json", "simulate_1024_32x32_8.json"):
+        d = _load(results, name)
+        r = d["records"][0]
+        bare = "MPI_Alltoall" if r["bare_alltoall_sim_s"] <= r["bare_alltoallv_sim_s"] else "MPI_Alltoallv"
+        row(f"Open MPI's default algorithms (best of `MPI_Alltoall`, `MPI_Alltoallv`: {bare})",
+            f"{r['nodes']} x {r['ranks_per_node']} ranks, {r['block_bytes']} B blocks, "
+            f"{d['source'].replace('preset ', '')} preset; auto's persistent plan ({r['auto_plan_pick']})",
+            "projected (SimGrid)", r["auto_plan_sim_s"] * 1e6, r["best_bare_sim_s"] * 1e6, name)
+    f = _load(results, "fit_slingshot.json")
+    pub = {(p["algorithm"], p["transport"]): p["published_s"] for p in f["points"] if p["block_bytes"] == 8}
+    if ("han_alltoall", "mtl") in pub and ("ompi_bruck", "mtl") in pub:
+        row("Open MPI HAN against Open MPI tuned (no hxmpi run at this layout)",
+            f"{f['nodes']} x {f['ranks_per_node']} ranks, Slingshot-11, 8 B blocks: HAN (left) and tuned Bruck "
+            "(right)", "published (Open MPI's)", pub[("han_alltoall", "mtl")] * 1e6, pub[("ompi_bruck", "mtl")] * 1e6,
+            "fit_slingshot.json")
+    t = _load(results, "train_np2_120k.json")
+    h, dd = (t["results"][k]["time_to_target_s"]["median"] for k in ("hxmpi", "ddp"))
+    row("PyTorch DDP (training, not `all_to_all_single`)", f"np {t['world_size']}, MLP {t['args']['hidden']}, "
+        "time to target accuracy, s", "measured", h, dd, "train_np2_120k.json")
+    row("MPICH's `MPI_Alltoallv`", "no timing file: the test suite runs on MPICH (correctness only)",
+        "not measured", None, None, None)
+    row("`torch.distributed.all_to_all_single`", "no timing file", "not measured", None, None, None)
+    return table(["against", "setting", "kind", "hxmpi (us, or s)", "the other (us, or s)", "hxmpi / other",
+                  "file"], rows) + "\n"
+
+
 #: The measured run of the README's test command (``benchmarks/bench_suite.py``); the contributing
 #: page includes its fragment, which says so where no run is committed yet.
 SUITE_STEM = "suite"
@@ -647,6 +727,7 @@ def main(argv=None) -> int:
                 shutil.copyfile(f.with_suffix(".png"), args.out / f"{f.stem}.png")
         if args.results == RESULTS:  # the headline numbers, for the performance index
             (args.out / f"{HEADLINES_STEM}.md").write_text(headlines(args.results, pages=""))
+            (args.out / f"{COMPARISON_STEM}.md").write_text(comparison(args.results))
             if not (args.results / f"{SUITE_STEM}.json").exists():
                 (args.out / f"{SUITE_STEM}.md").write_text(NOT_MEASURED)
         print(f"report.py: {len(files)} result files rendered into {args.out}", file=sys.stderr)

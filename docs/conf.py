@@ -35,6 +35,7 @@ autosummary_ignore_module_all = False  # a module's summary lists its __all__ (t
 autodoc_default_options = {"members": True, "show-inheritance": True}
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"  # signatures as written; keeps type names out of nitpicky cross-references
+autodoc_preserve_defaults = True  # defaults as written in the source (a path default would print this machine's)
 
 html_theme = "furo"
 html_title = f"hxmpi {release}"

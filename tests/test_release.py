@@ -51,11 +51,19 @@ def test_the_licence_is_the_one_pyproject_names():
 
 
 def test_the_changelog_has_an_entry_for_this_version():
-    """CHANGELOG.md: newest first, one ``## X.Y.Z`` heading per version, this one's included."""
+    """CHANGELOG.md (Keep a Changelog): newest first, one ``## [X.Y.Z] - date`` heading per
+    release; a development version's changes under ``## [Unreleased]``, which names the version
+    they will become; a released version has its own heading first."""
     text = (ROOT / "CHANGELOG.md").read_text()
-    versions = re.findall(r"^## (\d+\.\d+\.\d+)\b", text, re.M)
+    headings = re.findall(r"^## \[([^\]]+)\]", text, re.M)
+    versions = [h for h in headings if re.fullmatch(r"\d+\.\d+\.\d+", h)]
     release = re.match(r"\d+\.\d+\.\d+", hxmpi.__version__).group(0)
-    assert versions and versions[0] == release and "0.1.0" in versions
+    if release == hxmpi.__version__:
+        assert versions and headings[0] in (release, "Unreleased") and versions[0] == release
+    else:
+        unreleased = text[text.index("## [Unreleased]"):text.index(f"## [{versions[0]}]")]
+        assert headings[0] == "Unreleased" and release in unreleased and release not in versions
+    assert "0.1.0" in versions
     assert versions == sorted(versions, key=lambda v: tuple(map(int, v.split("."))), reverse=True)
 
 

@@ -26,7 +26,7 @@ def test_ci_runs_the_readme_test_command():
 def test_readme_starts_with_the_two_commands():
     first, second = readme_commands()[:2]
     assert "python -m hxmpi.train" in first and "pip install" in first
-    assert README.index(first) < README.index("## What it does")
+    assert README.index(first) < README.index("## A first exchange")
 
 
 @pytest.mark.skipif(not mpirun_command(), reason="no mpirun")
@@ -36,14 +36,13 @@ def test_readme_api_example_runs(tmp_path):
     proc = run_job(mpirun_command() + ["-n", "5", sys.executable, str(tmp_path / "demo.py")], timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""  # a normal run prints no error lines
-    # Both paths are shown (rank 0 only), and why auto went flat.
+    # Both paths are shown (rank 0 only).
     stats = {line.split(" ", 1)[0]: ast.literal_eval(line.split(" ", 1)[1])
              for line in proc.stdout.splitlines() if line.startswith(("auto {", "hier {"))}
     assert stats["auto"]["algorithm"] == "flat", proc.stdout
     # 3 nodes: one lane message to each other node, against 3 inter-node messages flat on rank 0.
     assert stats["hier"]["algorithm"] == "hier" and stats["hier"]["inter"]["messages"] == 2, proc.stdout
     assert stats["auto"]["inter_node"]["messages"] == 3
-    assert "predicted flat" in proc.stdout and "hier predicted faster below" in proc.stdout
 
 
 def test_python_m_hxmpi_describes_topology():
