@@ -39,14 +39,32 @@ import importlib.resources
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Mapping, Optional
+from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
 from ..errors import CpuFileError
 from ._agree import quarter_log2
-from .plan import ALGORITHM, ALGORITHMS, HEADER_BYTES, NODE_PHASES
+from .plan import (
+    ALGORITHM,
+    ALGORITHMS,
+    HEADER_BYTES,
+    NODE_PHASES,
+    Algorithm,
+    BarrierStep,
+    CopyStep,
+    Layout,
+    StepProgram,
+    bruck_rounds,
+    check_radix,
+    exclusive_cumsum,
+    has_hierarchy,
+    program,
+    program_steps,
+    runs_as,
+)
 
 __all__ = ["alltoallv_algorithm", "CostModel", "fit", "CpuTimes", "fixed_cpu", "Pattern", "predict_agreement",
            "predict_call", "choose_call", "pattern_class", "auto_pick"]
@@ -78,18 +96,19 @@ def alltoallv_algorithm(size: int) -> str:
     return "linear"
 
 
-def _phase(peers: int, algorithm: str) -> tuple[float, float]:
-    """(latencies, message overheads) of one exchange phase with ``peers`` peers."""
-    if peers <= 0:
-        return 0.0, 0.0
-    if algorithm == "pairwise":
-        return float(peers), 2.0 * peers
-    return 1.0, 2.0 * peers
+#: CostModel fields given as rates (per second); ``CostModel.vector`` holds their inverses (seconds
+#: per message, per byte), 0 where the rate is 0 (no NIC limit).
+RATE_FIELDS = ("nic_msg_rate", "nic_bandwidth")
 
 
 @dataclass(frozen=True)
 class CostModel:
-    """Model parameters: latencies, overheads and fixed costs in seconds, B_* in seconds per byte."""
+    """Model parameters: latencies, overheads and fixed costs in seconds, B_* in seconds per byte.
+
+    ``nic_msg_rate`` (messages/s per node) and ``nic_bandwidth`` (bytes/s per node): the node's
+    NIC, which every inter-node message of the node's ranks crosses; 0 (the default) leaves it out,
+    and the prices are those of per-rank costs alone. Presets give them as ``nic_msg_rate`` and
+    ``nic_bandwidth`` in their ``model`` dict."""
     alpha_intra: float = 0.4e-6
     beta_intra: float = 1 / 8e9
     alpha_inter: float = 1.5e-6
@@ -99,67 +118,51 @@ class CostModel:
     overhead_hier: float = 45e-6
     msg_overhead: float = 0.2e-6
     beta_backbone: float = 0.0
+    nic_msg_rate: float = 0.0
+    nic_bandwidth: float = 0.0
 
-    # -- the model is linear in its parameters: time = features . params
+    # -- the model is linear in ``vector()`` where the NIC is off: time = features . vector
     @staticmethod
     def features(algorithm: str, nodes: int, per_node: int, block: float,
                  node_phase: str = "shm") -> np.ndarray:
-        """Coefficients of the parameters (``fields`` order) for one call."""
+        """Coefficients of ``vector()`` (``fields`` order) in the seconds of one bare exchange of
+        ``algorithm`` ("flat" or one of the lane algorithms; a Bruck round's two LogP regimes are
+        not linear: ``predict`` prices them), plus the fixed cost of its path (``overhead_flat`` or
+        ``overhead_hier``). What ``fit`` fits; without a NIC, ``predict`` is this times ``vector``."""
         if node_phase not in NODE_PHASES:
             raise ValueError(f"node_phase must be one of {tuple(NODE_PHASES)}, got {node_phase!r}")
-        if nodes <= 1 or per_node <= 1:
-            algorithm = "flat"  # degenerate layouts always run flat
-        n, g, b = nodes, per_node, float(block)
-        p = n * g
-        f = dict.fromkeys((fl.name for fl in fields(CostModel)), 0.0)
-        if algorithm == "flat":
-            lat, ovh = _phase(p - 1, alltoallv_algorithm(p))
-            f["alpha_inter" if n > 1 else "alpha_intra"] += lat
-            f["msg_overhead"] += ovh
-            f["beta_inter"] += g * (p - g) * b
-            f["beta_backbone"] += g * (p - g) * b
-            f["beta_intra"] += (g - 1) * b
-            f["beta_copy"] += b  # its own block
-            f["overhead_flat"] = 1.0
-        else:
-            lat, ovh = _phase(n - 1, "linear")
-            f["alpha_inter"] += lat
-            f["msg_overhead"] += ovh
-            f["beta_inter"] += g * (p - g) * b
-            f["beta_backbone"] += g * (p - g) * b
-            if node_phase == "shm":
-                rounds = 2 * math.ceil(math.log2(g)) if g > 1 else 0  # a barrier before and after the copy-out
-                f["alpha_intra"] += rounds
-                f["msg_overhead"] += 2.0 * rounds
-                f["beta_copy"] += 2 * p * b
-            else:
-                lat, ovh = _phase(g - 1, alltoallv_algorithm(g))
-                f["alpha_intra"] += lat
-                f["msg_overhead"] += ovh
-                f["beta_intra"] += (g - 1) * n * b
-                f["beta_copy"] += (3 * p - 2 * g) * b
-            f["overhead_hier"] = 1.0
-        return np.array(list(f.values()))
-
+        algo = runs_as(algorithm, has_hierarchy(nodes, per_node))
+        if algo.radixed:
+            raise ValueError(f"features: {algo.name}'s rounds are not linear in the parameters; use predict")
+        sk = _skeleton(nodes, per_node, algo.name, 2, node_phase, True, "")
+        f = sk.linear(float(block))
+        f[_INDEX["overhead_hier" if algo.hierarchical else "overhead_flat"]] += 1.0
+        return f
     def vector(self) -> np.ndarray:
-        """The parameters in ``features`` order."""
-        return np.array([getattr(self, f.name) for f in fields(self)])
+        """The parameters in ``features`` order, the rates (``RATE_FIELDS``) as their inverses."""
+        return np.array([_inverse(getattr(self, f.name)) if f.name in RATE_FIELDS else getattr(self, f.name)
+                         for f in fields(self)])
 
     def predict(self, algorithm: str, nodes: int, per_node: int, block: float,
                 node_phase: str = "shm") -> float:
-        """Predicted seconds per call for ``block`` bytes per destination."""
-        return float(self.features(algorithm, nodes, per_node, block, node_phase) @ self.vector())
+        """Predicted seconds of one bare exchange of ``algorithm`` plus its path's fixed cost, for
+        ``block`` bytes per destination (the walk of its step program, ``price_program``)."""
+        if node_phase not in NODE_PHASES:
+            raise ValueError(f"node_phase must be one of {tuple(NODE_PHASES)}, got {node_phase!r}")
+        algo = runs_as(algorithm, has_hierarchy(nodes, per_node))
+        fixed = self.overhead_hier if algo.hierarchical else self.overhead_flat
+        return fixed + _skeleton(nodes, per_node, algo.name, 2, node_phase, True, "").price(self, float(block))
 
     def choose(self, nodes: int, per_node: int, block: float, node_phase: str = "shm") -> str:
         """"hier" or "flat", whichever the model predicts faster."""
-        if nodes <= 1 or per_node <= 1:
+        if not has_hierarchy(nodes, per_node):
             return "flat"
         hier = self.predict("hier", nodes, per_node, block, node_phase)
         return "hier" if hier < self.predict("flat", nodes, per_node, block, node_phase) else "flat"
 
     def crossover(self, nodes: int, per_node: int, node_phase: str = "shm") -> Optional[float]:
         """Block size (bytes) below which hier is faster; 0 if never, None if always."""
-        if nodes <= 1 or per_node <= 1:
+        if not has_hierarchy(nodes, per_node):
             return 0.0
         args = (nodes, per_node)
         f0 = self.features("flat", *args, 0.0, node_phase) - self.features("hier", *args, 0.0, node_phase)
@@ -203,15 +206,16 @@ def fit(samples: list[tuple[str, int, int, float, float]], fixed: Optional[dict]
 
     Each sample is weighted by 1/seconds, so small and large messages count alike (relative error).
     ``fixed`` pins parameters that the samples cannot identify (e.g. inter-node ones on one host);
-    ``node_phase`` is the node phase the hier samples ran with.
+    the NIC's rates are not fitted (pinned, by default off); ``node_phase`` is the node phase the
+    hier samples ran with.
     """
     names = [f.name for f in fields(CostModel)]
-    fixed = dict(fixed or {})
+    fixed = {**dict.fromkeys(RATE_FIELDS, 0.0), **dict(fixed or {})}
     A = np.array([CostModel.features(a, n, g, b, node_phase) for a, n, g, b, _ in samples])
     y = np.array([t for *_, t in samples])
     w = 1.0 / y
     free = [i for i, name in enumerate(names) if name not in fixed]
-    pinned = np.array([fixed.get(name, 0.0) for name in names])
+    pinned = np.array([_inverse(fixed[name]) if name in RATE_FIELDS else fixed.get(name, 0.0) for name in names])
     target = (y - A @ pinned) * w
     active = list(free)
     theta = np.zeros(len(names))
@@ -222,7 +226,13 @@ def fit(samples: list[tuple[str, int, int, float, float]], fixed: Optional[dict]
             break
         active.pop(int(np.argmin(sol)))
     theta += pinned
-    return CostModel(**dict(zip(names, theta.tolist())))
+    values = {name: _inverse(v) if name in RATE_FIELDS else v for name, v in zip(names, theta.tolist())}
+    return CostModel(**values)
+
+
+def _inverse(x: float) -> float:
+    """1/x, and 0 for 0 (a rate of 0: no limit)."""
+    return 1.0 / x if x > 0 else 0.0
 
 
 # ------------------------------------------------------------------------------- measured CPU
@@ -357,102 +367,362 @@ class Pattern:
         return self.size - 1.0 if self.messages is None else self.messages / self.size
 
 
-def _rounds_profile(size: int, radix: int) -> list[list[tuple[int, int]]]:
-    """Per Bruck round, (distance, slots moved) of each message (``hxmpi.comm.plan.bruck_rounds``'s shape)."""
-    radix = int(min(radix, max(size, 2)))
-    idx = np.arange(size)
-    out, dist = [], 1
-    while dist < size:
-        digit = (idx // dist) % radix
-        out.append([(z * dist, int((digit == z).sum())) for z in range(1, radix) if z * dist < size])
-        dist *= radix
+# ------------------------------------------------------------------------- pricing a step program
+#: Parameter names in ``CostModel.vector`` order, and each one's index.
+_NAMES = tuple(f.name for f in fields(CostModel))
+_INDEX = {name: i for i, name in enumerate(_NAMES)}
+_O = _INDEX["msg_overhead"]
+
+
+def _vec(**coef) -> np.ndarray:
+    v = np.zeros(len(_NAMES))
+    for k, c in coef.items():
+        v[_INDEX[k]] += c
+    return v
+
+
+@dataclass(frozen=True)
+class ProgramPrice:
+    """A call's step programs as priced rows, at a block of 1 byte, so any block size is priced by
+    arithmetic: what ``price_program`` returns and ``predict_call`` caches per layout.
+
+    The programs are cut into **units**, each a step every rank takes at once (a copy, a node
+    barrier, a message phase: exchanges posted together, one pairwise exchange, one Bruck round).
+    Each row is one rank's cost of one unit in one regime (a Bruck round: latency-bound or
+    CPU-bound; the NIC: bound by the node's messages and bytes), as coefficients of ``vector()``:
+    ``const`` (independent of the block) plus ``per_byte`` times the block. A unit costs its
+    costliest row, and a call the sum of its units. ``world``: rows of a message phase on the
+    world (flat), whose message count a sparse pattern scales; ``pairwise``: rows of pairwise
+    rounds, which wait for the larger block of each pair (``Pattern.pairwise_bytes``)."""
+    unit: np.ndarray
+    const: np.ndarray
+    per_byte: np.ndarray
+    world: np.ndarray
+    pairwise: np.ndarray
+    units: int
+
+    def price(self, model: "CostModel", block: float, pairwise_block: Optional[float] = None,
+              messages: float = 1.0) -> float:
+        """Seconds at ``block`` bytes per destination; ``pairwise_block``: the block pairwise rounds
+        wait for (default ``block``); ``messages``: the fraction of a flat phase's messages sent."""
+        theta = model.vector()
+        t = self.const @ theta
+        if messages != 1.0:
+            t = t - (1.0 - messages) * self.world * self.const[:, _O] * theta[_O]
+        b = np.where(self.pairwise, block if pairwise_block is None else pairwise_block, block)
+        t = t + b * (self.per_byte @ theta)
+        if not self.units:
+            return 0.0
+        out = np.full(self.units, -np.inf)
+        np.maximum.at(out, self.unit, t)
+        return float(out.sum())
+
+    def linear(self, block: float) -> np.ndarray:
+        """Coefficients of ``vector()`` where every unit has one regime besides the NIC's (no Bruck
+        rounds): the sum of each unit's first row at ``block``."""
+        first = np.unique(self.unit, return_index=True)[1]
+        return (self.const[first] + block * self.per_byte[first]).sum(axis=0)
+
+
+class _Rows:
+    """Builder of a ``ProgramPrice``: rows per unit, per rank."""
+
+    def __init__(self):
+        self.rows: list = []
+
+    def add(self, unit: int, const: np.ndarray, per_byte: np.ndarray, world=False, pairwise=False) -> None:
+        self.rows.append((unit, const, per_byte, world, pairwise))
+
+    def done(self, units: int) -> ProgramPrice:
+        if not self.rows:
+            z = np.zeros((0, len(_NAMES)))
+            return ProgramPrice(np.zeros(0, dtype=np.int64), z, z, np.zeros(0), np.zeros(0, dtype=bool), 0)
+        # Identical rows (ranks alike) price alike: keep one.
+        seen, keep = set(), []
+        for r in self.rows:
+            key = (r[0], r[1].tobytes(), r[2].tobytes(), r[3], r[4])
+            if key not in seen:
+                seen.add(key)
+                keep.append(r)
+        unit, const, per_byte, world, pairwise = zip(*keep)
+        return ProgramPrice(np.array(unit, dtype=np.int64), np.array(const), np.array(per_byte),
+                            np.array(world, dtype=float), np.array(pairwise, dtype=bool), units)
+
+
+def _units(layout: Layout, rank: int, prog: StepProgram, learned: bool, rule: str) -> list:
+    """One rank's program cut into units (see ``ProgramPrice``), each a dict of what the rank
+    sends in it: copied bytes, messages and bytes to other nodes and inside its node (bytes: per
+    block byte ``u`` and constant ``c``, for Bruck's length headers), and the unit's kind."""
+    node_of = layout.node_of
+    me = int(node_of[rank])
+    out: list = []
+    group: list = []
+
+    def members(comm) -> np.ndarray:
+        if comm == "world":
+            return np.arange(layout.size)
+        if comm == "node":
+            return layout.members[me]
+        return np.array([layout.lane_server(comm, m) for m in range(layout.num_nodes)], dtype=np.int64)
+
+    def messages(kind: str, peers_: np.ndarray, nu: np.ndarray, nc: np.ndarray, copy_u: float = 0.0,
+                 copy_c: float = 0.0, **extra) -> dict:
+        """A message unit: to world ranks ``peers_``, bytes per block byte ``nu`` and constant ``nc``."""
+        inter = node_of[peers_] != me
+        u = {"kind": kind, "copy_u": copy_u, "copy_c": copy_c, **extra}
+        for side, mask in (("inter", inter), ("intra", ~inter)):
+            u[f"m_{side}"] = int(mask.sum())
+            u[f"{side}_u"] = float(nu[mask].sum())
+            u[f"{side}_c"] = float(nc[mask].sum())
+        return u
+
+    for st in program_steps(prog):
+        if isinstance(st, CopyStep):
+            if st.nbytes:
+                out.append({"kind": "copy", "copy_u": float(st.nbytes), "copy_c": 0.0})
+            continue
+        if isinstance(st, BarrierStep):
+            out.append({"kind": "barrier", "size": layout.node_sizes[me]})
+            continue
+        peers = members(st.comm)
+        n = len(peers)
+        pos = int(np.flatnonzero(peers == rank)[0])
+        sc = st.send_counts
+        if st.rounds == "bruck":
+            radix = check_radix(st.radix, n)
+            for rnd in bruck_rounds(n, radix):
+                dist = np.array([d for d, _ in rnd], dtype=np.int64)
+                sizes = np.array([slots.size for _, slots in rnd], dtype=np.int64)
+                to = peers[(pos + dist) % n]
+                nu = np.add.reduceat(sc[(pos + np.concatenate([slots for _, slots in rnd])) % n],
+                                     exclusive_cumsum(sizes)).astype(float)
+                nc = np.zeros(sizes.size) if learned else (HEADER_BYTES * sizes).astype(float)
+                keep = nu > 0 if learned else np.ones(nu.size, dtype=bool)
+                out.append(messages("round", to[keep], nu[keep], nc[keep], float(nu[keep].sum()),
+                                    float(nc[keep].sum())))
+            out.append({"kind": "copy", "copy_u": float(st.recv_counts.sum()), "copy_c": 0.0})
+            continue
+        sent = np.flatnonzero(sc)
+        sent = sent[sent != pos]
+        group.append((peers[sent], sc[sent].astype(float), float(sc[pos])))
+        if st.with_next and st.rounds != "pairwise":
+            continue  # linear exchanges posted together are one unit; pairwise ones run in turn
+        if st.rounds == "pairwise":
+            how = "pairwise"
+        elif st.blocking and len(group) == 1:
+            how = rule or alltoallv_algorithm(n)  # a blocking call: Open MPI's rule picks
+        else:
+            how = "linear"  # nonblocking: libnbc posts every message at once
+        to = np.concatenate([g[0] for g in group])
+        nu = np.concatenate([g[1] for g in group])
+        out.append(messages(how, to, nu, np.zeros(nu.size), sum(g[2] for g in group), world=st.comm == "world"))
+        group = []
     return out
 
 
-def _bruck_exchange(m: "CostModel", size: int, per_node: int, block: float, radix: int, header: bool) -> float:
-    """Seconds of a Bruck all-to-all of ``block``-byte blocks on ``size`` ranks of nodes of ``per_node``
-    consecutive ranks (``per_node`` 1: a lane, every peer on another node, the node's lanes in parallel
-    sharing its link: pass the lanes' count as ``share``)."""
-    t = 0.0
-    beta = m.beta_inter + m.beta_backbone
-    for msgs in _rounds_profile(size, radix):
-        nbytes = [s * block + (HEADER_BYTES * s if header else 0) for _, s in msgs]
-        link = sum(min(d, per_node) * b for (d, _), b in zip(msgs, nbytes))
-        # k messages each way (LogP): a rank posts its k sends, and takes each arrival as it comes,
-        # so the round ends one overhead after the last arrival, L after the last send was posted;
-        # only where posting outlasts the latency do all 2 k overheads line up.
-        k = len(msgs)
-        t += max(m.alpha_inter + (k + 1) * m.msg_overhead, 2 * k * m.msg_overhead) + link * beta \
-            + sum(nbytes) * m.beta_copy
-    return t + size * block * m.beta_copy
+def price_program(layout: Layout, programs: Mapping[int, StepProgram], learned: bool = True,
+                  rule: str = "") -> ProgramPrice:
+    """Price step programs of some ranks of ``layout`` (``programs``: rank -> its program), made
+    with 1-byte blocks: the call's time is the sum over units of the costliest rank's unit.
+
+    Copies cost their bytes at ``beta_copy``; a node barrier ceil(log2 G) dissemination rounds; a
+    message phase, with m peers, o the CPU cost of posting or completing one message and a the
+    latency (inter-node if any peer is on another node), and its bytes::
+
+      linear (all posted at once):    a + 2 m o
+      pairwise rounds (one by one):   sum over rounds of (a + 2 o)
+      a Bruck round of k messages:    max(a + (k + 1) o, 2 k o)   (LogP: posting vs arrival)
+
+    plus the node's bytes to other nodes at ``beta_inter + beta_backbone`` (a node's ranks share
+    its link: the sum over the node's ranks in ``programs``, scaled to the whole node where only
+    some are given) and its own to its node at ``beta_intra``; with a NIC, a phase costs at least a
+    plus the node's inter-node messages at ``1 / nic_msg_rate`` and bytes at ``1 / nic_bandwidth``.
+    A blocking exchange runs as Open MPI's rule says (``alltoallv_algorithm``; ``rule`` forces
+    one), a nonblocking one linear. ``learned``: Bruck lengths known (no headers, no empty
+    messages)."""
+    per_rank = {r: _units(layout, r, prog, learned, rule) for r, prog in programs.items()}
+    units = max((len(u) for u in per_rank.values()), default=0)
+    # The node's share of each unit: its given ranks' inter-node bytes and messages, scaled up.
+    given: dict = {}
+    for r in per_rank:
+        given.setdefault(int(layout.node_of[r]), []).append(r)
+    load: dict = {}
+    for node, ranks in given.items():
+        scale = layout.node_sizes[node] / len(ranks)
+        for i in range(units):
+            us = [per_rank[r][i] for r in ranks if i < len(per_rank[r]) and "m_inter" in per_rank[r][i]]
+            load[node, i] = tuple(scale * sum(u[k] for u in us) for k in ("inter_u", "inter_c", "m_inter"))
+    rows = _Rows()
+    for r, us in per_rank.items():
+        node = int(layout.node_of[r])
+        for i, u in enumerate(us):
+            kind = u["kind"]
+            if kind == "barrier":
+                rounds = math.ceil(math.log2(u["size"])) if u["size"] > 1 else 0
+                rows.add(i, _vec(alpha_intra=rounds, msg_overhead=2 * rounds), _vec())
+                continue
+            copy = _vec(beta_copy=u["copy_c"]), _vec(beta_copy=u["copy_u"])
+            if kind == "copy":
+                rows.add(i, *copy)
+                continue
+            node_u, node_c, node_m = load[node, i]
+            msgs = u["m_inter"] + u["m_intra"]
+            if not msgs:
+                rows.add(i, *copy)
+                continue
+            lat = "alpha_inter" if u["m_inter"] else "alpha_intra"
+            net = dict(beta_inter=node_u, beta_backbone=node_u, beta_intra=u["intra_u"])
+            byte_c = copy[0] + _vec(beta_inter=node_c, beta_backbone=node_c, beta_intra=u["intra_c"])
+            byte_u = copy[1] + _vec(**net)
+            world = u.get("world", False)
+            pw = world and kind == "pairwise"
+            if kind == "linear":
+                regimes = [_vec(**{lat: 1}, msg_overhead=2 * msgs)]
+            elif kind == "pairwise":
+                regimes = [_vec(alpha_inter=u["m_inter"], alpha_intra=u["m_intra"], msg_overhead=2 * msgs)]
+            else:
+                regimes = [_vec(**{lat: 1}, msg_overhead=msgs + 1), _vec(msg_overhead=2 * msgs)]
+            for reg in regimes:
+                rows.add(i, reg + byte_c, byte_u, world, pw)
+            if u["m_inter"]:  # the NIC: the node's inter-node messages and bytes, one after another
+                rows.add(i, _vec(**{lat: 1}, nic_msg_rate=node_m, nic_bandwidth=node_c) + copy[0],
+                         _vec(nic_bandwidth=node_u) + copy[1], world, pw)
+    return rows.done(units)
 
 
-def _allreduce(m: "CostModel", p: int, inter: bool) -> float:
-    """Recursive doubling of the agreement's 128 B (SMPI ``allreduce:rdb``), 2 extra steps off powers of two."""
+def _even_sides(p: int) -> tuple:
+    """A rank's sides with a 1-byte block to every rank (counts, displacements; send, receive)."""
+    ones = np.ones(p, dtype=np.int64)
+    displs = np.arange(p, dtype=np.int64)
+    return ones, displs, ones.copy(), displs.copy()
+
+
+def representative_ranks(layout: Layout, algorithm: Algorithm) -> tuple:
+    """The ranks whose programs price an even call on ``layout``: on nodes of one size every node
+    is alike (a shift by one node maps the programs onto each other), so node 0's ranks; and where
+    every exchange is direct (one message to each peer: linear or pairwise) or runs on lanes (one
+    rank per node), a node's ranks are alike too, so rank 0 alone; flat rounds (Bruck) at distance
+    d cross a node boundary from some of its ranks only. Irregular layouts: every rank."""
+    if len(set(layout.node_sizes)) > 1:
+        return tuple(range(layout.size))
+    if algorithm.hierarchical or not algorithm.radixed:
+        return (0,)
+    return tuple(int(r) for r in layout.members[0])
+
+
+def layout_price(layout: Layout, algorithm, radix: int = 2, node_phase: str = "shm", learned: bool = True,
+                 rule: str = "", ranks: Optional[Sequence[int]] = None, uniform: bool = False) -> ProgramPrice:
+    """The ``ProgramPrice`` of an even call of ``algorithm`` on ``layout`` (it runs as ``runs_as``
+    says): the programs the planners make for ``ranks`` (default ``representative_ranks``; every
+    rank for the full walk) with 1-byte blocks. ``uniform``: an Alltoall's flat program."""
+    algo = layout.runs(algorithm)
+    p = layout.size
+    progs = {}
+    for r in (representative_ranks(layout, algo) if ranks is None else ranks):
+        if algo.hierarchical:
+            g = layout.node_sizes[int(layout.node_of[r])]
+            progs[r] = program(algo, _even_sides(p), layout.planner(r), NODE_PHASES[node_phase],
+                               np.ones((g, p), dtype=np.int64), radix).detach()
+        else:
+            progs[r] = program(algo, _even_sides(p), radix=radix, uniform=uniform)
+    return price_program(layout, progs, learned, rule)
+
+
+@lru_cache(maxsize=512)
+def _skeleton(nodes: int, per_node: int, algorithm: str, radix: int, node_phase: str, learned: bool,
+              rule: str) -> ProgramPrice:
+    """``layout_price`` of N nodes of G ranks, cached: a layout's prices are made once, then any
+    block and pattern is arithmetic."""
+    return layout_price(_layout(nodes, per_node), algorithm, radix, node_phase, learned, rule,
+                        uniform=rule != "")
+
+
+@lru_cache(maxsize=16)
+def _layout(nodes: int, per_node: int) -> Layout:
+    return Layout(np.repeat(np.arange(nodes), per_node))
+
+
+# --------------------------------------------------------------------------------- the agreement
+@dataclass(frozen=True)
+class AgreementStep:
+    """One collective of a one-shot call's agreement: ``kind`` "allreduce" (the world, ``nbytes``
+    in all), "alltoall" (the world, ``nbytes`` per peer) or "allgather" (the rank's node,
+    ``nbytes`` from each rank)."""
+    kind: str
+    nbytes: int
+
+
+#: Bytes per rank and peer of a count: the numpy form's counts, the node's receive counts (int64).
+COUNT_BYTES = 8
+
+
+def agreement_steps(size: int, hier: bool, numpy: bool = False, miss: bool = True) -> tuple:
+    """The collectives a one-shot call issues before its exchange, in order, on ``size`` ranks:
+    the numpy form's counts (one Alltoall of an int64 per peer), the agreement's SUM Allreduce of
+    ``AGREEMENT_BYTES``, and, for a hierarchical algorithm on a plan-cache miss, the node's
+    Allgather of every rank's receive counts (``COUNT_BYTES`` per world rank). ``hier``: the call
+    runs a lane algorithm (on a layout with a hierarchy). The one statement of these steps: the
+    simulator replays them and ``predict_agreement`` prices them."""
+    steps = [AgreementStep("alltoall", COUNT_BYTES)] if numpy else []
+    steps.append(AgreementStep("allreduce", AGREEMENT_BYTES))
+    if hier and miss:
+        steps.append(AgreementStep("allgather", COUNT_BYTES * size))
+    return tuple(steps)
+
+
+def _allreduce(m: "CostModel", p: int, nbytes: int, inter: bool) -> float:
+    """Recursive doubling (SMPI ``allreduce:rdb``), 2 extra steps off powers of two."""
     if p <= 1:
         return 0.0
     rounds = math.ceil(math.log2(p)) + (0 if p & (p - 1) == 0 else 2)
     a, b = (m.alpha_inter, m.beta_inter) if inter else (m.alpha_intra, m.beta_intra)
-    return rounds * (a + 2 * m.msg_overhead + AGREEMENT_BYTES * b)
+    return rounds * (a + 2 * m.msg_overhead + nbytes * b)
 
 
-def predict_agreement(model: "CostModel", nodes: int, per_node: int, hier: bool, numpy: bool = False) -> float:
-    """Seconds of a one-shot call's agreement: the 128 B Allreduce; the counts' Alltoall (numpy form);
-    the node's Allgather of receive counts (hier, plan-cache miss), by dissemination rounds."""
+def predict_agreement(model: "CostModel", nodes: int, per_node: int, hier: bool, numpy: bool = False,
+                      miss: bool = True) -> float:
+    """Seconds of a one-shot call's agreement (``agreement_steps``): the Allreduce by recursive
+    doubling, the counts' Alltoall as MPI_Alltoall, the node's Allgather by dissemination rounds."""
     p = nodes * per_node
-    t = _allreduce(model, p, nodes > 1)
-    if numpy:
-        t += _predict_call(model, "alltoall", "bare", nodes, per_node, Pattern.even(p, 8), "shm", 2, None, False)
-    if hier and nodes > 1 and per_node > 1:
-        t += math.ceil(math.log2(per_node)) * (model.alpha_intra + 2 * model.msg_overhead)
-        t += (per_node - 1) * 8 * p * model.beta_intra
+    t = 0.0
+    for st in agreement_steps(p, hier and has_hierarchy(nodes, per_node), numpy, miss):
+        if st.kind == "allreduce":
+            t += _allreduce(model, p, st.nbytes, nodes > 1)
+        elif st.kind == "alltoall":
+            t += _alltoall(model, nodes, per_node, st.nbytes)
+        else:
+            rounds = math.ceil(math.log2(per_node)) if per_node > 1 else 0
+            t += rounds * (model.alpha_intra + 2 * model.msg_overhead) + (per_node - 1) * st.nbytes * model.beta_intra
     return t
+
+
+def _alltoall(m: "CostModel", nodes: int, per_node: int, block: float) -> float:
+    """MPI_Alltoall of ``block``-byte blocks: the library picks among pairwise rounds, linear
+    posting and radix-2 Bruck (no headers); the model takes the fastest."""
+    sk = [_skeleton(nodes, per_node, "flat", 2, "shm", True, rule) for rule in ("pairwise", "linear")]
+    sk.append(_skeleton(nodes, per_node, "bruck", 2, "shm", True, ""))
+    return min(s.price(m, block) for s in sk)
 
 
 def _predict_call(m: "CostModel", algorithm: str, mode: str, nodes: int, per_node: int, pat: Pattern,
                   node_phase: str, radix: int, cpu, numpy: bool) -> float:
     n, g, p = nodes, per_node, pat.size
-    degenerate = n <= 1 or g <= 1
-    if _hierarchical(algorithm) and degenerate:
-        algorithm = "flat"
-    rb = pat.rank_bytes
-    b = rb / p                        # effective block
-    msgs = min(pat.rank_messages, p - 1.0)
-    t = predict_agreement(m, n, g, _hierarchical(algorithm), numpy) if mode == "oneshot" else 0.0
+    hier_ok = has_hierarchy(n, g)
+    call = "alltoall" if algorithm == "alltoall" else runs_as(algorithm, hier_ok).name
+    hier = call != "alltoall" and ALGORITHM[call].hierarchical
+    t = predict_agreement(m, n, g, hier, numpy) if mode == "oneshot" else 0.0
     if mode in ("oneshot", "plan"):
-        key = ("flat" if algorithm == "alltoall" else algorithm) + ("_plan" if mode == "plan" else "")
+        key = ("flat" if call == "alltoall" else call) + ("_plan" if mode == "plan" else "")
         t += cpu(key) if cpu is not None else fixed_cpu(m, key)
-    bw = m.beta_inter + m.beta_backbone
-    if algorithm in ("flat", "alltoall"):
-        def direct(rule: str) -> float:
-            lat = msgs if rule == "pairwise" else (1.0 if msgs > 0 else 0.0)
-            # Pairwise rounds each wait for the larger of their two blocks.
-            r = pat.pairwise_bytes / p * p / (p - 1) if rule == "pairwise" and pat.pairwise_bytes and p > 1 else rb
-            return lat * (m.alpha_inter if n > 1 else m.alpha_intra) + 2 * msgs * m.msg_overhead + \
-                g * r * (p - g) / p * bw + r * (g - 1) / p * m.beta_intra + b * m.beta_copy
-        if algorithm == "flat":
-            return t + direct(alltoallv_algorithm(p))
-        # MPI_Alltoall: the library picks among Bruck, pairwise and linear; the model takes the best.
-        return t + min(direct("pairwise"), direct("linear"), _bruck_exchange(m, p, g, b, 2, False))
-    if algorithm == "bruck":
-        return t + _bruck_exchange(m, p, g, b, radix, mode == "oneshot")
-    # hier family: lanes, then the node phase and hier's copies
-    if algorithm == "hier":
-        ex = m.alpha_inter + 2 * (n - 1) * m.msg_overhead + g * rb * (p - g) / p * bw
-    elif algorithm == "hier_pairwise":
-        ex = (n - 1) * (m.alpha_inter + 2 * m.msg_overhead) + g * rb * (p - g) / p * bw
-    else:
-        # every lane message crosses nodes; the node's g lanes share its link: g node blocks of g*b
-        ex = _bruck_exchange(replace(m, beta_inter=m.beta_inter * g, beta_backbone=m.beta_backbone * g),
-                             n, 1, g * b, radix, mode == "oneshot")
-    if node_phase == "shm":
-        rounds = 2 * math.ceil(math.log2(g))
-        ex += rounds * (m.alpha_intra + 2 * m.msg_overhead) + 2 * rb * m.beta_copy
-    else:
-        lat, ovh = _phase(g - 1, alltoallv_algorithm(g))
-        ex += lat * m.alpha_intra + ovh * m.msg_overhead + (g - 1) * n * b * m.beta_intra
-        ex += (3 * p - 2 * g) * b * m.beta_copy
-    return t + ex
+    b = pat.rank_bytes / p                        # effective block
+    if call == "alltoall":
+        return t + _alltoall(m, n, g, b)
+    # Pairwise rounds each wait for the larger of their two blocks (flat: the agreed sum).
+    pair = pat.pairwise_bytes / (p * (p - 1)) if pat.pairwise_bytes and p > 1 else None
+    frac = min(pat.rank_messages, p - 1.0) / (p - 1) if p > 1 else 1.0
+    k = radix if ALGORITHM[call].radixed else 2
+    sk = _skeleton(n, g, call, k, node_phase, mode != "oneshot", "")
+    return t + sk.price(m, b, pair, frac)
 
 
 def predict_call(model: "CostModel", algorithm: str, mode: str, nodes: int, per_node: int, pattern,
@@ -480,15 +750,20 @@ def choose_call(model: "CostModel", mode: str, nodes: int, per_node: int, patter
                 cpu=None, numpy: bool = False, radices=RADICES) -> tuple[str, int, float]:
     """(algorithm, radix, predicted seconds) of the fastest call the model knows for this pattern.
 
-    Candidates: flat, hier, hier_pairwise (layouts with hier), Bruck and hier_bruck at each radix
-    in ``radices`` below the communicator size, and MPI_Alltoall for uniform counts.
+    Candidates: every algorithm of ``ALGORITHMS`` the layout runs as itself (the hierarchical ones
+    where it has a hierarchy), the radixed ones at each radix of ``radices`` up to the size of the
+    communicator their rounds run on (the world, or a lane of one rank per node: a radix of that
+    size is one round to every peer), and MPI_Alltoall for uniform counts.
     """
     pat = pattern if isinstance(pattern, Pattern) else Pattern.even(nodes * per_node, pattern)
-    p = nodes * per_node
-    cands = [("flat", 2)] + [("bruck", k) for k in radices if k < p or k == radices[0]]
-    if nodes > 1 and per_node > 1:
-        cands += [("hier", 2), ("hier_pairwise", 2)]
-        cands += [("hier_bruck", k) for k in radices if k < nodes or k == radices[0]]
+    hier_ok = has_hierarchy(nodes, per_node)
+    cands = []
+    for algo in ALGORITHM.values():
+        if runs_as(algo, hier_ok) is not algo:
+            continue
+        size = nodes if algo.hierarchical else nodes * per_node
+        ks = sorted({min(k, max(size, 2)) for k in radices}) if algo.radixed else [2]
+        cands += [(algo.name, k) for k in ks]
     if pat.uniform:
         cands.append(("alltoall", 2))
     best = min((predict_call(model, a, mode, nodes, per_node, pat, node_phase, k, cpu, numpy), i)
@@ -518,6 +793,4 @@ def auto_pick(model: "CostModel", mode: str, nodes: int, per_node: int, pattern:
     total, messages, recv_sq, pairwise = (None if q is None else 2.0 ** (q / 4) - 1.0 for q in sums)
     rep = Pattern(size, total, messages, recv_sq, uniform, pairwise)
     algo, radix, _ = choose_call(model, mode, nodes, per_node, rep, node_phase, cpu)
-    if algo == "alltoall" or (_hierarchical(algo) and not hier_possible):
-        algo = "flat"
-    return algo, radix
+    return ("flat" if algo == "alltoall" else runs_as(algo, hier_possible).name), radix

@@ -42,7 +42,6 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..comm.costmodel import (
-    AGREEMENT_BYTES,
     RADICES,
     CostModel,
     CpuTimes,
@@ -52,6 +51,7 @@ from ..comm.costmodel import (
     predict_agreement,
     predict_call,
 )
+from ..comm.costmodel import agreement_steps as cost_agreement_steps
 from ..comm.plan import ALGORITHM, ALGORITHMS, Layout
 from ..errors import CpuFileError, HxmpiError
 from ..provenance import provenance
@@ -175,17 +175,11 @@ class Call:
         return base + {"plan": "_plan", "hit": "_hit"}.get(self.mode, "")
 
 
-#: Bytes per rank of the node's receive counts (one int64 per world rank) on a hier plan-cache miss.
-COUNT_BYTES = 8
-
-
 def agreement_steps(layout: Layout, call: Call) -> list:
-    """The collectives a one-shot call issues before its exchange, in order (hxmpi's agreement)."""
-    steps = [Collective("alltoall", COUNT_BYTES)] if call.numpy else []
-    steps.append(Collective("allreduce", AGREEMENT_BYTES))
-    if call.hier and layout.hier_possible and call.mode != "hit":  # the node counts: on a miss only
-        steps.append(Collective("allgather", COUNT_BYTES * layout.size))
-    return steps
+    """The collectives a one-shot call issues before its exchange, in order (hxmpi's agreement,
+    ``costmodel.agreement_steps``; the node counts on a miss only)."""
+    return [Collective(st.kind, st.nbytes) for st in
+            cost_agreement_steps(layout.size, call.hier and layout.hier_possible, call.numpy, call.mode != "hit")]
 
 
 def call_steps(layout: Layout, counts: np.ndarray, rank: int, call: Call, node_phase: str) -> list:
