@@ -31,8 +31,9 @@ def test_open_mpi_rule_and_phase_costs():
     assert [alltoallv_algorithm(p) for p in (2, 3, 4, 63, 64, 127, 128, 255, 256, 1023, 1024)] == \
         ["pairwise"] * 2 + ["linear"] * 2 + ["pairwise"] * 2 + ["linear"] * 2 + ["pairwise"] * 2 + ["linear"]
     m = CostModel(overhead_flat=0, overhead_hier=0, beta_copy=0, beta_inter=0, beta_intra=0, msg_overhead=0)
-    # Pairwise flat pays one latency per peer, linear flat one in all; hier's lane phase is linear.
-    assert m.predict("flat", 8, 8, 8) == pytest.approx(63 * m.alpha_inter)
+    # Pairwise flat pays one latency per peer (of its own kind: 56 on other nodes, 7 on its own),
+    # linear flat one in all; hier's lane phase is linear.
+    assert m.predict("flat", 8, 8, 8) == pytest.approx(56 * m.alpha_inter + 7 * m.alpha_intra)
     assert m.predict("flat", 4, 4, 8) == pytest.approx(m.alpha_inter)
     assert m.predict("hier", 8, 8, 8) == pytest.approx(m.alpha_inter + 6 * m.alpha_intra)  # 2 barriers of 3
     # An oversubscribed backbone slows the inter-node bytes of both algorithms alike.
@@ -105,11 +106,13 @@ def test_whole_call_parts():
         assert predict_call(m, "bruck", "bare", 64, 8, 8, radix=k) == pytest.approx(rounds * 1e-6)
     # A round of k messages each way costs max(L + (k + 1) o, 2 k o) (LogP): the rank posts its k
     # sends, and receives each arrival as it comes; only where posting outlasts the latency is it
-    # 2 k o of CPU. 8 ranks, radix 8: one round of 7 messages.
+    # 2 k o of CPU. 8 ranks on 2 nodes, radix 8: one round of 7 messages, some to the other node.
     with_o = replace(m, msg_overhead=0.1e-6)
-    assert predict_call(with_o, "bruck", "bare", 1, 8, 8, radix=8) == pytest.approx(1e-6 + 8 * 0.1e-6)
+    assert predict_call(with_o, "bruck", "bare", 2, 4, 8, radix=8) == pytest.approx(1e-6 + 8 * 0.1e-6)
     cpu_bound = replace(with_o, alpha_inter=0.5e-6)
-    assert predict_call(cpu_bound, "bruck", "bare", 1, 8, 8, radix=8) == pytest.approx(14 * 0.1e-6)
+    assert predict_call(cpu_bound, "bruck", "bare", 2, 4, 8, radix=8) == pytest.approx(14 * 0.1e-6)
+    # On one node every message is the node's own: its latency is the intra-node one.
+    assert predict_call(with_o, "bruck", "bare", 1, 8, 8, radix=8) == pytest.approx(14 * 0.1e-6)
     # A one-shot call is its plan plus the agreement (9 recursive-doubling steps at 512 ranks) and
     # the CPU difference between the two paths.
     cpu = {"hier": 30e-6, "hier_plan": 10e-6}.get

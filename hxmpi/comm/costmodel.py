@@ -39,7 +39,7 @@ import importlib.resources
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 from typing import Mapping, Optional, Sequence
 
@@ -66,8 +66,10 @@ from .plan import (
     runs_as,
 )
 
-__all__ = ["alltoallv_algorithm", "CostModel", "fit", "CpuTimes", "fixed_cpu", "Pattern", "predict_agreement",
-           "predict_call", "choose_call", "pattern_class", "auto_pick"]
+__all__ = ["alltoallv_algorithm", "alltoall_algorithm", "CostModel", "fit", "CpuTimes", "fixed_cpu", "Pattern",
+           "ProgramPrice", "price_program", "layout_price", "representative_ranks", "AgreementStep",
+           "agreement_steps", "predict_agreement", "predict_call", "choose_call", "pattern_class", "auto_pick",
+           "RATE_FIELDS", "COUNT_BYTES"]
 
 ENV_TUNING = "HXMPI_TUNING"
 #: Env var naming a CPU-per-path file for ``HierComm``'s "auto" (default: the packaged ``CPU_FILE``).
@@ -532,8 +534,10 @@ def price_program(layout: Layout, programs: Mapping[int, StepProgram], learned: 
       linear (all posted at once):    a + 2 m o
       pairwise rounds (one by one):   sum over rounds of (a + 2 o)
       a Bruck round of k messages:    max(a + (k + 1) o, 2 k o)   (LogP: posting vs arrival)
+      staggered (MPI_Alltoall's own linear, each rank from its next peer on: the CPU and the wire
+      overlap): max(a + (m + 1) o, 2 m o, a + the bytes' time)
 
-    plus the node's bytes to other nodes at ``beta_inter + beta_backbone`` (a node's ranks share
+    plus (but for staggered) the node's bytes to other nodes at ``beta_inter + beta_backbone`` (a node's ranks share
     its link: the sum over the node's ranks in ``programs``, scaled to the whole node where only
     some are given) and its own to its node at ``beta_intra``; with a NIC, a phase costs at least a
     plus the node's inter-node messages at ``1 / nic_msg_rate`` and bytes at ``1 / nic_bandwidth``.
@@ -578,6 +582,12 @@ def price_program(layout: Layout, programs: Mapping[int, StepProgram], learned: 
             pw = world and kind == "pairwise"
             if kind == "linear":
                 regimes = [_vec(**{lat: 1}, msg_overhead=2 * msgs)]
+            elif kind == "staggered":  # each rank starts at its next peer: CPU and wire overlap
+                regimes = [_vec(**{lat: 1}, msg_overhead=msgs + 1), _vec(msg_overhead=2 * msgs)]
+                for reg in regimes:
+                    rows.add(i, reg + copy[0], copy[1], world, pw)
+                rows.add(i, _vec(**{lat: 1}) + byte_c, byte_u, world, pw)
+                regimes = []
             elif kind == "pairwise":
                 regimes = [_vec(alpha_inter=u["m_inter"], alpha_intra=u["m_intra"], msg_overhead=2 * msgs)]
             else:
@@ -670,13 +680,17 @@ def agreement_steps(size: int, hier: bool, numpy: bool = False, miss: bool = Tru
     return tuple(steps)
 
 
-def _allreduce(m: "CostModel", p: int, nbytes: int, inter: bool) -> float:
-    """Recursive doubling (SMPI ``allreduce:rdb``), 2 extra steps off powers of two."""
+def _allreduce(m: "CostModel", nodes: int, per_node: int, nbytes: int) -> float:
+    """Recursive doubling (SMPI ``allreduce:rdb``) on nodes of ``per_node`` consecutive ranks: the
+    rounds at distance below ``per_node`` stay on the node; off powers of two, 2 extra steps."""
+    p = nodes * per_node
     if p <= 1:
         return 0.0
-    rounds = math.ceil(math.log2(p)) + (0 if p & (p - 1) == 0 else 2)
-    a, b = (m.alpha_inter, m.beta_inter) if inter else (m.alpha_intra, m.beta_intra)
-    return rounds * (a + 2 * m.msg_overhead + nbytes * b)
+    rounds = math.ceil(math.log2(p)) if p & (p - 1) == 0 else math.floor(math.log2(p))
+    intra = min(rounds, math.ceil(math.log2(per_node)) if per_node > 1 else 0)
+    inter = rounds - intra + (0 if p & (p - 1) == 0 else 2)
+    one = lambda a, b: a + 2 * m.msg_overhead + nbytes * b  # noqa: E731
+    return intra * one(m.alpha_intra, m.beta_intra) + inter * one(m.alpha_inter, m.beta_inter)
 
 
 def predict_agreement(model: "CostModel", nodes: int, per_node: int, hier: bool, numpy: bool = False,
@@ -687,7 +701,7 @@ def predict_agreement(model: "CostModel", nodes: int, per_node: int, hier: bool,
     t = 0.0
     for st in agreement_steps(p, hier and has_hierarchy(nodes, per_node), numpy, miss):
         if st.kind == "allreduce":
-            t += _allreduce(model, p, st.nbytes, nodes > 1)
+            t += _allreduce(model, nodes, per_node, st.nbytes)
         elif st.kind == "alltoall":
             t += _alltoall(model, nodes, per_node, st.nbytes)
         else:
@@ -696,12 +710,28 @@ def predict_agreement(model: "CostModel", nodes: int, per_node: int, hier: bool,
     return t
 
 
+#: Open MPI's fixed decision for MPI_Alltoall (coll/tuned, as SimGrid's ``ompi`` selector replays
+#: it), by communicator size: (sizes below, blocks below which it runs radix-2 Bruck); above the
+#: block it posts every message at once, each rank starting at its next peer.
+ALLTOALL_BRUCK_BELOW = ((16, 0), (64, 512), (512, 1024), (2048, 512), (4096, 1024), (None, 2048))
+
+
+def alltoall_algorithm(size: int, block: float) -> str:
+    """Open MPI's (coll/tuned, fixed rules) choice for MPI_Alltoall of ``block``-byte blocks on
+    ``size`` ranks: "bruck" (radix 2) or "staggered" (linear, each rank from its next peer on)."""
+    below = next(b for s, b in ALLTOALL_BRUCK_BELOW if s is None or size < s)
+    return "bruck" if block < below else "staggered"
+
+
 def _alltoall(m: "CostModel", nodes: int, per_node: int, block: float) -> float:
-    """MPI_Alltoall of ``block``-byte blocks: the library picks among pairwise rounds, linear
-    posting and radix-2 Bruck (no headers); the model takes the fastest."""
-    sk = [_skeleton(nodes, per_node, "flat", 2, "shm", True, rule) for rule in ("pairwise", "linear")]
-    sk.append(_skeleton(nodes, per_node, "bruck", 2, "shm", True, ""))
-    return min(s.price(m, block) for s in sk)
+    """Seconds of MPI_Alltoall of ``block``-byte blocks, run as ``alltoall_algorithm`` says: the
+    flat program's exchange priced as radix-2 Bruck rounds (no headers) or staggered linear. The
+    library's own copies are left out, as the replay's MPI runs them: a CPU-free lower bound."""
+    how = alltoall_algorithm(nodes * per_node, block)
+    m = replace(m, beta_copy=0.0)
+    if how == "bruck":
+        return _skeleton(nodes, per_node, "bruck", 2, "shm", True, "").price(m, block)
+    return _skeleton(nodes, per_node, "flat", 2, "shm", True, how).price(m, block)
 
 
 def _predict_call(m: "CostModel", algorithm: str, mode: str, nodes: int, per_node: int, pat: Pattern,

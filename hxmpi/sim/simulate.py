@@ -43,6 +43,7 @@ import numpy as np
 
 from ..comm.costmodel import (
     RADICES,
+    RATE_FIELDS,
     CostModel,
     CpuTimes,
     Pattern,
@@ -79,7 +80,9 @@ def calibrated_preset(name: str = SLINGSHOT_FILE) -> tuple[CostModel, dict]:
     """(CostModel, the whole file) of a calibrated preset shipped with hxmpi.sim: its platform
     fields over the built-in defaults (hxmpi's fixed per-call costs are not the platform's)."""
     data = json.loads(importlib.resources.files(__package__).joinpath(name).read_text())
-    return replace(CostModel(), **{k: float(data["model"][k]) for k in PLATFORM_FIELDS}), data
+    # The NIC's rates (``costmodel.RATE_FIELDS``) where the preset gives them; absent: no NIC limit.
+    nic = {k: float(data["model"][k]) for k in RATE_FIELDS if k in data["model"]}
+    return replace(CostModel(), **{k: float(data["model"][k]) for k in PLATFORM_FIELDS}, **nic), data
 
 
 # Presets: CostModel numbers of a cluster node (seconds, seconds per byte). Sources of each number
