@@ -311,7 +311,7 @@ def fixed_cpu(model: CostModel, key: str) -> float:
 #: (MPI_Alltoall, uniform blocks only).
 CALL_ALGORITHMS = (*ALGORITHMS, "alltoall")
 #: Radices ``choose_call`` tries for the Bruck algorithms.
-RADICES = (2, 3, 4, 8, 16, 32)
+RADICES = (2, 3, 4, 6, 8, 12, 16, 24, 32)
 #: The agreement of a one-shot call: one SUM Allreduce of 16 uint64 (``_agree.WORDS``, checked by ``agreement``).
 AGREEMENT_BYTES = 128
 #: The agreement's cap on a rank's receive KiB (2 GiB): P * cap**2 stays below 2**64 up to 2**22 ranks.
@@ -420,10 +420,13 @@ class ProgramPrice:
         return float(out.sum())
 
     def linear(self, block: float) -> np.ndarray:
-        """Coefficients of ``vector()`` where every unit has one regime besides the NIC's (no Bruck
-        rounds): the sum of each unit's first row at ``block``."""
-        first = np.unique(self.unit, return_index=True)[1]
-        return (self.const[first] + block * self.per_byte[first]).sum(axis=0)
+        """Coefficients of ``vector()`` at ``block`` where each unit has one costliest row whatever
+        the parameters (no Bruck rounds, no NIC; ranks that differ in what they copy or send):
+        the sum of each unit's costliest row, found at the default parameters."""
+        rows = self.const + block * self.per_byte
+        t = rows @ CostModel().vector()
+        pick = [int(np.flatnonzero(self.unit == u)[np.argmax(t[self.unit == u])]) for u in range(self.units)]
+        return rows[pick].sum(axis=0)
 
 
 class _Rows:
@@ -453,8 +456,8 @@ class _Rows:
 
 def _units(layout: Layout, rank: int, prog: StepProgram, learned: bool, rule: str) -> list:
     """One rank's program cut into units (see ``ProgramPrice``), each a dict of what the rank
-    sends in it: copied bytes, messages and bytes to other nodes and inside its node (bytes: per
-    block byte ``u`` and constant ``c``, for Bruck's length headers), and the unit's kind."""
+    does in it: its kind, copied bytes, and the world ranks it sends to (``to``) with the bytes of
+    each, per block byte (``nu``) and constant (``nc``: Bruck's length headers)."""
     node_of = layout.node_of
     me = int(node_of[rank])
     out: list = []
@@ -470,18 +473,18 @@ def _units(layout: Layout, rank: int, prog: StepProgram, learned: bool, rule: st
     def messages(kind: str, peers_: np.ndarray, nu: np.ndarray, nc: np.ndarray, copy_u: float = 0.0,
                  copy_c: float = 0.0, **extra) -> dict:
         """A message unit: to world ranks ``peers_``, bytes per block byte ``nu`` and constant ``nc``."""
-        inter = node_of[peers_] != me
-        u = {"kind": kind, "copy_u": copy_u, "copy_c": copy_c, **extra}
-        for side, mask in (("inter", inter), ("intra", ~inter)):
-            u[f"m_{side}"] = int(mask.sum())
-            u[f"{side}_u"] = float(nu[mask].sum())
-            u[f"{side}_c"] = float(nc[mask].sum())
-        return u
+        return {"kind": kind, "copy_u": copy_u, "copy_c": copy_c, "to": peers_, "nu": nu, "nc": nc, **extra}
+
+    def copied(nbytes: float) -> None:
+        """Consecutive copies are one unit (one rank packs where another does not)."""
+        if out and out[-1]["kind"] == "copy":
+            out[-1]["copy_u"] += nbytes
+        else:
+            out.append({"kind": "copy", "copy_u": nbytes, "copy_c": 0.0})
 
     for st in program_steps(prog):
         if isinstance(st, CopyStep):
-            if st.nbytes:
-                out.append({"kind": "copy", "copy_u": float(st.nbytes), "copy_c": 0.0})
+            copied(float(st.nbytes))
             continue
         if isinstance(st, BarrierStep):
             out.append({"kind": "barrier", "size": layout.node_sizes[me]})
@@ -502,7 +505,7 @@ def _units(layout: Layout, rank: int, prog: StepProgram, learned: bool, rule: st
                 keep = nu > 0 if learned else np.ones(nu.size, dtype=bool)
                 out.append(messages("round", to[keep], nu[keep], nc[keep], float(nu[keep].sum()),
                                     float(nc[keep].sum())))
-            out.append({"kind": "copy", "copy_u": float(st.recv_counts.sum()), "copy_c": 0.0})
+            copied(float(st.recv_counts.sum()))
             continue
         sent = np.flatnonzero(sc)
         sent = sent[sent != pos]
@@ -522,8 +525,29 @@ def _units(layout: Layout, rank: int, prog: StepProgram, learned: bool, rule: st
     return out
 
 
+def _sided(units: list, layout: Layout, rank: int, shift: int = 0) -> list:
+    """``units`` of ``rank`` with each message unit's messages and bytes split by whether they
+    leave the node (``m_inter``, ``inter_u``, ``inter_c``) or not (``m_intra``, ...); ``shift``:
+    read them as rank + shift's, every peer shifted alike (a flat program on even counts)."""
+    p = layout.size
+    me = layout.node_of[(rank + shift) % p]
+    out = []
+    for u in units:
+        if "to" not in u:
+            out.append(u)
+            continue
+        inter = layout.node_of[(u["to"] + shift) % p] != me
+        v = {k: x for k, x in u.items() if k not in ("to", "nu", "nc")}
+        for side, mask in (("inter", inter), ("intra", ~inter)):
+            v[f"m_{side}"] = int(mask.sum())
+            v[f"{side}_u"] = float(u["nu"][mask].sum())
+            v[f"{side}_c"] = float(u["nc"][mask].sum())
+        out.append(v)
+    return out
+
+
 def price_program(layout: Layout, programs: Mapping[int, StepProgram], learned: bool = True,
-                  rule: str = "") -> ProgramPrice:
+                  rule: str = "", shifts: Sequence[int] = ()) -> ProgramPrice:
     """Price step programs of some ranks of ``layout`` (``programs``: rank -> its program), made
     with 1-byte blocks: the call's time is the sum over units of the costliest rank's unit.
 
@@ -543,8 +567,14 @@ def price_program(layout: Layout, programs: Mapping[int, StepProgram], learned: 
     plus the node's inter-node messages at ``1 / nic_msg_rate`` and bytes at ``1 / nic_bandwidth``.
     A blocking exchange runs as Open MPI's rule says (``alltoallv_algorithm``; ``rule`` forces
     one), a nonblocking one linear. ``learned``: Bruck lengths known (no headers, no empty
-    messages)."""
-    per_rank = {r: _units(layout, r, prog, learned, rule) for r, prog in programs.items()}
+    messages). ``shifts``: ``programs`` is one rank's flat program on even counts, which is also
+    that of rank + shift for each shift (peers shifted alike): price those ranks from it."""
+    if shifts:  # one flat program on even counts stands for rank + shift's, for each shift
+        (r0, prog), = programs.items()
+        units = _units(layout, r0, prog, learned, rule)
+        per_rank = {(r0 + s) % layout.size: _sided(units, layout, r0, s) for s in shifts}
+    else:
+        per_rank = {r: _sided(_units(layout, r, prog, learned, rule), layout, r) for r, prog in programs.items()}
     units = max((len(u) for u in per_rank.values()), default=0)
     # The node's share of each unit: its given ranks' inter-node bytes and messages, scaled up.
     given: dict = {}
@@ -608,14 +638,18 @@ def _even_sides(p: int) -> tuple:
 
 
 def representative_ranks(layout: Layout, algorithm: Algorithm) -> tuple:
-    """The ranks whose programs price an even call on ``layout``: on nodes of one size every node
-    is alike (a shift by one node maps the programs onto each other), so node 0's ranks; and where
-    every exchange is direct (one message to each peer: linear or pairwise) or runs on lanes (one
-    rank per node), a node's ranks are alike too, so rank 0 alone; flat rounds (Bruck) at distance
-    d cross a node boundary from some of its ranks only. Irregular layouts: every rank."""
+    """The ranks whose programs price an even call on ``layout`` (nodes of one size; irregular
+    layouts: every rank). A flat program is the same on every node (a shift by one node maps the
+    programs onto each other): node 0's ranks, and rank 0 alone where every exchange is direct (one
+    message to each peer), as only rounds at distance d cross a node boundary from some of a
+    node's ranks and not others. The lanes treat a node's ranks alike, but the nodes differ in
+    their copies (an inner node packs its send blocks around its own): the first rank of the
+    first, second and last nodes."""
     if len(set(layout.node_sizes)) > 1:
         return tuple(range(layout.size))
-    if algorithm.hierarchical or not algorithm.radixed:
+    if algorithm.hierarchical:
+        return tuple(sorted({int(layout.members[m][0]) for m in (0, 1 % layout.num_nodes, layout.num_nodes - 1)}))
+    if not algorithm.radixed:
         return (0,)
     return tuple(int(r) for r in layout.members[0])
 
@@ -627,6 +661,10 @@ def layout_price(layout: Layout, algorithm, radix: int = 2, node_phase: str = "s
     rank for the full walk) with 1-byte blocks. ``uniform``: an Alltoall's flat program."""
     algo = layout.runs(algorithm)
     p = layout.size
+    if ranks is None and not algo.hierarchical:  # every rank's flat program is rank 0's, shifted
+        reps = representative_ranks(layout, algo)
+        return price_program(layout, {0: program(algo, _even_sides(p), radix=radix, uniform=uniform)}, learned,
+                             rule, shifts=reps)
     progs = {}
     for r in (representative_ranks(layout, algo) if ranks is None else ranks):
         if algo.hierarchical:
