@@ -377,10 +377,10 @@ _O = _INDEX["msg_overhead"]
 
 
 def _vec(**coef) -> np.ndarray:
-    v = np.zeros(len(_NAMES))
+    v = [0.0] * len(_NAMES)
     for k, c in coef.items():
         v[_INDEX[k]] += c
-    return v
+    return np.array(v)
 
 
 @dataclass(frozen=True)
@@ -536,12 +536,14 @@ def _sided(units: list, layout: Layout, rank: int, shift: int = 0) -> list:
         if "to" not in u:
             out.append(u)
             continue
-        inter = layout.node_of[(u["to"] + shift) % p] != me
+        to = u["to"] + shift if shift else u["to"]
+        inter = (layout.node_of[to % p if shift else to] != me).astype(float)
         v = {k: x for k, x in u.items() if k not in ("to", "nu", "nc")}
-        for side, mask in (("inter", inter), ("intra", ~inter)):
-            v[f"m_{side}"] = int(mask.sum())
-            v[f"{side}_u"] = float(u["nu"][mask].sum())
-            v[f"{side}_c"] = float(u["nc"][mask].sum())
+        v["m_inter"] = int(inter.sum())
+        v["m_intra"] = int(inter.size) - v["m_inter"]
+        for key, x in (("u", u["nu"]), ("c", u["nc"])):
+            v[f"inter_{key}"] = float(x @ inter)
+            v[f"intra_{key}"] = float(x.sum()) - v[f"inter_{key}"]
         out.append(v)
     return out
 
