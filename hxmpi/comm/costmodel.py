@@ -563,9 +563,10 @@ def price_program(layout: Layout, programs: Mapping[int, StepProgram], learned: 
       staggered (MPI_Alltoall's own linear, each rank from its next peer on: the CPU and the wire
       overlap): max(a + (m + 1) o, 2 m o, a + the bytes' time)
 
-    plus (but for staggered) the node's bytes to other nodes at ``beta_inter + beta_backbone`` (a node's ranks share
-    its link: the sum over the node's ranks in ``programs``, scaled to the whole node where only
-    some are given) and its own to its node at ``beta_intra``; with a NIC, a phase costs at least a
+    plus (but for staggered) the larger of the node's bytes to other nodes at ``beta_inter +
+    beta_backbone`` (a node's ranks share its link: the sum over the node's ranks in ``programs``,
+    scaled to the whole node where only some are given) and the rank's own to its node at
+    ``beta_intra`` (link and loopback run in parallel); with a NIC, a phase costs at least a
     plus the node's inter-node messages at ``1 / nic_msg_rate`` and bytes at ``1 / nic_bandwidth``.
     A blocking exchange runs as Open MPI's rule says (``alltoallv_algorithm``; ``rule`` forces
     one), a nonblocking one linear. ``learned``: Bruck lengths known (no headers, no empty
@@ -607,25 +608,26 @@ def price_program(layout: Layout, programs: Mapping[int, StepProgram], learned: 
                 rows.add(i, *copy)
                 continue
             lat = "alpha_inter" if u["m_inter"] else "alpha_intra"
-            net = dict(beta_inter=node_u, beta_backbone=node_u, beta_intra=u["intra_u"])
-            byte_c = copy[0] + _vec(beta_inter=node_c, beta_backbone=node_c, beta_intra=u["intra_c"])
-            byte_u = copy[1] + _vec(**net)
+            # The node's link and the rank's own intra-node bytes (its loopback) run in parallel.
+            wires = [(_vec(beta_inter=node_c, beta_backbone=node_c), _vec(beta_inter=node_u, beta_backbone=node_u)),
+                     (_vec(beta_intra=u["intra_c"]), _vec(beta_intra=u["intra_u"]))]
             world = u.get("world", False)
             pw = world and kind == "pairwise"
             if kind == "linear":
                 regimes = [_vec(**{lat: 1}, msg_overhead=2 * msgs)]
             elif kind == "staggered":  # each rank starts at its next peer: CPU and wire overlap
-                regimes = [_vec(**{lat: 1}, msg_overhead=msgs + 1), _vec(msg_overhead=2 * msgs)]
-                for reg in regimes:
+                for reg in (_vec(**{lat: 1}, msg_overhead=msgs + 1), _vec(msg_overhead=2 * msgs)):
                     rows.add(i, reg + copy[0], copy[1], world, pw)
-                rows.add(i, _vec(**{lat: 1}) + byte_c, byte_u, world, pw)
+                for c, b in wires:
+                    rows.add(i, _vec(**{lat: 1}) + copy[0] + c, copy[1] + b, world, pw)
                 regimes = []
             elif kind == "pairwise":
                 regimes = [_vec(alpha_inter=u["m_inter"], alpha_intra=u["m_intra"], msg_overhead=2 * msgs)]
             else:
                 regimes = [_vec(**{lat: 1}, msg_overhead=msgs + 1), _vec(msg_overhead=2 * msgs)]
             for reg in regimes:
-                rows.add(i, reg + byte_c, byte_u, world, pw)
+                for c, b in wires:
+                    rows.add(i, reg + copy[0] + c, copy[1] + b, world, pw)
             if u["m_inter"]:  # the NIC: the node's inter-node messages and bytes, one after another
                 rows.add(i, _vec(**{lat: 1}, nic_msg_rate=node_m, nic_bandwidth=node_c) + copy[0],
                          _vec(nic_bandwidth=node_u) + copy[1], world, pw)
