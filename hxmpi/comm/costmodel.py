@@ -1,37 +1,42 @@
-"""Alpha-beta cost model of flat vs hierarchical all-to-all, used by ``algorithm="auto"``.
+"""Cost model of hxmpi's all-to-all calls, used by ``algorithm="auto"``: it prices the step program.
 
-For P = N * G ranks (N nodes of G ranks; irregular layouts use the largest G) and b bytes per
-block, per call and per rank. Each exchange phase costs what the MPI algorithm that runs it
-costs: Open MPI's ``alltoallv_algorithm`` rule picks pairwise rounds or linear posting from the
-communicator size (``MPI_Alltoallv``), and hier's phase 1 is a nonblocking ``Ialltoallv``, which
-Open MPI (libnbc) always runs linear. With m peers, o the CPU cost of posting or completing one
-message, and a the latency of the slowest peer::
+A call's price is the walk of the step programs the planners make (``hxmpi.comm.plan``: the same
+programs the runners execute and ``hxmpi.sim`` replays), so an algorithm is priced from what it
+runs, and a new one (a new planner or ``Algorithm``) needs no model code. ``price_program`` cuts
+each rank's program into units every rank takes at once (a run of copies, a node barrier, a
+message phase: exchanges posted together, one pairwise exchange, one Bruck round) and prices
+each with alpha-beta-LogP terms; a call costs, per unit, its costliest rank, summed over units:
 
-  pairwise: m (a + 2 o)          every round waits for its slowest message
-  linear:   a + 2 m o            all messages in flight at once; the CPU posts them one by one
+  copies                        bytes * B_copy
+  node barrier                  ceil(log2 G) (a_intra + 2 o)
+  linear (all posted at once)   a + 2 m o
+  pairwise rounds, in turn      sum over rounds of (a + 2 o), each at its peer's latency
+  Bruck round of k messages     max(a + (k + 1) o, 2 k o)
+  MPI_Alltoall's own linear     max(a + (m + 1) o, 2 m o, a + bytes)   (each rank from its next peer)
 
-  flat = phase(P-1 peers, a_inter) + G (P-G) b (B_inter + B_backbone) + (G-1) b B_intra + b B_copy + o_flat
-  hier = phase1(N-1 peers, linear, a_inter) + G (P-G) b (B_inter + B_backbone) + node + c P b B_copy + o_hier
-    node, shared-memory phase ("shm"): 2 ceil(log2 G) (a_intra + 2 o)   (two node barriers)
-    node, message-passing phase ("mpi"): phase(G-1 peers, a_intra) + (G-1) N b B_intra
+plus each message phase's bytes: the larger of the node's inter-node bytes (its ranks share its
+link) at B_inter + B_backbone and the rank's own intra-node bytes at B_intra; and, with a NIC
+(``nic_msg_rate``, ``nic_bandwidth``: per node, 0 = none), at least a plus the node's inter-node
+messages and bytes at the NIC's rates. a: the latency, inter-node where any peer is on another
+node; m: peers; o: CPU seconds to post or complete one message; B: seconds per byte. A blocking
+exchange runs as Open MPI's fixed rule says (``alltoallv_algorithm``), a nonblocking one linear
+(libnbc), MPI_Alltoall as Open MPI's decision for it (``alltoall_algorithm``). Even layouts are
+priced from a few representative ranks (``representative_ranks``), checked against the walk of
+every rank in the tests; a layout's prices are made once at 1-byte blocks and cached, so any
+block and pattern is then arithmetic.
 
-B: seconds per byte (1 / bandwidth); inter-node bytes are multiplied by G because the G ranks of
-a node share its link; B_inter + B_backbone where the network between nodes is oversubscribed
-(B_backbone = (R - 1) B_inter for a backbone or spine R times slower than all node links together,
-0 for a non-blocking network: the node's traffic then runs at the slower of link and backbone
-share, and only the sum of the two can be fitted); c P b local copy bytes, as ``hxmpi.comm.plan`` schedules them (shm: pack and
-copy out of the node window, c P = 2P; mpi: pack, repack, unpack, c P = 3P - 2G); o_flat, o_hier: fixed cost of a call (collectives and Python, s). Both
-algorithms move the same inter-node bytes, so hier wins where the saved messages and latencies
-outweigh its copies and node phase: below a crossover block size. ``hxmpi.sim.simulate`` replays
-the exact schedules in SimGrid and reports this model's error against it.
+Whole calls (``predict_call``, ``choose_call``, ``auto_pick``) add the one-shot agreement
+(``agreement_steps``: the steps the simulator replays, priced by ``predict_agreement``) and
+hxmpi's own CPU per path from a ``CpuTimes`` table (``benchmarks/bench_overhead.py --json``;
+``HierComm`` reads ``overhead=FILE``, else env ``HXMPI_OVERHEAD``'s file, else the packaged
+``overhead.json``); without a table they charge the fixed costs o_flat and o_hier.
 
 Parameters come from a calibration file (``benchmarks/calibrate.py`` writes one; pass its path
-as ``HierComm(tuning=...)`` or env ``HXMPI_TUNING``), else from the built-in defaults below
-(a typical InfiniBand cluster node: 1.5 us / 12 GB/s between nodes, 0.4 us / 8 GB/s inside).
-Whole calls (``predict_call``, ``choose_call``, ``auto_pick``) charge hxmpi's own CPU per path from
-a ``CpuTimes`` table (``benchmarks/bench_overhead.py --json``; ``HierComm`` reads
-``overhead=FILE``, else env ``HXMPI_OVERHEAD``'s file, else the packaged ``overhead.json``);
-without a table they charge o_flat and o_hier.
+as ``HierComm(tuning=...)`` or env ``HXMPI_TUNING``), else from the built-in defaults below (a
+typical InfiniBand cluster node). ``CostModel.features`` is the walk's price as coefficients of the
+parameters (linear where no Bruck round or NIC is involved), what ``fit`` fits;
+``hxmpi.sim.simulate`` replays the exact schedules in SimGrid and reports the model's error
+against it.
 """
 from __future__ import annotations
 
@@ -47,24 +52,9 @@ import numpy as np
 
 from ..errors import CpuFileError
 from ._agree import quarter_log2
-from .plan import (
-    ALGORITHM,
-    ALGORITHMS,
-    HEADER_BYTES,
-    NODE_PHASES,
-    Algorithm,
-    BarrierStep,
-    CopyStep,
-    Layout,
-    StepProgram,
-    bruck_rounds,
-    check_radix,
-    exclusive_cumsum,
-    has_hierarchy,
-    program,
-    program_steps,
-    runs_as,
-)
+from .plan import (ALGORITHM, ALGORITHMS, HEADER_BYTES, NODE_PHASES, Algorithm, BarrierStep, CopyStep, Layout,
+                   StepProgram, bruck_rounds, check_radix, exclusive_cumsum, has_hierarchy, program, program_steps,
+                   runs_as)
 
 __all__ = ["alltoallv_algorithm", "alltoall_algorithm", "CostModel", "fit", "CpuTimes", "fixed_cpu", "Pattern",
            "ProgramPrice", "price_program", "layout_price", "representative_ranks", "AgreementStep",
