@@ -613,8 +613,10 @@ def price_program(layout: Layout, programs: Mapping[int, StepProgram], learned: 
                 regimes = []
             elif kind == "pairwise":
                 regimes = [_vec(alpha_inter=u["m_inter"], alpha_intra=u["m_intra"], msg_overhead=2 * msgs)]
-            else:
-                regimes = [_vec(**{lat: 1}, msg_overhead=msgs + 1), _vec(msg_overhead=2 * msgs)]
+            else:  # a round: the wire carries the first messages while the rank posts the rest
+                for reg in (_vec(**{lat: 1}, msg_overhead=msgs + 1), _vec(msg_overhead=2 * msgs)):
+                    rows.add(i, reg + copy[0], copy[1], world, pw)
+                regimes = [_vec(**{lat: 1}, msg_overhead=2)]
             for reg in regimes:
                 for c, b in wires:
                     rows.add(i, reg + copy[0] + c, copy[1] + b, world, pw)
@@ -814,8 +816,8 @@ def choose_call(model: "CostModel", mode: str, nodes: int, per_node: int, patter
 
     Candidates: every algorithm of ``ALGORITHMS`` the layout runs as itself (the hierarchical ones
     where it has a hierarchy), the radixed ones at each radix of ``radices`` up to the size of the
-    communicator their rounds run on (the world, or a lane of one rank per node: a radix of that
-    size is one round to every peer), and MPI_Alltoall for uniform counts.
+    communicator their rounds run on (the world, or a lane of one rank per node) and at that size
+    (one round to every peer), and MPI_Alltoall for uniform counts.
     """
     pat = pattern if isinstance(pattern, Pattern) else Pattern.even(nodes * per_node, pattern)
     hier_ok = has_hierarchy(nodes, per_node)
@@ -824,7 +826,7 @@ def choose_call(model: "CostModel", mode: str, nodes: int, per_node: int, patter
         if runs_as(algo, hier_ok) is not algo:
             continue
         size = nodes if algo.hierarchical else nodes * per_node
-        ks = sorted({min(k, max(size, 2)) for k in radices}) if algo.radixed else [2]
+        ks = sorted({min(k, max(size, 2)) for k in radices} | {max(size, 2)}) if algo.radixed else [2]
         cands += [(algo.name, k) for k in ks]
     if pat.uniform:
         cands.append(("alltoall", 2))
