@@ -366,13 +366,6 @@ _INDEX = {name: i for i, name in enumerate(_NAMES)}
 _O = _INDEX["msg_overhead"]
 
 
-def _vec(**coef) -> np.ndarray:
-    v = [0.0] * len(_NAMES)
-    for k, c in coef.items():
-        v[_INDEX[k]] += c
-    return np.array(v)
-
-
 @dataclass(frozen=True)
 class ProgramPrice:
     """A call's step programs as priced rows, at a block of 1 byte, so any block size is priced by
@@ -420,28 +413,33 @@ class ProgramPrice:
 
 
 class _Rows:
-    """Builder of a ``ProgramPrice``: rows per unit, per rank."""
+    """Builder of a ``ProgramPrice``: blocks of rows (one per rank of a unit), each a (const,
+    per_byte) pair of (ranks, parameters) arrays."""
 
     def __init__(self):
-        self.rows: list = []
+        self.blocks: list = []
 
-    def add(self, unit: int, const: np.ndarray, per_byte: np.ndarray, world=False, pairwise=False) -> None:
-        self.rows.append((unit, const, per_byte, world, pairwise))
+    def add(self, unit: int, const: np.ndarray, per_byte: np.ndarray, world: bool, pairwise: bool) -> None:
+        self.blocks.append((unit, const, per_byte, world, pairwise))
 
     def done(self, units: int) -> ProgramPrice:
-        if not self.rows:
+        if not self.blocks:
             z = np.zeros((0, len(_NAMES)))
             return ProgramPrice(np.zeros(0, dtype=np.int64), z, z, np.zeros(0), np.zeros(0, dtype=bool), 0)
-        # Identical rows (ranks alike) price alike: keep one.
-        seen, keep = set(), []
-        for r in self.rows:
-            key = (r[0], r[1].tobytes(), r[2].tobytes(), r[3], r[4])
-            if key not in seen:
-                seen.add(key)
-                keep.append(r)
-        unit, const, per_byte, world, pairwise = zip(*keep)
-        return ProgramPrice(np.array(unit, dtype=np.int64), np.array(const), np.array(per_byte),
-                            np.array(world, dtype=float), np.array(pairwise, dtype=bool), units)
+        rows = np.concatenate([np.column_stack([np.full(len(c), u), c, b, np.full(len(c), w), np.full(len(c), pw)])
+                               for u, c, b, w, pw in self.blocks])
+        k = len(_NAMES)
+        return ProgramPrice(rows[:, 0].astype(np.int64), rows[:, 1:1 + k], rows[:, 1 + k:1 + 2 * k],
+                            rows[:, 1 + 2 * k], rows[:, 2 + 2 * k].astype(bool), units)
+
+
+def _cols(n: int, **coef) -> np.ndarray:
+    """(n, parameters) coefficients: each named parameter's column set to its value (a number or
+    an array of n)."""
+    out = np.zeros((n, len(_NAMES)))
+    for name, v in coef.items():
+        out[:, _INDEX[name]] += v
+    return out
 
 
 def _units(layout: Layout, rank: int, prog: StepProgram, learned: bool, rule: str) -> list:
@@ -580,50 +578,60 @@ def price_program(layout: Layout, programs: Mapping[int, StepProgram], learned: 
             us = [per_rank[r][i] for r in ranks if i < len(per_rank[r]) and "m_inter" in per_rank[r][i]]
             load[node, i] = tuple(scale * sum(u[k] for u in us) for k in ("inter_u", "inter_c", "m_inter"))
     rows = _Rows()
-    for r, us in per_rank.items():
-        node = int(layout.node_of[r])
-        for i, u in enumerate(us):
-            kind = u["kind"]
-            if kind == "barrier":
-                rounds = math.ceil(math.log2(u["size"])) if u["size"] > 1 else 0
-                rows.add(i, _vec(alpha_intra=rounds, msg_overhead=2 * rounds), _vec())
-                continue
-            copy = _vec(beta_copy=u["copy_c"]), _vec(beta_copy=u["copy_u"])
-            if kind == "copy":
-                rows.add(i, *copy)
-                continue
-            node_u, node_c, node_m = load[node, i]
-            msgs = u["m_inter"] + u["m_intra"]
-            if not msgs:
-                rows.add(i, *copy)
-                continue
-            lat = "alpha_inter" if u["m_inter"] else "alpha_intra"
-            # The node's link and the rank's own intra-node bytes (its loopback) run in parallel.
-            wires = [(_vec(beta_inter=node_c, beta_backbone=node_c), _vec(beta_inter=node_u, beta_backbone=node_u)),
-                     (_vec(beta_intra=u["intra_c"]), _vec(beta_intra=u["intra_u"]))]
-            world = u.get("world", False)
-            pw = world and kind == "pairwise"
-            if kind == "linear":
-                regimes = [_vec(**{lat: 1}, msg_overhead=2 * msgs)]
-            elif kind == "staggered":  # each rank starts at its next peer: CPU and wire overlap
-                for reg in (_vec(**{lat: 1}, msg_overhead=msgs + 1), _vec(msg_overhead=2 * msgs)):
-                    rows.add(i, reg + copy[0], copy[1], world, pw)
-                for c, b in wires:
-                    rows.add(i, _vec(**{lat: 1}) + copy[0] + c, copy[1] + b, world, pw)
-                regimes = []
-            elif kind == "pairwise":
-                regimes = [_vec(alpha_inter=u["m_inter"], alpha_intra=u["m_intra"], msg_overhead=2 * msgs)]
-            else:  # a round: the wire carries the first messages while the rank posts the rest
-                for reg in (_vec(**{lat: 1}, msg_overhead=msgs + 1), _vec(msg_overhead=2 * msgs)):
-                    rows.add(i, reg + copy[0], copy[1], world, pw)
-                regimes = [_vec(**{lat: 1}, msg_overhead=2)]
-            for reg in regimes:
-                for c, b in wires:
-                    rows.add(i, reg + copy[0] + c, copy[1] + b, world, pw)
-            if u["m_inter"]:  # the NIC: the node's inter-node messages and bytes, one after another
-                rows.add(i, _vec(**{lat: 1}, nic_msg_rate=node_m, nic_bandwidth=node_c) + copy[0],
-                         _vec(nic_bandwidth=node_u) + copy[1], world, pw)
+    for i in range(units):
+        at = [(r, us[i]) for r, us in per_rank.items() if i < len(us)]
+        for kind in {u["kind"] for _, u in at}:
+            group = [(r, u) for r, u in at if u["kind"] == kind]
+            _unit_rows(rows, i, kind, group, layout, load)
     return rows.done(units)
+
+
+def _unit_rows(rows: _Rows, i: int, kind: str, group: list, layout: Layout, load: dict) -> None:
+    """Rows of unit ``i`` for its ranks of one ``kind`` (see ``price_program``), all ranks at once."""
+    n = len(group)
+    col = lambda key: np.array([u[key] for _, u in group], dtype=float)  # noqa: E731
+    if kind == "barrier":
+        size = col("size")
+        rounds = np.where(size > 1, np.ceil(np.log2(np.maximum(size, 1))), 0.0)
+        rows.add(i, _cols(n, alpha_intra=rounds, msg_overhead=2 * rounds), _cols(n), False, False)
+        return
+    copy_c, copy_u = _cols(n, beta_copy=col("copy_c")), _cols(n, beta_copy=col("copy_u"))
+    if kind == "copy":
+        rows.add(i, copy_c, copy_u, False, False)
+        return
+    world = bool(group[0][1].get("world", False))
+    pw = world and kind == "pairwise"
+    nodes = [int(layout.node_of[r]) for r, _ in group]
+    node_u, node_c, node_m = (np.array([load[m, i][k] for m in nodes]) for k in range(3))
+    m_inter, m_intra = col("m_inter"), col("m_intra")
+    msgs = m_inter + m_intra
+    lat = _cols(n, alpha_inter=(m_inter > 0) * 1.0, alpha_intra=(m_inter == 0) * (msgs > 0) * 1.0)
+    ovh = lambda per_msg, extra=0.0: _cols(n, msg_overhead=np.where(msgs > 0, per_msg * msgs + extra, 0.0))  # noqa: E731
+    # The node's link and the rank's own intra-node bytes (its loopback) run in parallel.
+    has = (msgs > 0) * 1.0  # a rank that sends nothing here waits for nobody's bytes
+    wires = [(_cols(n, beta_inter=has * node_c, beta_backbone=has * node_c),
+              _cols(n, beta_inter=has * node_u, beta_backbone=has * node_u)),
+             (_cols(n, beta_intra=col("intra_c")), _cols(n, beta_intra=col("intra_u")))]
+    alone = []  # regimes without the bytes' time
+    if kind == "linear":
+        regimes = [lat + ovh(2)]
+    elif kind == "pairwise":
+        regimes = [_cols(n, alpha_inter=m_inter, alpha_intra=m_intra) + ovh(2)]
+    elif kind == "staggered":  # each rank starts at its next peer: CPU and wire overlap
+        alone = [lat + ovh(1, 1.0), ovh(2)]
+        regimes = [lat]
+    else:  # a Bruck round: the wire carries the first messages while the rank posts the rest
+        alone = [lat + ovh(1, 1.0), ovh(2)]
+        regimes = [lat + _cols(n, msg_overhead=np.where(msgs > 0, 2.0, 0.0))]
+    for reg in alone:
+        rows.add(i, reg + copy_c, copy_u, world, pw)
+    for reg in regimes:
+        for c, b in wires:
+            rows.add(i, reg + copy_c + c, copy_u + b, world, pw)
+    if (m_inter > 0).any():  # the NIC: the node's inter-node messages and bytes, one after another
+        on = (m_inter > 0) * 1.0
+        rows.add(i, lat + copy_c + _cols(n, nic_msg_rate=on * node_m, nic_bandwidth=on * node_c),
+                 copy_u + _cols(n, nic_bandwidth=on * node_u), world, pw)
 
 
 def _even_sides(p: int) -> tuple:
