@@ -126,7 +126,7 @@ class CostModel:
         algo = runs_as(algorithm, has_hierarchy(nodes, per_node))
         if algo.radixed:
             raise ValueError(f"features: {algo.name}'s rounds are not linear in the parameters; use predict")
-        sk = _skeleton(nodes, per_node, algo.name, 2, node_phase, True, "")
+        sk = _skeleton(_shape(nodes, per_node), algo.name, 2, node_phase, True, "")
         f = sk.linear(float(block))
         f[_INDEX["overhead_hier" if algo.hierarchical else "overhead_flat"]] += 1.0
         return f
@@ -143,7 +143,8 @@ class CostModel:
             raise ValueError(f"node_phase must be one of {tuple(NODE_PHASES)}, got {node_phase!r}")
         algo = runs_as(algorithm, has_hierarchy(nodes, per_node))
         fixed = self.overhead_hier if algo.hierarchical else self.overhead_flat
-        return fixed + _skeleton(nodes, per_node, algo.name, 2, node_phase, True, "").price(self, float(block))
+        return fixed + _skeleton(_shape(nodes, per_node), algo.name, 2, node_phase, True, "").price(self,
+                                                                                                  float(block))
 
     def choose(self, nodes: int, per_node: int, block: float, node_phase: str = "shm") -> str:
         """"hier" or "flat", whichever the model predicts faster."""
@@ -681,17 +682,28 @@ def layout_price(layout: Layout, algorithm, radix: int = 2, node_phase: str = "s
 
 
 @lru_cache(maxsize=512)
-def _skeleton(nodes: int, per_node: int, algorithm: str, radix: int, node_phase: str, learned: bool,
-              rule: str) -> ProgramPrice:
-    """``layout_price`` of N nodes of G ranks, cached: a layout's prices are made once, then any
-    block and pattern is arithmetic."""
-    return layout_price(_layout(nodes, per_node), algorithm, radix, node_phase, learned, rule,
-                        uniform=rule != "")
+def _skeleton(shape: tuple, algorithm: str, radix: int, node_phase: str, learned: bool, rule: str) -> ProgramPrice:
+    """``layout_price`` of consecutive nodes of ``shape``'s sizes, cached: a layout's prices are
+    made once, then any block and pattern is arithmetic."""
+    return layout_price(_layout(shape), algorithm, radix, node_phase, learned, rule, uniform=rule != "")
 
 
 @lru_cache(maxsize=16)
-def _layout(nodes: int, per_node: int) -> Layout:
-    return Layout(np.repeat(np.arange(nodes), per_node))
+def _layout(shape: tuple) -> Layout:
+    return Layout(np.repeat(np.arange(len(shape)), shape))
+
+
+#: Irregular layouts up to this many ranks are priced by the walk of every rank's program; larger
+#: ones as nodes of the largest size (the walk of every rank would cost seconds there).
+IRREGULAR_WALK_MAX = 256
+
+
+def _shape(nodes: int, per_node: int, sizes: Optional[Sequence[int]] = None) -> tuple:
+    """Node sizes of a call: ``sizes`` where given (irregular ones above ``IRREGULAR_WALK_MAX``
+    ranks as nodes of the largest), else ``nodes`` nodes of ``per_node``."""
+    if sizes is None or (len(set(sizes)) > 1 and sum(sizes) > IRREGULAR_WALK_MAX):
+        return (int(per_node if sizes is None else max(sizes)),) * int(nodes if sizes is None else len(sizes))
+    return tuple(int(g) for g in sizes)
 
 
 # --------------------------------------------------------------------------------- the agreement
@@ -745,7 +757,7 @@ def predict_agreement(model: "CostModel", nodes: int, per_node: int, hier: bool,
         if st.kind == "allreduce":
             t += _allreduce(model, nodes, per_node, st.nbytes)
         elif st.kind == "alltoall":
-            t += _alltoall(model, nodes, per_node, st.nbytes)
+            t += _alltoall(model, _shape(nodes, per_node), st.nbytes)
         else:
             rounds = math.ceil(math.log2(per_node)) if per_node > 1 else 0
             t += rounds * (model.alpha_intra + 2 * model.msg_overhead) + (per_node - 1) * st.nbytes * model.beta_intra
@@ -765,20 +777,21 @@ def alltoall_algorithm(size: int, block: float) -> str:
     return "bruck" if block < below else "staggered"
 
 
-def _alltoall(m: "CostModel", nodes: int, per_node: int, block: float) -> float:
-    """Seconds of MPI_Alltoall of ``block``-byte blocks, run as ``alltoall_algorithm`` says: the
-    flat program's exchange priced as radix-2 Bruck rounds (no headers) or staggered linear. The
-    library's own copies are left out, as the replay's MPI runs them: a CPU-free lower bound."""
-    how = alltoall_algorithm(nodes * per_node, block)
+def _alltoall(m: "CostModel", shape: tuple, block: float) -> float:
+    """Seconds of MPI_Alltoall of ``block``-byte blocks on nodes of ``shape``, run as
+    ``alltoall_algorithm`` says: the flat program's exchange priced as radix-2 Bruck rounds (no
+    headers) or staggered linear. The library's own copies are left out, as the replay's MPI runs
+    them: a CPU-free lower bound."""
+    how = alltoall_algorithm(sum(shape), block)
     m = replace(m, beta_copy=0.0)
     if how == "bruck":
-        return _skeleton(nodes, per_node, "bruck", 2, "shm", True, "").price(m, block)
-    return _skeleton(nodes, per_node, "flat", 2, "shm", True, how).price(m, block)
+        return _skeleton(shape, "bruck", 2, "shm", True, "").price(m, block)
+    return _skeleton(shape, "flat", 2, "shm", True, how).price(m, block)
 
 
-def _predict_call(m: "CostModel", algorithm: str, mode: str, nodes: int, per_node: int, pat: Pattern,
-                  node_phase: str, radix: int, cpu, numpy: bool) -> float:
-    n, g, p = nodes, per_node, pat.size
+def _predict_call(m: "CostModel", algorithm: str, mode: str, shape: tuple, pat: Pattern, node_phase: str,
+                  radix: int, cpu, numpy: bool) -> float:
+    n, g, p = len(shape), max(shape), pat.size
     hier_ok = has_hierarchy(n, g)
     call = "alltoall" if algorithm == "alltoall" else runs_as(algorithm, hier_ok).name
     hier = call != "alltoall" and ALGORITHM[call].hierarchical
@@ -788,23 +801,25 @@ def _predict_call(m: "CostModel", algorithm: str, mode: str, nodes: int, per_nod
         t += cpu(key) if cpu is not None else fixed_cpu(m, key)
     b = pat.rank_bytes / p                        # effective block
     if call == "alltoall":
-        return t + _alltoall(m, n, g, b)
+        return t + _alltoall(m, shape, b)
     # Pairwise rounds each wait for the larger of their two blocks (flat: the agreed sum).
     pair = pat.pairwise_bytes / (p * (p - 1)) if pat.pairwise_bytes and p > 1 else None
     frac = min(pat.rank_messages, p - 1.0) / (p - 1) if p > 1 else 1.0
     k = radix if ALGORITHM[call].radixed else 2
-    sk = _skeleton(n, g, call, k, node_phase, mode != "oneshot", "")
+    sk = _skeleton(shape, call, k, node_phase, mode != "oneshot", "")
     return t + sk.price(m, b, pair, frac)
 
 
 def predict_call(model: "CostModel", algorithm: str, mode: str, nodes: int, per_node: int, pattern,
-                 node_phase: str = "shm", radix: int = 2, cpu=None, numpy: bool = False) -> float:
+                 node_phase: str = "shm", radix: int = 2, cpu=None, numpy: bool = False,
+                 sizes: Optional[Sequence[int]] = None) -> float:
     """Predicted seconds of a whole call: ``mode`` "oneshot" (agreement + CPU + exchange), "plan"
     (CPU + exchange, lengths known) or "bare" (the exchange alone).
 
     ``pattern``: a ``Pattern`` or a block size (bytes, even counts). ``cpu(key)``: hxmpi's CPU seconds
     per path ("flat", "hier_plan", ...; default: the model's fixed costs). ``numpy``: the
-    ``alltoallv(array, counts)`` form (its agreement also exchanges counts).
+    ``alltoallv(array, counts)`` form (its agreement also exchanges counts). ``sizes``: the node
+    sizes where they differ (default: ``nodes`` nodes of ``per_node`` ranks).
     """
     if algorithm not in CALL_ALGORITHMS:
         raise ValueError(f"algorithm must be one of {CALL_ALGORITHMS}, got {algorithm!r}")
@@ -812,33 +827,36 @@ def predict_call(model: "CostModel", algorithm: str, mode: str, nodes: int, per_
         raise ValueError(f"mode must be 'oneshot', 'plan' or 'bare', got {mode!r}")
     if node_phase not in NODE_PHASES:
         raise ValueError(f"node_phase must be one of {tuple(NODE_PHASES)}, got {node_phase!r}")
-    pat = pattern if isinstance(pattern, Pattern) else Pattern.even(nodes * per_node, pattern)
+    pat = pattern if isinstance(pattern, Pattern) else Pattern.even(sum(_shape(nodes, per_node, sizes)), pattern)
     if algorithm == "alltoall" and not pat.uniform:
         raise ValueError("alltoall needs uniform counts")
-    return _predict_call(model, algorithm, mode, nodes, per_node, pat, node_phase, radix, cpu, numpy)
+    return _predict_call(model, algorithm, mode, _shape(nodes, per_node, sizes), pat, node_phase, radix, cpu,
+                         numpy)
 
 
 def choose_call(model: "CostModel", mode: str, nodes: int, per_node: int, pattern, node_phase: str = "shm",
-                cpu=None, numpy: bool = False, radices=RADICES) -> tuple[str, int, float]:
+                cpu=None, numpy: bool = False, radices=RADICES,
+                sizes: Optional[Sequence[int]] = None) -> tuple[str, int, float]:
     """(algorithm, radix, predicted seconds) of the fastest call the model knows for this pattern.
 
     Candidates: every algorithm of ``ALGORITHMS`` the layout runs as itself (the hierarchical ones
     where it has a hierarchy), the radixed ones at each radix of ``radices`` up to the size of the
     communicator their rounds run on (the world, or a lane of one rank per node) and at that size
-    (one round to every peer), and MPI_Alltoall for uniform counts.
+    (one round to every peer), and MPI_Alltoall for uniform counts. ``sizes``: as ``predict_call``.
     """
-    pat = pattern if isinstance(pattern, Pattern) else Pattern.even(nodes * per_node, pattern)
-    hier_ok = has_hierarchy(nodes, per_node)
+    shape = _shape(nodes, per_node, sizes)
+    pat = pattern if isinstance(pattern, Pattern) else Pattern.even(sum(shape), pattern)
+    hier_ok = has_hierarchy(len(shape), max(shape))
     cands = []
     for algo in ALGORITHM.values():
         if runs_as(algo, hier_ok) is not algo:
             continue
-        size = nodes if algo.hierarchical else nodes * per_node
+        size = len(shape) if algo.hierarchical else sum(shape)
         ks = sorted({min(k, max(size, 2)) for k in radices} | {max(size, 2)}) if algo.radixed else [2]
         cands += [(algo.name, k) for k in ks]
     if pat.uniform:
         cands.append(("alltoall", 2))
-    best = min((predict_call(model, a, mode, nodes, per_node, pat, node_phase, k, cpu, numpy), i)
+    best = min((predict_call(model, a, mode, nodes, per_node, pat, node_phase, k, cpu, numpy, shape), i)
                for i, (a, k) in enumerate(cands))
     algo, radix = cands[best[1]]
     return algo, radix, best[0]
@@ -852,17 +870,18 @@ def pattern_class(pattern: Pattern) -> tuple:
 
 
 def auto_pick(model: "CostModel", mode: str, nodes: int, per_node: int, pattern: Pattern,
-              node_phase: str = "shm", hier_possible: bool = True, cpu=None) -> tuple[str, int]:
+              node_phase: str = "shm", hier_possible: bool = True, cpu=None,
+              sizes: Optional[Sequence[int]] = None) -> tuple[str, int]:
     """What ``HierComm(algorithm="auto")`` runs: (one of hxmpi's algorithms, Bruck radix).
 
     ``choose_call`` on the representative of the pattern's class (``pattern_class``), so that one
     pick serves every call of the class; MPI_Alltoall ("alltoall") is hxmpi's flat path of an
     ``Alltoall`` call, and the hierarchical ones run flat where the layout has no hierarchy
     (``hier_possible`` False). ``mode``: "oneshot" or "plan". ``cpu``: hxmpi's CPU per path
-    (``CpuTimes``; default: the model's fixed costs).
+    (``CpuTimes``; default: the model's fixed costs). ``sizes``: the node sizes where they differ.
     """
     size, uniform, *sums = pattern_class(pattern)
     total, messages, recv_sq, pairwise = (None if q is None else 2.0 ** (q / 4) - 1.0 for q in sums)
     rep = Pattern(size, total, messages, recv_sq, uniform, pairwise)
-    algo, radix, _ = choose_call(model, mode, nodes, per_node, rep, node_phase, cpu)
+    algo, radix, _ = choose_call(model, mode, nodes, per_node, rep, node_phase, cpu, sizes=sizes)
     return ("flat" if algo == "alltoall" else runs_as(algo, hier_possible).name), radix

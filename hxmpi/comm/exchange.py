@@ -488,7 +488,7 @@ class HierComm:
                 self._choices.clear()
             t = self.topology
             name, radix = auto_pick(self.cost_model, mode, t.num_nodes, t.max_node_size, pat, self.node_phase,
-                                    self._hier_possible, self.cpu_times)
+                                    self._hier_possible, self.cpu_times, self.layout.node_sizes)
             pick = self._choices[key] = (ALGORITHM[name], radix)
         return pick
 

@@ -528,11 +528,14 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
     n, g, p = layout.num_nodes, layout.max_node_size, layout.size
     cpu = cpu or CpuTimes.fixed(model)
     hier_ok = layout.hier_possible
-    pick = lambda mode: choose_call(model, mode, n, g, pattern, node_phase, cpu, numpy)  # noqa: E731
+    sizes = layout.node_sizes  # the model prices the layout itself, as HierComm's auto does
+    pick = lambda mode: choose_call(model, mode, n, g, pattern, node_phase, cpu, numpy, sizes=sizes)  # noqa: E731
     auto, auto_plan = pick("oneshot"), pick("plan")
-    radix = {a: min(RADICES, key=lambda k: predict_call(model, a, "plan", n, g, pattern, node_phase, k, cpu))
+    radix = {a: min(RADICES, key=lambda k: predict_call(model, a, "plan", n, g, pattern, node_phase, k, cpu,
+                                                        sizes=sizes))
              if has_radix(a) else 2 for a in ALGORITHMS}
-    model_s = lambda algo, mode, k=2: predict_call(model, algo, mode, n, g, pattern, node_phase, k, cpu, numpy)  # noqa: E731
+    model_s = lambda algo, mode, k=2: predict_call(model, algo, mode, n, g, pattern, node_phase, k, cpu, numpy,  # noqa: E731
+                                                   sizes)
     usable = [a for a in ALGORITHMS if hier_ok or not needs_hierarchy(a)]
     rec = {"nodes": n, "ranks_per_node": g, "node_sizes": list(layout.node_sizes), "block_bytes": block,
            "uneven": uneven, "by_model": p > max_replay_ranks,
