@@ -99,8 +99,10 @@ def main(argv=None) -> int:
         data = json.loads(f.read_text())
         if data.get("benchmark") != "simulate" or "cpu_s_per_call" not in data:
             continue
-        rows += priced(data, f.name)
-        sources[f.name] = data["provenance"]
+        got = priced(data, f.name)
+        if got:  # files of the model alone (worlds above --max-replay-ranks) have no replay
+            rows += got
+            sources[f.name] = data["provenance"]
     if not rows:
         print("error: no replayed record in the files given", file=sys.stderr)
         return 2
