@@ -399,9 +399,8 @@ class ProgramPrice:
         t = t + b * (self.per_byte @ theta)
         if not self.units:
             return 0.0
-        out = np.full(self.units, -np.inf)
-        np.maximum.at(out, self.unit, t)
-        return float(out.sum())
+        starts = np.flatnonzero(np.r_[True, self.unit[1:] != self.unit[:-1]])  # rows come in unit order
+        return float(np.maximum.reduceat(t, starts).sum())
 
     def linear(self, block: float) -> np.ndarray:
         """Coefficients of ``vector()`` at ``block`` where each unit has one costliest row whatever
@@ -429,6 +428,12 @@ class _Rows:
             return ProgramPrice(np.zeros(0, dtype=np.int64), z, z, np.zeros(0), np.zeros(0, dtype=bool), 0)
         rows = np.concatenate([np.column_stack([np.full(len(c), u), c, b, np.full(len(c), w), np.full(len(c), pw)])
                                for u, c, b, w, pw in self.blocks])
+        # Ranks alike price alike: one row of each (rows compared as bytes), in unit order.
+        rows = np.ascontiguousarray(rows)
+        _, keep = np.unique(rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel(),
+                            return_index=True)
+        rows = rows[np.sort(keep)]
+        rows = rows[np.argsort(rows[:, 0], kind="stable")]
         k = len(_NAMES)
         return ProgramPrice(rows[:, 0].astype(np.int64), rows[:, 1:1 + k], rows[:, 1 + k:1 + 2 * k],
                             rows[:, 1 + 2 * k], rows[:, 2 + 2 * k].astype(bool), units)
