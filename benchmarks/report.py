@@ -326,6 +326,24 @@ def render_simulate(d):
     return "\n\n".join(out)
 
 
+def render_model_error(d):
+    """``model_error.py``'s file: the cost model's error against every replay, per call kind."""
+    out = ["Today's cost model against the replays of the files below (each file's platform, CPU per path and "
+           "counts); |model - replay| / replay per call kind (one-shot calls, plans `_plan`, bare MPI calls, the "
+           "agreement, and auto's picks):"]
+    rows = [(k, pct(v["mean_rel_error"]), pct(v["max_rel_error"]), v["points"]) for k, v in d["summary"].items()]
+    out.append(table(["call", "mean error", "max error", "points"], rows))
+    worst: dict = {}
+    for r in d["rows"]:
+        key = (r["source"], r["nodes"], r["ranks_per_node"])
+        if r["rel_error"] > worst.get(key, (0.0,))[0]:
+            worst[key] = (r["rel_error"], r["field"], r["block_bytes"])
+    out.append("The worst point of each layout:")
+    out.append(table(["replays from", "layout", "worst call", "block", "error"],
+                     [(f"`{src}`", f"{n}x{g}", f, size(b), pct(e)) for (src, n, g), (e, f, b) in worst.items()]))
+    return "\n\n".join(out)
+
+
 def _p2p_rows(d):
     """The point-to-point measurements the fit also uses: each as published (a time, and for a
     bandwidth point, bytes over that time), the parameters it pins, and where it was published."""
@@ -484,7 +502,7 @@ RENDERERS = {"suite": render_suite, "osu_alltoallv": render_osu, "mpi_call": ren
              "overhead-combined": render_overhead_combined, "pack": render_pack, "msg_accounting": render_msg_accounting, "memory": render_memory,
              "calibrate": render_calibrate, "simulate-compare": render_compare, "simulate": render_simulate,
              "fit_slingshot": render_fit_slingshot, "train": render_train, "straggler_card": render_straggler_card, "staging": render_staging,
-             "overlap": render_overlap}
+             "overlap": render_overlap, "model_error": render_model_error}
 
 
 def render(path: Path) -> str:

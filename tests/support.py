@@ -178,7 +178,7 @@ def auto_expected(comm, hc, send_bytes, uniform=False, mode="oneshot") -> tuple:
                       pattern.pairwise_bytes)
     t = hc.topology
     return auto_pick(hc.cost_model, mode, t.num_nodes, t.max_node_size, pattern, hc.node_phase,
-                     hc.layout.hier_possible, hc.cpu_times)
+                     hc.layout.hier_possible, hc.cpu_times, hc.layout.node_sizes)
 
 
 def ran(hc) -> tuple:

@@ -31,8 +31,9 @@ def test_open_mpi_rule_and_phase_costs():
     assert [alltoallv_algorithm(p) for p in (2, 3, 4, 63, 64, 127, 128, 255, 256, 1023, 1024)] == \
         ["pairwise"] * 2 + ["linear"] * 2 + ["pairwise"] * 2 + ["linear"] * 2 + ["pairwise"] * 2 + ["linear"]
     m = CostModel(overhead_flat=0, overhead_hier=0, beta_copy=0, beta_inter=0, beta_intra=0, msg_overhead=0)
-    # Pairwise flat pays one latency per peer, linear flat one in all; hier's lane phase is linear.
-    assert m.predict("flat", 8, 8, 8) == pytest.approx(63 * m.alpha_inter)
+    # Pairwise flat pays one latency per peer (of its own kind: 56 on other nodes, 7 on its own),
+    # linear flat one in all; hier's lane phase is linear.
+    assert m.predict("flat", 8, 8, 8) == pytest.approx(56 * m.alpha_inter + 7 * m.alpha_intra)
     assert m.predict("flat", 4, 4, 8) == pytest.approx(m.alpha_inter)
     assert m.predict("hier", 8, 8, 8) == pytest.approx(m.alpha_inter + 6 * m.alpha_intra)  # 2 barriers of 3
     # An oversubscribed backbone slows the inter-node bytes of both algorithms alike.
@@ -105,17 +106,19 @@ def test_whole_call_parts():
         assert predict_call(m, "bruck", "bare", 64, 8, 8, radix=k) == pytest.approx(rounds * 1e-6)
     # A round of k messages each way costs max(L + (k + 1) o, 2 k o) (LogP): the rank posts its k
     # sends, and receives each arrival as it comes; only where posting outlasts the latency is it
-    # 2 k o of CPU. 8 ranks, radix 8: one round of 7 messages.
+    # 2 k o of CPU. 8 ranks on 2 nodes, radix 8: one round of 7 messages, some to the other node.
     with_o = replace(m, msg_overhead=0.1e-6)
-    assert predict_call(with_o, "bruck", "bare", 1, 8, 8, radix=8) == pytest.approx(1e-6 + 8 * 0.1e-6)
+    assert predict_call(with_o, "bruck", "bare", 2, 4, 8, radix=8) == pytest.approx(1e-6 + 8 * 0.1e-6)
     cpu_bound = replace(with_o, alpha_inter=0.5e-6)
-    assert predict_call(cpu_bound, "bruck", "bare", 1, 8, 8, radix=8) == pytest.approx(14 * 0.1e-6)
-    # A one-shot call is its plan plus the agreement (9 recursive-doubling steps at 512 ranks) and
-    # the CPU difference between the two paths.
+    assert predict_call(cpu_bound, "bruck", "bare", 2, 4, 8, radix=8) == pytest.approx(14 * 0.1e-6)
+    # On one node every message is the node's own: its latency is the intra-node one.
+    assert predict_call(with_o, "bruck", "bare", 1, 8, 8, radix=8) == pytest.approx(14 * 0.1e-6)
+    # A one-shot call is its plan plus the agreement (9 recursive-doubling steps at 512 ranks, the
+    # first 3 on the node, at intra-node latency, here 0) and the CPU difference between the two paths.
     cpu = {"hier": 30e-6, "hier_plan": 10e-6}.get
     one = predict_call(m, "hier", "oneshot", 64, 8, 8, cpu=cpu)
     plan = predict_call(m, "hier", "plan", 64, 8, 8, cpu=cpu)
-    assert predict_agreement(m, 64, 8, hier=False) == pytest.approx(9e-6)
+    assert predict_agreement(m, 64, 8, hier=False) == pytest.approx(6e-6)
     assert one - plan == pytest.approx(predict_agreement(m, 64, 8, hier=True) + 20e-6)
     # The numpy form also exchanges the counts first.
     assert predict_call(m, "flat", "oneshot", 64, 8, 8, numpy=True) > predict_call(m, "flat", "oneshot", 64, 8, 8)
@@ -154,7 +157,7 @@ def test_auto_pick_is_choose_call_per_pattern_class():
     """What HierComm's "auto" runs: the model's pick for the pattern's class, hxmpi's names only."""
     from dataclasses import replace
 
-    from hxmpi.comm.costmodel import Pattern, auto_pick, choose_call, pattern_class
+    from hxmpi.comm.costmodel import CpuTimes, Pattern, auto_pick, choose_call, pattern_class
     from hxmpi.sim.simulate import PRESETS
     hdr = PRESETS["hdr"]
     small = Pattern.even(512, 8)
@@ -165,7 +168,8 @@ def test_auto_pick_is_choose_call_per_pattern_class():
     assert choose_call(hdr, "oneshot", 64, 8, Pattern.even(512, 4096))[0] == "alltoall"
     assert auto_pick(hdr, "oneshot", 64, 8, Pattern.even(512, 4096)) == ("flat", 2)
     # Mid blocks go hierarchical, large ones flat; without a hierarchy, never a hier algorithm.
-    assert auto_pick(hdr, "plan", 32, 8, Pattern.even(256, 512))[0] == "hier"
+    # (with hxmpi's measured CPU per path, as HierComm prices: the fixed costs overcharge hier)
+    assert auto_pick(hdr, "plan", 32, 8, Pattern.even(256, 512), cpu=CpuTimes.load())[0] == "hier"
     assert auto_pick(hdr, "plan", 32, 8, Pattern.even(256, 512), hier_possible=False)[0] in ("flat", "bruck")
     assert auto_pick(hdr, "plan", 64, 8, Pattern.even(512, 65536)) == ("flat", 2)
     # One class: sums within a few percent of each other; a factor 2 is another class.
@@ -173,3 +177,151 @@ def test_auto_pick_is_choose_call_per_pattern_class():
     assert pattern_class(replace(a, total_bytes=a.total_bytes * 1.02)) == pattern_class(a)
     assert pattern_class(replace(a, total_bytes=a.total_bytes * 2)) != pattern_class(a)
     assert pattern_class(replace(a, uniform=False)) != pattern_class(a)
+
+
+# ----------------------------------------------------------------------- pricing the step program
+def _walk_model(**kw):
+    """Every parameter non-zero and distinct, a NIC on: a price that sums every term."""
+    base = dict(alpha_intra=0.3e-6, beta_intra=1 / 7e9, alpha_inter=2.1e-6, beta_inter=1 / 11e9, beta_copy=1 / 9e9,
+                msg_overhead=0.17e-6, beta_backbone=0.5 / 11e9, nic_msg_rate=40e6, nic_bandwidth=30e9)
+    return CostModel(**{**base, **kw})
+
+
+def test_every_algorithm_is_priced_from_its_program():
+    """predict_call's bare price of each algorithm is the walk of the programs its planner makes."""
+    from hxmpi.comm.costmodel import layout_price, predict_call
+    from hxmpi.comm.plan import ALGORITHMS, Layout
+    m = _walk_model()
+    layout = Layout(np.repeat(np.arange(4), 3))
+    for name in ALGORITHMS:
+        for phase in ("shm", "mpi"):
+            for radix in (2, 3):
+                want = layout_price(layout, name, radix, phase).price(m, 640.0)
+                assert predict_call(m, name, "bare", 4, 3, 640, phase, radix) == pytest.approx(want, rel=1e-12)
+
+
+def test_a_new_algorithm_is_priced_without_model_code():
+    """An Algorithm the model has never seen (radix-3 Bruck lanes, pairwise flat rounds) is priced
+    from its program: one inter-node latency per round, the node barriers' intra-node ones."""
+    from hxmpi.comm.costmodel import layout_price
+    from hxmpi.comm.plan import Algorithm, Layout, Rounds
+    lat = CostModel(alpha_inter=1e-6, alpha_intra=0.25e-6, beta_inter=0, beta_intra=0, beta_copy=0, msg_overhead=0)
+    lanes3 = Algorithm("lanes_bruck3", "lanes", Rounds.ROUNDS_BRUCK)
+    # 27 nodes of 2: ceil(log3 27) = 3 lane rounds; shm: 2 barriers of ceil(log2 2) = 1 round each.
+    got = layout_price(Layout(np.repeat(np.arange(27), 2)), lanes3, radix=3).price(lat, 8.0)
+    assert got == pytest.approx(3e-6 + 2 * 0.25e-6)
+    # Pairwise flat rounds on 4 nodes of 2: 6 rounds to other nodes, 1 on the node.
+    pairwise = Algorithm("flat_pairwise", "flat", Rounds.ROUNDS_PAIRWISE)
+    got = layout_price(Layout(np.repeat(np.arange(4), 2)), pairwise).price(lat, 8.0)
+    assert got == pytest.approx(6e-6 + 0.25e-6)
+
+
+@pytest.mark.parametrize("sizes", [(2, 2), (4, 3), (3, 4), (2, 8), (8, 2)])
+def test_the_representative_ranks_price_what_every_rank_prices(sizes):
+    """Even layouts are priced from node 0's ranks (rank 0 for direct and lane exchanges): the
+    same price as the walk of every rank's program, NIC and all."""
+    from hxmpi.comm.costmodel import layout_price, representative_ranks
+    from hxmpi.comm.plan import ALGORITHMS, Layout, algorithm_of
+    n, g = sizes
+    layout = Layout(np.repeat(np.arange(n), g))
+    m, slow_nic = _walk_model(), _walk_model(nic_msg_rate=2e6, nic_bandwidth=2e9)
+    for name in ALGORITHMS:
+        assert len(representative_ranks(layout, algorithm_of(name))) < layout.size or layout.size <= g
+        for phase in ("shm", "mpi"):
+            for learned in (True, False):
+                for radix in (2, 3):
+                    short = layout_price(layout, name, radix, phase, learned)
+                    full = layout_price(layout, name, radix, phase, learned, ranks=range(layout.size))
+                    for model in (m, slow_nic):
+                        for block in (8.0, 4096.0):
+                            assert short.price(model, block) == pytest.approx(full.price(model, block), rel=1e-12), \
+                                (name, phase, learned, radix, block)
+
+
+def test_message_passing_node_phase_is_priced_as_it_runs():
+    """hier's "mpi" node phase is a nonblocking Ialltoallv (linear, one latency), not Open MPI's
+    blocking rule, which would run 64 ranks pairwise (63 latencies)."""
+    lat = CostModel(alpha_inter=1e-6, alpha_intra=0.25e-6, beta_inter=0, beta_intra=0, beta_copy=0,
+                    msg_overhead=0, overhead_hier=0)
+    assert alltoallv_algorithm(64) == "pairwise"
+    assert lat.predict("hier", 2, 64, 8, "mpi") == pytest.approx(1e-6 + 0.25e-6)
+
+
+def test_the_nic_is_off_by_default_and_bounds_a_phase_when_given():
+    """No NIC: the prices of per-rank costs alone. A NIC: a phase takes at least the node's
+    inter-node messages at its message rate, and its bytes at its bandwidth."""
+    from hxmpi.comm.costmodel import predict_call
+    base = CostModel()
+    assert base.vector()[-2:].tolist() == [0.0, 0.0]
+    assert replace(base, nic_msg_rate=0.0).predict("hier", 8, 8, 64) == base.predict("hier", 8, 8, 64)
+    rate = 1e6
+    slow = replace(base, nic_msg_rate=rate)
+    # hier at 32 x 32: each rank sends 31 lane messages, the node's 32 ranks at once.
+    assert predict_call(slow, "hier", "bare", 32, 32, 8) >= 32 * 31 / rate
+    assert predict_call(slow, "hier", "bare", 32, 32, 8) > predict_call(base, "hier", "bare", 32, 32, 8)
+    # flat: every rank 992 messages off the node; a node 32 times that.
+    assert predict_call(slow, "flat", "bare", 32, 32, 8) >= 32 * 992 / rate
+    bw = replace(base, nic_bandwidth=1e9)
+    assert predict_call(bw, "flat", "bare", 8, 8, 1 << 20) >= 8 * 56 * (1 << 20) / 1e9
+    # Fitting leaves the NIC out (off) and still recovers the rest.
+    got = fit(synthetic(base), fixed={"beta_backbone": 0.0})
+    assert got.nic_msg_rate == 0.0 and got.alpha_inter == pytest.approx(base.alpha_inter, rel=1e-6)
+
+
+def test_agreement_steps_are_written_once():
+    """The simulator replays, and the model prices, the one list of agreement steps."""
+    from hxmpi.comm.costmodel import COUNT_BYTES, agreement_steps, predict_agreement
+    from hxmpi.comm.plan import Layout
+    from hxmpi.sim.simulate import Call
+    from hxmpi.sim.simulate import agreement_steps as replayed
+    layout = Layout(np.repeat(np.arange(4), 2))
+    for call in (Call("hier"), Call("hier", "hit"), Call("flat", numpy=True), Call("hier_bruck", numpy=True)):
+        steps = agreement_steps(layout.size, call.hier, call.numpy, call.mode != "hit")
+        assert [(s.kind, s.nbytes) for s in replayed(layout, call)] == [(s.kind, s.nbytes) for s in steps]
+    assert [s.kind for s in agreement_steps(8, True, True)] == ["alltoall", "allreduce", "allgather"]
+    assert agreement_steps(8, True)[-1].nbytes == COUNT_BYTES * 8
+    # On a layout without a hierarchy no node Allgather is replayed or priced.
+    assert [s.kind for s in replayed(Layout([0] * 4), Call("hier"))] == ["allreduce"]
+    m = CostModel()
+    assert predict_agreement(m, 1, 4, hier=True) == predict_agreement(m, 1, 4, hier=False)
+    assert predict_agreement(m, 4, 2, hier=True) > predict_agreement(m, 4, 2, hier=False)
+
+
+def _grid():
+    """Presets x layouts x blocks at the centres of pattern classes (total bytes + 1 a power of
+    2**0.25): where ``auto_pick``'s representative is the pattern itself."""
+    from hxmpi.sim.simulate import PRESETS
+    for preset in ("hdr", "slingshot"):
+        for n, g in ((1, 8), (4, 8), (8, 8), (16, 4), (3, 5)):
+            p = n * g
+            for q in range(4 * 13, 4 * 27, 5):
+                yield PRESETS[preset], n, g, (2.0 ** (q / 4) - 1.0) / (p * p)
+
+
+def test_auto_pick_is_the_models_argmin_on_a_grid():
+    """auto's pick, one-shot and plan, is the cheapest option the model prices (MPI_Alltoall is
+    hxmpi's flat on uniform counts): every algorithm the layout runs at every radix of
+    ``RADICES`` (capped at its communicator's size), and within 5% of every radix."""
+    from hxmpi.comm.costmodel import CALL_ALGORITHMS, RADICES, CpuTimes, Pattern, auto_pick, predict_call
+    from hxmpi.comm.plan import ALGORITHM
+    cpu = CpuTimes.load()
+    for m, n, g, block in _grid():
+        pat = Pattern.even(n * g, block)
+        for mode in ("oneshot", "plan"):
+            options, every = {}, []
+            for name in CALL_ALGORITHMS:
+                algo = ALGORITHM.get(name)
+                if algo is not None and algo.hierarchical and (n < 2 or g < 2):
+                    continue
+                size = max(2, n if algo is not None and algo.hierarchical else n * g)
+                radixed = algo is not None and algo.radixed
+                for k in (range(2, size + 1) if radixed else [2]):
+                    t = predict_call(m, name, mode, n, g, pat, cpu=cpu, radix=k)
+                    every.append(t)
+                    if not radixed or k in RADICES or k == size:
+                        options[name, k] = t
+            (name, radix), best = min(options.items(), key=lambda kv: kv[1])
+            assert best <= 1.05 * min(every)
+            want = ("flat" if name == "alltoall" else name, radix)
+            assert auto_pick(m, mode, n, g, pat, cpu=cpu, hier_possible=n > 1 and g > 1) == want, \
+                (n, g, block, mode)

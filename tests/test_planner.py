@@ -163,3 +163,17 @@ def test_flat_programs_and_the_simulators_phases():
     schedules = {(s.phase, s.schedule) for algorithm in ("flat", "hier", "hier_pairwise")
                  for s in rank_schedule(layout, counts, 1, algorithm, "mpi") if isinstance(s, Exchange)}
     assert schedules == {("flat", ""), ("lane", "linear"), ("node", "linear"), ("lane", "pairwise")}
+
+
+def test_a_degenerate_layout_runs_flat_by_one_rule():
+    """``runs_as``: the hierarchical algorithms run flat without a hierarchy; the flat ones as
+    themselves. The communicator, the model and the simulator all ask it (``Layout.runs``)."""
+    from hxmpi.comm.plan import ALGORITHM, has_hierarchy, runs_as
+    assert not has_hierarchy(1, 8) and not has_hierarchy(8, 1) and has_hierarchy(2, 2)
+    for name, algo in ALGORITHM.items():
+        assert runs_as(name, True) is algo
+        assert runs_as(algo, False) is (ALGORITHM["flat"] if algo.hierarchical else algo)
+    assert Layout([0, 0, 0]).runs("hier_bruck") is ALGORITHM["flat"]
+    assert Layout([0, 0, 1, 1]).runs("hier_bruck") is ALGORITHM["hier_bruck"]
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        runs_as("ring", True)

@@ -48,7 +48,8 @@ def _world_of(hc, comm_code, peer: int) -> int:
 def _executed(hc, layout: Layout, prog: StepProgram, events: np.ndarray, counts: np.ndarray) -> list:
     """What the runner executed, in the simulator's terms: each copy its bytes, each barrier, and
     each exchange the nonzero messages it gave MPI or posted (peers mapped to world ranks; a
-    block to itself a copy first; linear exchanges posted together as one). A Bruck exchange's
+    block to itself a copy first; linear exchanges posted together as one, pairwise ones each in
+    turn). A Bruck exchange's
     rounds carry others' blocks: noted as run, they are expanded as the simulator does (its
     rounds are ``test_bruck_mpi``'s)."""
     me = hc.comm.rank
@@ -86,7 +87,7 @@ def _executed(hc, layout: Layout, prog: StepProgram, events: np.ndarray, counts:
             members = [_world_of(hc, st.comm, k) for k in range(st.send_counts.shape[0])]
             sends, recvs = (sorted(pairs, key=lambda m: members.index(m[0])) for pairs in (sends, recvs))
         group.append((sends, recvs, st))
-        if st.with_next:
+        if st.with_next and st.rounds != "pairwise":  # pairwise exchanges run one after another
             continue
         phase = "flat" if st.comm == "world" else "node" if st.comm == "node" else "lane"
         schedule = "pairwise" if st.rounds == "pairwise" else "" if st.blocking and len(group) == 1 else "linear"

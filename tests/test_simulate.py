@@ -150,8 +150,9 @@ def test_small_layouts_replay(sizes):
     recs = [simulate_point(sizes, b, model, Network()) for b in (8, 65536)]
     for r in recs:
         assert r["flat_sim_s"] > model.overhead_flat
-        if len(sizes) == 1:  # one node: flat only
-            assert r["hier_sim_s"] is None and r["model_pick"] == "flat"
+        if len(sizes) == 1:  # one node: no hierarchical algorithm (Bruck's rounds may beat flat there)
+            assert r["hier_sim_s"] is None and r["model_pick"] in ("flat", "bruck", "alltoall")
+            assert r["auto_sim_s"] <= 1.05 * min(r["flat_sim_s"], r["bruck_sim_s"])
         else:
             assert r["hier_sim_s"] > model.overhead_hier
     # Both carry the same inter-node bytes: more bytes cost both more time.
@@ -456,3 +457,18 @@ def test_replay_over_timeout_is_null_and_named(tmp_path):
             return ""
     left = [pid for pid in os.listdir("/proc") if pid.isdigit() and cwd(pid).startswith(str(tmp_path))]
     assert left == []  # no smpimain runs in this test's replay directories any more
+
+
+def test_pairwise_lanes_of_one_rank_replay_in_turn():
+    """A rank serving two lanes (nodes of 2, 2 and 1) runs each lane's pairwise rounds in turn, as
+    the runner does, over that lane's members: not merged and ordered by world rank."""
+    from hxmpi.sim.schedule import Exchange, rank_schedule
+    layout = Layout(node_of_sizes([2, 2, 1]))
+    counts = make_counts(layout.size, 16, uneven=False)
+    steps = [s for s in rank_schedule(layout, counts, 4, "hier_pairwise") if isinstance(s, Exchange)]
+    assert [(s.phase, s.schedule, s.members) for s in steps] == [("lane", "pairwise", (0, 2, 4)),
+                                                                  ("lane", "pairwise", (1, 3, 4))]
+    assert {p for p, _ in steps[0].recvs} == {0, 2} and {p for p, _ in steps[1].recvs} == {1, 3}
+    lines = rank_trace(layout, counts, 4, Call("hier_pairwise", "plan"), "shm", plain_model())
+    peers = [int(ln.split()[2]) for ln in lines if ln.split()[1] in ("isend", "irecv")]
+    assert peers.index(1) > max(i for i, q in enumerate(peers) if q in (0, 2))  # lane 1 after lane 0

@@ -163,7 +163,7 @@ class HierComm:
         self._choices: dict[tuple, tuple[Algorithm, int]] = {}  # auto's picks by pattern class (_pick)
         # Misses of the common spec form that run flat are parsed, agreed and run compiled too.
         hier = {a.code: a for a in ALGORITHM.values() if a.hierarchical}
-        flat = frozenset([ALGORITHM["flat"].code, *(() if self._hier_possible else hier)])
+        flat = frozenset(a.code for a in ALGORITHM.values() if self.layout.runs(a) is ALGORITHM["flat"])
         if not self._deferred:  # a deferred call's run is handed over, never run here
             self._calls.miss_path(self._choices, _ALGO_CODE, _ALGO_CODE["auto"], flat, PREDEFINED, MPI.Datatype,
                                   transfer, self.comm.rank, key, KIB_CAP, self.comm, MPI.BYTE,
@@ -549,8 +549,7 @@ class HierComm:
         name = ALGORITHM_CHOICES[code]
         if name == "auto":
             return self._pick(agreed, uniform, mode)
-        algo = ALGORITHM[name]
-        return (ALGORITHM["flat"] if algo.hierarchical and not self._hier_possible else algo), self.radix
+        return self.layout.runs(name), self.radix
 
     def _pick(self, agreed: Agreed, uniform: bool, mode: str) -> tuple[Algorithm, int]:
         """The cost model's pick for the agreed pattern (``costmodel.auto_pick``), memoised by
@@ -563,7 +562,7 @@ class HierComm:
                 self._choices.clear()
             t = self.topology
             name, radix = auto_pick(self.cost_model, mode, t.num_nodes, t.max_node_size, pat, self.node_phase,
-                                    self._hier_possible, self.cpu_times)
+                                    self._hier_possible, self.cpu_times, self.layout.node_sizes)
             pick = self._choices[key] = (ALGORITHM[name], radix)
         return pick
 

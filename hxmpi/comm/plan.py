@@ -70,8 +70,8 @@ from ._plan import (
 )
 
 __all__ = ["exclusive_cumsum", "dense_node_ids", "Layout", "Algorithm", "ALGORITHMS", "ALGORITHM", "NODE_PHASES",
-           "algorithm_of", "program", "StepProgram", "CopyStep", "ExchangeStep", "BarrierStep", "program_steps",
-           "check_radix", "bruck_rounds"]
+           "algorithm_of", "has_hierarchy", "runs_as", "program", "StepProgram", "CopyStep", "ExchangeStep",
+           "BarrierStep", "program_steps", "check_radix", "bruck_rounds"]
 
 #: The node phase's implementations: shared memory ("shm") or message passing ("mpi").
 NODE_PHASES = {"shm": MODE_SHM, "mpi": MODE_MPI}
@@ -115,7 +115,11 @@ class Layout:
     @property
     def hier_possible(self) -> bool:
         """Whether the two phases differ from flat: more than one node and a node of two ranks or more."""
-        return self.num_nodes > 1 and self.max_node_size > 1
+        return has_hierarchy(self.num_nodes, self.max_node_size)
+
+    def runs(self, algorithm: Union[str, "Algorithm"]) -> "Algorithm":
+        """The algorithm a call of ``algorithm`` runs on this layout (``runs_as``)."""
+        return runs_as(algorithm, self.hier_possible)
 
     def served_lanes(self, rank: int) -> list[int]:
         """Lanes ``rank`` serves, ascending: its own (its local rank) and stand-ins on small nodes."""
@@ -188,6 +192,20 @@ ALGORITHMS = tuple(ALGORITHM)
 ALGORITHM_CHOICES = (*ALGORITHMS, "auto")
 #: Bytes of a Bruck header entry (one int64 length per slot, first run only).
 HEADER_BYTES = 8
+
+
+def has_hierarchy(num_nodes: int, max_node_size: int) -> bool:
+    """Whether a layout of ``num_nodes`` nodes, the largest of ``max_node_size`` ranks, has a
+    hierarchy: more than one node and a node of two ranks or more."""
+    return num_nodes > 1 and max_node_size > 1
+
+
+def runs_as(algorithm: Union[str, "Algorithm"], hier_possible: bool) -> "Algorithm":
+    """What a call of ``algorithm`` runs: the hierarchical algorithms run flat on a layout without
+    a hierarchy (``hier_possible`` False; one node, or nodes of one rank). The one place this rule
+    is written: the communicator, the cost model and the simulator all ask it."""
+    algo = algorithm_of(algorithm)
+    return ALGORITHM["flat"] if algo.hierarchical and not hier_possible else algo
 
 
 def algorithm_of(name: Union[str, Algorithm]) -> Algorithm:

@@ -16,14 +16,12 @@ from typing import Sequence, Union
 import numpy as np
 
 from ..comm.plan import (
-    ALGORITHM,
     HEADER_BYTES,
     NODE_PHASES,
     BarrierStep,
     CopyStep,
     Layout,
     StepProgram,
-    algorithm_of,
     bruck_rounds,
     check_radix,
     exclusive_cumsum,
@@ -153,7 +151,8 @@ def program_schedule(prog: StepProgram, layout: Layout, rank: int, counts: np.nd
                      learned: bool = True) -> list[Step]:
     """The simulator's steps of ``rank``'s program ``prog``: copies of their bytes (empty ones
     left out), node barriers, and each exchange's messages between world ranks (linear ones posted
-    together merged into one), its block to itself a copy first. ``counts`` (P x P bytes) only
+    together merged into one; pairwise ones each in turn, the rounds of one lane after another's),
+    its block to itself a copy first. ``counts`` (P x P bytes) only
     feeds Bruck rounds, which carry others' blocks; ``learned``: their lengths are known (no
     headers, no empty messages)."""
     steps: list[Step] = []
@@ -175,8 +174,8 @@ def program_schedule(prog: StepProgram, layout: Layout, rank: int, counts: np.nd
         others = np.arange(len(members)) != pos
         peers = np.asarray(members)[others]
         group.append((st, members, _pairs(peers, st.send_counts[others]), _pairs(peers, st.recv_counts[others])))
-        if st.with_next:
-            continue
+        if st.with_next and st.rounds != "pairwise":
+            continue  # linear exchanges are posted together; pairwise ones run in turn, as the runner runs them
         phase = "flat" if st.comm == "world" else "node" if st.comm == "node" else "lane"
         if st.rounds == "pairwise":
             schedule = "pairwise"
@@ -200,9 +199,7 @@ def rank_schedule(layout: Layout, counts: np.ndarray, rank: int, algorithm: str 
     p = layout.size
     if counts.shape != (p, p):
         raise ValueError(f"counts has shape {counts.shape}, expected ({p}, {p})")
-    algo = algorithm_of(algorithm)
-    if algo.hierarchical and not layout.hier_possible:
-        algo = ALGORITHM["flat"]
+    algo = layout.runs(algorithm)
     sc, rc = counts[rank].copy(), np.ascontiguousarray(counts[:, rank])
     sides = (sc, exclusive_cumsum(sc), rc, exclusive_cumsum(rc))
     if algo.hierarchical:

@@ -42,8 +42,8 @@ from typing import Optional, Sequence
 import numpy as np
 
 from ..comm.costmodel import (
-    AGREEMENT_BYTES,
     RADICES,
+    RATE_FIELDS,
     CostModel,
     CpuTimes,
     Pattern,
@@ -52,6 +52,7 @@ from ..comm.costmodel import (
     predict_agreement,
     predict_call,
 )
+from ..comm.costmodel import agreement_steps as cost_agreement_steps
 from ..comm.plan import ALGORITHM, ALGORITHMS, Layout
 from ..errors import CpuFileError, HxmpiError
 from ..provenance import provenance
@@ -79,7 +80,9 @@ def calibrated_preset(name: str = SLINGSHOT_FILE) -> tuple[CostModel, dict]:
     """(CostModel, the whole file) of a calibrated preset shipped with hxmpi.sim: its platform
     fields over the built-in defaults (hxmpi's fixed per-call costs are not the platform's)."""
     data = json.loads(importlib.resources.files(__package__).joinpath(name).read_text())
-    return replace(CostModel(), **{k: float(data["model"][k]) for k in PLATFORM_FIELDS}), data
+    # The NIC's rates (``costmodel.RATE_FIELDS``) where the preset gives them; absent: no NIC limit.
+    nic = {k: float(data["model"][k]) for k in RATE_FIELDS if k in data["model"]}
+    return replace(CostModel(), **{k: float(data["model"][k]) for k in PLATFORM_FIELDS}, **nic), data
 
 
 # Presets: CostModel numbers of a cluster node (seconds, seconds per byte). Sources of each number
@@ -175,17 +178,11 @@ class Call:
         return base + {"plan": "_plan", "hit": "_hit"}.get(self.mode, "")
 
 
-#: Bytes per rank of the node's receive counts (one int64 per world rank) on a hier plan-cache miss.
-COUNT_BYTES = 8
-
-
 def agreement_steps(layout: Layout, call: Call) -> list:
-    """The collectives a one-shot call issues before its exchange, in order (hxmpi's agreement)."""
-    steps = [Collective("alltoall", COUNT_BYTES)] if call.numpy else []
-    steps.append(Collective("allreduce", AGREEMENT_BYTES))
-    if call.hier and layout.hier_possible and call.mode != "hit":  # the node counts: on a miss only
-        steps.append(Collective("allgather", COUNT_BYTES * layout.size))
-    return steps
+    """The collectives a one-shot call issues before its exchange, in order (hxmpi's agreement,
+    ``costmodel.agreement_steps``; the node counts on a miss only)."""
+    return [Collective(st.kind, st.nbytes) for st in
+            cost_agreement_steps(layout.size, call.hier and layout.hier_possible, call.numpy, call.mode != "hit")]
 
 
 def call_steps(layout: Layout, counts: np.ndarray, rank: int, call: Call, node_phase: str) -> list:
@@ -531,11 +528,14 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
     n, g, p = layout.num_nodes, layout.max_node_size, layout.size
     cpu = cpu or CpuTimes.fixed(model)
     hier_ok = layout.hier_possible
-    pick = lambda mode: choose_call(model, mode, n, g, pattern, node_phase, cpu, numpy)  # noqa: E731
+    sizes = layout.node_sizes  # the model prices the layout itself, as HierComm's auto does
+    pick = lambda mode: choose_call(model, mode, n, g, pattern, node_phase, cpu, numpy, sizes=sizes)  # noqa: E731
     auto, auto_plan = pick("oneshot"), pick("plan")
-    radix = {a: min(RADICES, key=lambda k: predict_call(model, a, "plan", n, g, pattern, node_phase, k, cpu))
+    radix = {a: min(RADICES, key=lambda k: predict_call(model, a, "plan", n, g, pattern, node_phase, k, cpu,
+                                                        sizes=sizes))
              if has_radix(a) else 2 for a in ALGORITHMS}
-    model_s = lambda algo, mode, k=2: predict_call(model, algo, mode, n, g, pattern, node_phase, k, cpu, numpy)  # noqa: E731
+    model_s = lambda algo, mode, k=2: predict_call(model, algo, mode, n, g, pattern, node_phase, k, cpu, numpy,  # noqa: E731
+                                                   sizes)
     usable = [a for a in ALGORITHMS if hier_ok or not needs_hierarchy(a)]
     rec = {"nodes": n, "ranks_per_node": g, "node_sizes": list(layout.node_sizes), "block_bytes": block,
            "uneven": uneven, "by_model": p > max_replay_ranks,
