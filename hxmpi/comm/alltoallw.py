@@ -12,13 +12,20 @@ buffer's size, the counts, the displacements and the datatypes): a datatype's by
   direct   every peer's items are one run of bytes (basic and contiguous types): the byte
            exchange reads (writes) the caller's buffer itself, with no copy; or
   packed   the runs of every peer, in peer and type-map order, are gathered into a contiguous
-           scratch before the exchange (send) or scattered from one after it (receive), each a
-           single call of the compiled copy kernel (GIL released, nothing per block in Python).
+           buffer before the exchange (send) or scattered from one after it (receive), each a
+           compiled copy (``_call.Program``: GIL released, nothing per block in Python).
 
-The bytes then travel as an ``Alltoallv`` of ``MPI.BYTE`` through ``HierComm.Alltoallv``: the
-same agreement (bytes each pair sends and expects), the same plan cache, every algorithm. Bytes
-of the receive buffer outside its type maps are never written, as with MPI. Nothing here
-communicates: problems are returned, for the caller to agree on.
+A call becomes a ``TypedCall`` (``csrc/_call.pyx``): the ``Alltoallv`` byte specs, the packing
+buffers and the two copies, made once. It is kept, with what recognises its specs (data buffers
+and datatypes by object, counts and displacements by value), so a repeated call with unchanged
+specs is recognised in compiled code and passes the very same byte specs again: the inner
+``Alltoallv`` is then a hit of the compiled path (``CallTable``), its persistent run bound, and
+nothing is parsed or laid out. A spec that changed in any part is parsed afresh.
+
+The bytes travel as an ``Alltoallv`` of ``MPI.BYTE`` through ``HierComm.Alltoallv``: the same
+agreement (bytes each pair sends and expects), the same plan cache, every algorithm. Bytes of the
+receive buffer outside its type maps are never written, as with MPI. Nothing here communicates:
+problems are returned, for the caller to agree on.
 """
 from __future__ import annotations
 
@@ -28,10 +35,9 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import ExchangeTypeError
-from ._packing import copy_blocks
+from ._call import Program, TypedCall, find_typed
 from .datatypes import TypeCache
 from .msgspec import Problem, _host_bytes, int_vector
-from .runs import Scratch
 
 __all__ = ["TypedSide", "TypedSides"]
 
@@ -144,15 +150,16 @@ def _unpack_spec(spec, size: int, name: str):
 
 class TypedSides:
     """What ``HierComm.Alltoallw`` keeps between calls: the datatypes' runs, the layouts of recent
-    sides, and the packing scratch (grown only when a call needs more)."""
+    sides, and recent calls as bytes (``TypedCall``, each with its packing buffers)."""
 
     LAYOUTS = 64  # sides kept; a program moving through more layouts lays them out again
+    CALLS = 16  # calls kept for ``find``; the oldest goes first
 
     def __init__(self, size: int):
         self.size = size
         self.types = TypeCache()
-        self.scratch = Scratch()
         self._layouts: dict[tuple, tuple] = {}
+        self._calls: list[TypedCall] = []
 
     def parse(self, spec, writable: bool, name: str):
         """(uint8 view of the buffer, ``TypedSide``, problem) of one Alltoallw spec."""
@@ -185,31 +192,56 @@ class TypedSides:
             self._layouts[key] = (side, list(datatypes))  # the datatypes kept alive: their ids stay theirs
         return view, side, None
 
-    def send_bytes(self, view: np.ndarray, side: TypedSide, in_place: bool) -> tuple[np.ndarray, np.ndarray]:
-        """(bytes, displacements) the exchange sends: the caller's buffer (direct, not in place),
-        else the scratch the blocks are packed into."""
-        if side.direct and not in_place:
-            return view, side.displs
-        out = self.scratch.get("send", side.total)[:side.total]
-        if side.direct:  # in place: the blocks are copied out before the receive overwrites them
-            packed = np.cumsum(side.counts) - side.counts
-            copy_blocks(view, side.displs, out, packed, side.counts)
-            return out, packed
-        copy_blocks(view, side.runs[0], out, side.runs[1], side.runs[2])
-        return out, side.displs
+    def find(self, sendbuf, recvbuf, algorithm, validate) -> Optional[TypedCall]:
+        """The ``TypedCall`` made for these very specs (unchanged since), or None."""
+        return find_typed(self._calls, sendbuf, recvbuf, algorithm, validate)
 
-    def recv_bytes(self, view: np.ndarray, side: TypedSide) -> np.ndarray:
-        """Where the exchange receives: the caller's buffer (direct) or the scratch ``unpack`` reads."""
-        return view if side.direct else self.scratch.get("recv", side.total)[:side.total]
-
-    def unpack(self, view: np.ndarray, side: TypedSide, received: np.ndarray) -> None:
-        """Scatter the received bytes to the caller's buffer along the receive type maps."""
-        if not side.direct:
-            copy_blocks(received, side.runs[1], view, side.runs[0], side.runs[2])
+    def prepare(self, sendbuf, recvbuf, algorithm, validate) -> tuple[Optional[TypedCall], Optional[Problem]]:
+        """(the call as bytes, None) or (None, what is wrong with a spec); the call is kept for
+        ``find`` where its specs can be recognised (``TypedCall.recognise``)."""
+        rview, r, problem = self.parse(recvbuf, True, "recv")
+        in_place = sendbuf is MPI.IN_PLACE
+        sview, s = rview, r
+        if problem is None and not in_place:
+            sview, s, problem = self.parse(sendbuf, False, "send")
+        if problem:
+            return None, problem
+        send, pack = _send_side(sview, s, in_place)
+        recv, unpack = _recv_side(rview, r)
+        call = TypedCall(send, recv, pack, unpack)
+        if call.recognise(sendbuf, recvbuf, algorithm, validate):
+            send, recv = call.leaves  # a call on the same buffers replaces the one kept for them
+            kept = [c for c in self._calls if c.leaves[0] is not send or c.leaves[1] is not recv]
+            self._calls = kept[len(kept) - self.CALLS + 1:] + [call]
+        return call, None
 
     def clear(self) -> None:
-        """Forget layouts, datatypes and scratch."""
+        """Forget calls, layouts and datatypes."""
+        self._calls = []
         self._layouts.clear()
         self.types.clear()
-        self.scratch = Scratch()
+
+
+def _send_side(view: np.ndarray, side: TypedSide, in_place: bool) -> tuple[list, Optional[Program]]:
+    """(the ``Alltoallv`` send spec, the copy that fills it or None): the caller's buffer itself
+    (direct, not in place), else a buffer of its own the blocks are packed into before each run
+    (in place: copied out before the receive overwrites them)."""
+    if side.direct and not in_place:
+        return [view, (side.counts, side.displs), MPI.BYTE], None
+    out = np.empty(max(side.total, 1), dtype=np.uint8)
+    if side.direct:
+        packed = np.cumsum(side.counts) - side.counts
+        return [out, (side.counts, packed), MPI.BYTE], Program([("copy", view, side.displs, out, packed, side.counts)])
+    user, packed, lengths = side.runs
+    return [out, (side.counts, side.displs), MPI.BYTE], Program([("copy", view, user, out, packed, lengths)])
+
+
+def _recv_side(view: np.ndarray, side: TypedSide) -> tuple[list, Optional[Program]]:
+    """(the ``Alltoallv`` receive spec, the copy that scatters it or None): the caller's buffer
+    itself (direct), else a buffer of its own, scattered along the type maps after each run."""
+    if side.direct:
+        return [view, (side.counts, side.displs), MPI.BYTE], None
+    into = np.empty(max(side.total, 1), dtype=np.uint8)
+    user, packed, lengths = side.runs
+    return [into, (side.counts, side.displs), MPI.BYTE], Program([("copy", into, packed, view, user, lengths)])
 

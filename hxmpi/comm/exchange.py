@@ -217,19 +217,17 @@ class HierComm:
         typed = self._typed
         if typed is None:
             typed = self._typed = TypedSides(self.comm.size)
-        rview, r, problem = typed.parse(recvbuf, True, "recv")
-        in_place = sendbuf is MPI.IN_PLACE
-        sview, s = rview, r
-        if problem is None and not in_place:
-            sview, s, problem = typed.parse(sendbuf, False, "send")
-        if problem:  # agreed like any call's problem: raises on every rank, before data moves
-            nothing = Side(None, None, None)
-            self._one_shot(nothing, nothing, problem, algorithm, validate, False, False)
-        sbytes, sdispls = typed.send_bytes(sview, s, in_place)
-        rbytes = typed.recv_bytes(rview, r)
-        self.Alltoallv([sbytes, (s.counts, sdispls), MPI.BYTE], [rbytes, (r.counts, r.displs), MPI.BYTE],
-                       algorithm, validate)
-        typed.unpack(rview, r, rbytes)
+        call = typed.find(sendbuf, recvbuf, algorithm, validate)  # the same specs as a kept call's
+        if call is None:
+            call, problem = typed.prepare(sendbuf, recvbuf, algorithm, validate)
+            if problem:  # agreed like any call's problem: raises on every rank, before data moves
+                nothing = Side(None, None, None)
+                self._one_shot(nothing, nothing, problem, algorithm, validate, False, False)
+        if call.pack is not None:
+            call.pack.run()
+        self.Alltoallv(call.send_spec, call.recv_spec, algorithm, validate)
+        if call.unpack is not None:
+            call.unpack.run()
 
     def Ialltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> HierRequest:
         """Nonblocking ``Alltoallv``: returns a request (``Test``/``Wait``) while a progress thread
