@@ -296,6 +296,10 @@ cdef class TypedCall:
     """
     #: the ``Alltoallv`` specs and the copies around it
     cdef readonly object send_spec, recv_spec, pack, unpack
+    #: (send view, send runs or None, receive view, receive runs or None): what a run that moves
+    #: the call straight from and to the caller's buffers is composed from
+    #: (``alltoallw.composed``), or None where the call has nothing to compose
+    cdef public object parts
     cdef tuple then
     cdef object send_leaf, recv_leaf, algorithm
     cdef void* send_data
@@ -306,7 +310,7 @@ cdef class TypedCall:
 
     def __cinit__(self, send_spec, recv_spec, pack, unpack):
         self.send_spec, self.recv_spec, self.pack, self.unpack = send_spec, recv_spec, pack, unpack
-        self.then = None
+        self.then = self.parts = None
 
     def recognise(self, sendbuf, recvbuf, algorithm, bint validate):
         """Remember these specs (those this call was made from); False where they cannot be
@@ -1126,6 +1130,11 @@ cdef class CallTable:
                     return slot
                 return None
         return None
+
+    def ready(self, sendbuf, recvbuf, algorithm, validate):
+        """Whether a clean hit of these specs would run a slot's bound run (``call``'s first case)."""
+        cdef Slot slot = self._find(sendbuf, recvbuf, algorithm, validate, False)
+        return slot is not None and self._same_buffers(slot)
 
     cdef bint _same_buffers(self, Slot slot):
         """Whether the slot's run is bound to its (recognised) buffers and the scratch of now."""

@@ -283,13 +283,19 @@ def test_bad_input_on_one_rank_raises_on_every_rank(comm, comms, layout):
         folded.Free()
 
 
+@pytest.fixture(scope="module")
+def mpi_phase():
+    yield from hier_comms(("regular", "irregular", "round_robin"), node_phase="mpi")
+
+
+@pytest.mark.parametrize("phase", ["shm", "mpi"])
 @pytest.mark.parametrize("layout", ["regular", "irregular", "round_robin"])
-@pytest.mark.parametrize("algorithm", ["flat", "hier", "auto"])
-def test_repeated_calls_run_compiled_and_see_new_data(comm, comms, layout, algorithm):
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_repeated_calls_run_compiled_and_see_new_data(comm, comms, mpi_phase, layout, algorithm, phase):
     """The same specs again (the pencil transpose, derived types both ways, and basic types) run
-    in compiled code from the third call on (the plan cache's bound run), moving what the send
-    buffer holds at each call."""
-    hc, size, me = comms[layout], comm.size, comm.rank
+    in compiled code from the third call on (the plan cache's bound run, composed with the type
+    maps), moving what the send buffer holds at each call, on either node phase."""
+    hc, size, me = (comms if phase == "shm" else mpi_phase)[layout], comm.size, comm.rank
     shape = (3, 2 + size, 2)
     c0, c1 = _chunks(shape[0] * size, size), _chunks(shape[1], size)
     a = np.zeros((c0[me][1], shape[1], shape[2]))

@@ -35,11 +35,12 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import ExchangeTypeError
-from ._call import Program, TypedCall, find_typed
+from ._call import Program, TypedCall
 from .datatypes import TypeCache
-from .msgspec import Problem, _host_bytes, int_vector
+from .msgspec import Problem, Side, _host_bytes, int_vector
+from ._plan import HEADER_SIZE, ROW_SIZE, Buffer, Copied, HeaderWord, RowWord, StepKind, StepProgram
 
-__all__ = ["TypedSide", "TypedSides"]
+__all__ = ["TypedSide", "TypedSides", "compose"]
 
 _EMPTY = np.empty(0, dtype=np.uint8)
 _NO_RUNS = np.empty(0, dtype=np.int64)
@@ -153,13 +154,14 @@ class TypedSides:
     sides, and recent calls as bytes (``TypedCall``, each with its packing buffers)."""
 
     LAYOUTS = 64  # sides kept; a program moving through more layouts lays them out again
-    CALLS = 16  # calls kept for ``find``; the oldest goes first
+    CALLS = 16  # calls kept; the oldest goes first
 
     def __init__(self, size: int):
         self.size = size
         self.types = TypeCache()
         self._layouts: dict[tuple, tuple] = {}
-        self._calls: list[TypedCall] = []
+        #: recent calls (``TypedCall``), oldest first: ``_call.find_typed`` looks a call's specs up in them
+        self.calls: list[TypedCall] = []
 
     def parse(self, spec, writable: bool, name: str):
         """(uint8 view of the buffer, ``TypedSide``, problem) of one Alltoallw spec."""
@@ -192,13 +194,9 @@ class TypedSides:
             self._layouts[key] = (side, list(datatypes))  # the datatypes kept alive: their ids stay theirs
         return view, side, None
 
-    def find(self, sendbuf, recvbuf, algorithm, validate) -> Optional[TypedCall]:
-        """The ``TypedCall`` made for these very specs (unchanged since), or None."""
-        return find_typed(self._calls, sendbuf, recvbuf, algorithm, validate)
-
     def prepare(self, sendbuf, recvbuf, algorithm, validate) -> tuple[Optional[TypedCall], Optional[Problem]]:
-        """(the call as bytes, None) or (None, what is wrong with a spec); the call is kept for
-        ``find`` where its specs can be recognised (``TypedCall.recognise``)."""
+        """(the call as bytes, None) or (None, what is wrong with a spec); the call is kept in
+        ``calls`` where its specs can be recognised (``TypedCall.recognise``)."""
         rview, r, problem = self.parse(recvbuf, True, "recv")
         in_place = sendbuf is MPI.IN_PLACE
         sview, s = rview, r
@@ -209,17 +207,29 @@ class TypedSides:
         send, pack = _send_side(sview, s, in_place)
         recv, unpack = _recv_side(rview, r)
         call = TypedCall(send, recv, pack, unpack)
+        if pack is not None and not in_place or unpack is not None:  # what ``composed`` reads
+            call.parts = (sview, None if in_place else s.runs, rview, r.runs)
         if call.recognise(sendbuf, recvbuf, algorithm, validate):
             send, recv = call.leaves  # a call on the same buffers replaces the one kept for them
-            kept = [c for c in self._calls if c.leaves[0] is not send or c.leaves[1] is not recv]
-            self._calls = kept[len(kept) - self.CALLS + 1:] + [call]
+            kept = [c for c in self.calls if c.leaves[0] is not send or c.leaves[1] is not recv]
+            self.calls = kept[len(kept) - self.CALLS + 1:] + [call]
         return call, None
 
     def clear(self) -> None:
         """Forget calls, layouts and datatypes."""
-        self._calls = []
+        self.calls = []
         self._layouts.clear()
         self.types.clear()
+
+
+def composed(call: TypedCall, prog: StepProgram, s: Side, r: Side) -> tuple:
+    """(program, send side, receive side) of a run of ``prog`` that moves ``call`` straight from
+    and to the caller's buffers (``compose``), ``s`` and ``r`` being its byte sides (the sides of
+    ``call.send_spec`` and ``call.recv_spec``), one of them packed (``call.parts``)."""
+    sview, send_runs, rview, recv_runs = call.parts
+    user_s = s if send_runs is None else Side(sview, s.counts, s.displs)
+    user_r = r if recv_runs is None else Side(rview, r.counts, r.displs)
+    return compose(prog, send_runs, recv_runs), user_s, user_r
 
 
 def _send_side(view: np.ndarray, side: TypedSide, in_place: bool) -> tuple[list, Optional[Program]]:
@@ -245,3 +255,100 @@ def _recv_side(view: np.ndarray, side: TypedSide) -> tuple[list, Optional[Progra
     user, packed, lengths = side.runs
     return [into, (side.counts, side.displs), MPI.BYTE], Program([("copy", into, packed, view, user, lengths)])
 
+
+
+def _through(off: np.ndarray, length: np.ndarray, runs: tuple) -> tuple:
+    """Blocks of ``length`` bytes at offsets ``off`` of a packed side, cut where its runs end:
+    (block index, offset in the block, offset in the caller's buffer, bytes) of every piece, in
+    order (empty blocks have none)."""
+    user, packed, lengths = runs
+    keep = np.flatnonzero(length > 0)
+    off, length = off[keep], length[keep]
+    ends = packed + lengths
+    first = np.searchsorted(ends, off, side="right")
+    k = np.searchsorted(packed, off + length, side="left") - first
+    block = np.repeat(np.arange(keep.shape[0]), k)
+    run = first[block] + np.arange(int(k.sum()), dtype=np.int64) - np.repeat(np.cumsum(k) - k, k)
+    start = np.maximum(off[block], packed[run])
+    stop = np.minimum(off[block] + length[block], ends[run])
+    return keep[block], start - off[block], user[run] + start - packed[run], stop - start
+
+
+def compose(prog: StepProgram, send_runs: Optional[tuple], recv_runs: Optional[tuple]) -> StepProgram:
+    """``prog``, written for packed sides, rewritten for the caller's buffers themselves: a copy
+    that reads the packed send side reads the caller's send buffer along ``send_runs``, one that
+    writes the packed receive side writes the caller's receive buffer along ``recv_runs``
+    (``TypedSide.runs``; None: that side is direct, left as it is). An exchange that reads (writes)
+    a packed side itself does so in scratch beyond the program's own, the blocks it moves packed
+    by a first copy step (scattered by a last one). So each byte is copied as often as in a
+    contiguous call whose exchanges cannot read the caller's buffer in place: once more than a
+    contiguous call's where they can (a send buffer already grouped by node, flat)."""
+    w = prog.words
+    vectors = (RowWord.V0, RowWord.V1, RowWord.V2, RowWord.V3)
+    rows, pool = [], []  # rows name pool vectors by their index until the pool's place is known
+    scratch, copied = int(w[HeaderWord.SCRATCH_BYTES]), 0
+    regions, first, last = {}, [], []
+
+    def step(kind, what, src, dst, vecs, row=None) -> None:
+        row = np.zeros(ROW_SIZE, np.int64) if row is None else row
+        row[[RowWord.KIND, RowWord.WHAT, RowWord.SRC, RowWord.DST]] = kind, what, src, dst
+        row[RowWord.N] = vecs[0].shape[0] if vecs else 0
+        for key, vec in zip(vectors, vecs):
+            row[key] = len(pool)
+            pool.append(np.ascontiguousarray(vec, dtype=np.int64))
+        rows.append((row, len(vecs)))
+
+    for i in range(int(w[HeaderWord.ROWS])):
+        row = w[HEADER_SIZE + i * ROW_SIZE:HEADER_SIZE + (i + 1) * ROW_SIZE].copy()
+        n, kind = int(row[RowWord.N]), int(row[RowWord.KIND])
+        what, src, dst = int(row[RowWord.WHAT]), int(row[RowWord.SRC]), int(row[RowWord.DST])
+        if kind == StepKind.STEP_BARRIER:
+            step(kind, what, src, dst, [], row)
+            continue
+        v = [w[int(row[k]):int(row[k]) + n] for k in vectors[:3 if kind == StepKind.STEP_COPY else 4]]
+        if kind == StepKind.STEP_COPY:
+            so, do, ln = v
+            if src == Buffer.BUF_SEND and send_runs is not None:
+                b, within, so, ln = _through(so, ln, send_runs)
+                do = do[b] + within
+            if dst == Buffer.BUF_RECV and recv_runs is not None:
+                b, within, do, ln = _through(do, ln, recv_runs)
+                so = so[b] + within
+            copied += int(ln.sum())
+            step(kind, what, src, dst, [so, do, ln])
+            continue
+        for side, runs in ((0, send_runs), (1, recv_runs)):
+            if runs is None or (dst != Buffer.BUF_RECV if side else src != Buffer.BUF_SEND):
+                continue
+            if side not in regions:  # the packed side's place in scratch
+                regions[side] = scratch
+                scratch += int(runs[2].sum())
+            # the blocks it sends (receives) packed there first (scattered last)
+            b, within, user, ln = _through(v[1 + 2 * side], v[2 * side], runs)
+            at = v[1 + 2 * side][b] + within + regions[side]
+            copied += int(ln.sum())
+            if side:
+                last.append((Copied.COPY_UNPACK, Buffer.BUF_SCRATCH, Buffer.BUF_RECV, [at, user, ln]))
+            else:
+                first.append((Copied.COPY_PACK, Buffer.BUF_SEND, Buffer.BUF_SCRATCH, [user, at, ln]))
+            if side:
+                dst, v[3] = Buffer.BUF_SCRATCH, v[3] + regions[1]
+            else:
+                src, v[1] = Buffer.BUF_SCRATCH, v[1] + regions[0]
+        step(kind, what, src, dst, v, row)
+    body = rows
+    rows = []
+    for what, src, dst, vecs in first:
+        step(StepKind.STEP_COPY, what, src, dst, vecs)
+    rows += body
+    for what, src, dst, vecs in last:
+        step(StepKind.STEP_COPY, what, src, dst, vecs)
+    base = HEADER_SIZE + len(rows) * ROW_SIZE
+    starts = base + np.concatenate([[0], np.cumsum([p.shape[0] for p in pool])]).astype(np.int64)
+    for row, nvec in rows:
+        for key in vectors[:nvec]:
+            row[key] = starts[row[key]]
+    header = w[:HEADER_SIZE].copy()
+    header[HeaderWord.ROWS], header[HeaderWord.POOL], header[HeaderWord.WORDS] = len(rows), base, starts[-1]
+    header[HeaderWord.SCRATCH_BYTES], header[HeaderWord.COPIED] = scratch, copied
+    return StepProgram(np.concatenate([header] + [row for row, _ in rows] + pool))

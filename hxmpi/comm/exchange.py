@@ -33,9 +33,9 @@ from mpi4py import MPI
 from ..errors import CpuFileError, ExchangeError, PlanStateError, agree
 from . import transfer
 from ._agree import buffer_id, pattern_key
-from ._call import AGREED, DONE, KEEP, NOT_FOUND, CallTable, Runner, Saved
+from ._call import AGREED, DONE, KEEP, NOT_FOUND, CallTable, Runner, Saved, find_typed
 from .agreement import Agreed, Agreement
-from .alltoallw import TypedSides
+from .alltoallw import TypedSides, composed
 from .bruck import TAG as BRUCK_TAG
 from .costmodel import ENV_TUNING, KIB_CAP, CostModel, CpuTimes, auto_pick, pattern_class
 from .msgspec import PREDEFINED, Side, count_arrays, int_vector, parse_alltoall, parse_alltoallv
@@ -152,7 +152,8 @@ class HierComm:
         self._count_send = np.empty(size, dtype=np.int64)  # alltoallv's count exchange, reused
         self._count_recv = np.empty(size, dtype=np.int64)
         self._count_request: Optional[ExchangeRequest] = None
-        self._typed: Optional[TypedSides] = None  # Alltoallw's layouts and packing scratch, made on first use
+        self._typed: Optional[TypedSides] = None  # Alltoallw's layouts and kept calls, made on first use
+        self._composing = None  # the Alltoallw call (``TypedCall``) under way, whose bound run ``_bind`` composes
         self._progress: Optional[Progress] = None  # the nonblocking calls' thread, made on first use
         #: what a HierComm with this one's layout and settings is built from (the progress thread's)
         self._settings = dict(node_of=list(t.node_of), algorithm=algorithm, tuning=tuning,
@@ -217,16 +218,31 @@ class HierComm:
         typed = self._typed
         if typed is None:
             typed = self._typed = TypedSides(self.comm.size)
-        call = typed.find(sendbuf, recvbuf, algorithm, validate)  # the same specs as a kept call's
+        call = find_typed(typed.calls, sendbuf, recvbuf, algorithm, validate)  # the specs of a kept call
         if call is None:
             call, problem = typed.prepare(sendbuf, recvbuf, algorithm, validate)
             if problem:  # agreed like any call's problem: raises on every rank, before data moves
                 nothing = Side(None, None, None)
                 self._one_shot(nothing, nothing, problem, algorithm, validate, False, False)
-        if call.pack is not None:
+        # ``Alltoallv`` of byte specs of the common form, its Python frame skipped: a kept call's
+        # specs are the objects the compiled path recognised last time. Where a side is packed,
+        # the run bound for good to them is composed with the type maps (``alltoallw.composed``):
+        # it reads and writes the caller's buffers itself, so that side is neither packed before
+        # it nor scattered after (a hit); any other run moves the packed bytes.
+        send, recv, parts = call.send_spec, call.recv_spec, call.parts
+        later = parts is not None and parts[1] is not None and self._calls.ready(send, recv, algorithm, validate)
+        if call.pack is not None and not later:
             call.pack.run()
-        self.Alltoallv(call.send_spec, call.recv_spec, algorithm, validate)
-        if call.unpack is not None:
+        self._composing = call if parts is not None else None
+        try:
+            done = self._calls.call(send, recv, algorithm, validate, False, self.algorithm)
+            if done != DONE:
+                if later:  # agreed, nothing moved yet: the general path may run a plan on the packed bytes
+                    call.pack.run()
+                self._general(parse_alltoallv, send, recv, algorithm, validate, False, done)
+        finally:
+            self._composing = None
+        if call.unpack is not None and (parts is None or self._calls.state != "hit"):
             call.unpack.run()
 
     def Ialltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> HierRequest:
@@ -512,8 +528,15 @@ class HierComm:
         algo = entry.algorithm
         prog = entry.plan if algo.hierarchical else program(
             algo, (s.counts, s.displs, r.counts, r.displs), radix=entry.radix, uniform=entry.settings[3])
-        return Run(prog, algo, entry.radix, s, r, entry.big, self._comms, scratch or self._scratch,
-                   window or self._window, persistent, runner=self._runner)
+        typed = self._composing
+        if persistent and typed is not None:  # an Alltoallw's run bound for good: on the caller's buffers
+            prog, s, r = composed(typed, prog, s, r)
+        run = Run(prog, algo, entry.radix, s, r, entry.big, self._comms, scratch or self._scratch,
+                  window or self._window, persistent, runner=self._runner)
+        if persistent and typed is not None:
+            # The byte buffers it stands for stay alive: its entry knows the binding by their addresses.
+            run.stands_for = (typed.send_spec, typed.recv_spec)
+        return run
 
     def _run_once(self, entry: CacheEntry, s: Side, r: Side) -> None:
         run = self._bind(entry, s, r, persistent=False)
