@@ -26,6 +26,7 @@ MPI header. Every request is built by mpi4py; a handle is passed by its address
 """
 from libc.stdint cimport int64_t, uint32_t, uint64_t, uintptr_t
 from libc.stdlib cimport free, malloc
+from cpython.object cimport PyObject_IsTrue
 from libc.string cimport memcmp, memcpy
 from posix.dlfcn cimport RTLD_LAZY, dlopen, dlsym
 
@@ -196,24 +197,27 @@ cdef class Saved:
 cdef bint _same_content(object now, Saved then):
     cdef cnp.ndarray a
     cdef Py_ssize_t n
-    if type(now) is not np.ndarray:
+    if not cnp.PyArray_CheckExact(now):
         return False
     a = <cnp.ndarray>now
     n = cnp.PyArray_NBYTES(a)
     if not cnp.PyArray_IS_C_CONTIGUOUS(a) or n != len(then.data):
         return False
-    if a.dtype is not then.descr and a.dtype != then.descr:
+    descr = <object>cnp.PyArray_DESCR(a)  # read in C: this runs for every array of every call
+    if descr is not then.descr and descr != then.descr:
         return False
     return n == 0 or memcmp(cnp.PyArray_DATA(a), <const char*>then.data, n) == 0
 
 
 cdef class SavedType:
-    """A datatype of a remembered Alltoallw spec: the object itself and its handle then. A later
-    spec matches it with that object only, its handle unchanged (``Free`` changes it)."""
-    cdef object datatype, handle
+    """A datatype of a remembered Alltoallw spec: the object itself. A later spec matches it with
+    that object only, and only while it is not freed (an mpi4py datatype is false once ``Free``
+    has set its handle to ``MPI.DATATYPE_NULL``: a C slot to ask, where ``.handle`` is a Python
+    property, on every peer's datatype of every call)."""
+    cdef object datatype
 
     def __cinit__(self, datatype not None):
-        self.datatype, self.handle = datatype, datatype.handle
+        self.datatype = datatype
 
 
 cdef bint _same_shape(object now, object then):
@@ -225,7 +229,7 @@ cdef bint _same_shape(object now, object then):
     if type(then) is Saved:
         return _same_content(now, <Saved>then)
     if type(then) is SavedType:
-        return now is (<SavedType>then).datatype and now.handle == (<SavedType>then).handle
+        return now is (<SavedType>then).datatype and PyObject_IsTrue(now) == 1
     t = type(now)
     if t is not type(then):
         return False
