@@ -279,15 +279,15 @@ def compose(prog: StepProgram, send_runs: Optional[tuple], recv_runs: Optional[t
     that reads the packed send side reads the caller's send buffer along ``send_runs``, one that
     writes the packed receive side writes the caller's receive buffer along ``recv_runs``
     (``TypedSide.runs``; None: that side is direct, left as it is). An exchange that reads (writes)
-    a packed side itself does so in scratch beyond the program's own, the blocks it moves packed
-    by a first copy step (scattered by a last one). So each byte is copied as often as in a
+    a packed side itself does so in scratch (in the private stage) beyond the program's own, the
+    blocks it moves packed by a first copy step (scattered by a last one). So each byte is copied as often as in a
     contiguous call whose exchanges cannot read the caller's buffer in place: once more than a
     contiguous call's where they can (a send buffer already grouped by node, flat)."""
     w = prog.words
     vectors = (RowWord.V0, RowWord.V1, RowWord.V2, RowWord.V3)
     rows, pool = [], []  # rows name pool vectors by their index until the pool's place is known
-    scratch, copied = int(w[HeaderWord.SCRATCH_BYTES]), 0
-    regions, first, last = {}, [], []
+    ends = [int(w[HeaderWord.SCRATCH_BYTES]), int(w[HeaderWord.STAGE_BYTES])]  # scratch and stage in use
+    copied, regions, first, last = 0, {}, [], []
 
     def step(kind, what, src, dst, vecs, row=None) -> None:
         row = np.zeros(ROW_SIZE, np.int64) if row is None else row
@@ -320,20 +320,20 @@ def compose(prog: StepProgram, send_runs: Optional[tuple], recv_runs: Optional[t
         for side, runs in ((0, send_runs), (1, recv_runs)):
             if runs is None or (dst != Buffer.BUF_RECV if side else src != Buffer.BUF_SEND):
                 continue
-            if side not in regions:  # the packed side's place in scratch
-                regions[side] = scratch
-                scratch += int(runs[2].sum())
+            if side not in regions:  # the packed side's place: sent from scratch, received in the
+                # stage (private wherever an exchange writes the receive buffer: flat), so that MPI
+                # is never given one buffer for both
+                regions[side] = ends[side]
+                ends[side] += int(runs[2].sum())
             # the blocks it sends (receives) packed there first (scattered last)
             b, within, user, ln = _through(v[1 + 2 * side], v[2 * side], runs)
             at = v[1 + 2 * side][b] + within + regions[side]
             copied += int(ln.sum())
             if side:
-                last.append((Copied.COPY_UNPACK, Buffer.BUF_SCRATCH, Buffer.BUF_RECV, [at, user, ln]))
+                last.append((Copied.COPY_UNPACK, Buffer.BUF_STAGE, Buffer.BUF_RECV, [at, user, ln]))
+                dst, v[3] = Buffer.BUF_STAGE, v[3] + regions[1]
             else:
                 first.append((Copied.COPY_PACK, Buffer.BUF_SEND, Buffer.BUF_SCRATCH, [user, at, ln]))
-            if side:
-                dst, v[3] = Buffer.BUF_SCRATCH, v[3] + regions[1]
-            else:
                 src, v[1] = Buffer.BUF_SCRATCH, v[1] + regions[0]
         step(kind, what, src, dst, v, row)
     body = rows
@@ -350,5 +350,7 @@ def compose(prog: StepProgram, send_runs: Optional[tuple], recv_runs: Optional[t
             row[key] = starts[row[key]]
     header = w[:HEADER_SIZE].copy()
     header[HeaderWord.ROWS], header[HeaderWord.POOL], header[HeaderWord.WORDS] = len(rows), base, starts[-1]
-    header[HeaderWord.SCRATCH_BYTES], header[HeaderWord.COPIED] = scratch, copied
+    if 1 in regions and prog.stage_shared:
+        raise ValueError("compose: an exchange writes the receive buffer of a program whose stage is shared")
+    header[HeaderWord.SCRATCH_BYTES], header[HeaderWord.STAGE_BYTES], header[HeaderWord.COPIED] = *ends, copied
     return StepProgram(np.concatenate([header] + [row for row, _ in rows] + pool))
