@@ -22,6 +22,13 @@ specs is recognised in compiled code and passes the very same byte specs again: 
 ``Alltoallv`` is then a hit of the compiled path (``CallTable``), its persistent run bound, and
 nothing is parsed or laid out. A spec that changed in any part is parsed afresh.
 
+Where a side is packed, the persistent run the plan cache binds for good to a kept call's byte
+specs is composed with the type maps (``compose``, ``composed``; ``HierComm._bind`` asks): its
+copies read the caller's send buffer and write the caller's receive buffer along the runs, so a
+hit of that run neither gathers before nor scatters after; only blocks an exchange sends or
+receives itself are packed (scattered) by a copy step of the run's own. Every other run (a first
+call, a plan run on the packed bytes) moves the packed bytes, with the call's own copies around it.
+
 The bytes travel as an ``Alltoallv`` of ``MPI.BYTE`` through ``HierComm.Alltoallv``: the same
 agreement (bytes each pair sends and expects), the same plan cache, every algorithm. Bytes of the
 receive buffer outside its type maps are never written, as with MPI. Nothing here communicates:
