@@ -47,7 +47,7 @@ from .datatypes import TypeCache
 from .msgspec import Problem, Side, _host_bytes, int_vector
 from ._plan import HEADER_SIZE, ROW_SIZE, Buffer, Copied, HeaderWord, RowWord, StepKind, StepProgram
 
-__all__ = ["TypedSide", "TypedSides", "compose"]
+__all__ = ["TypedSide", "TypedSides", "compose", "composed"]
 
 _EMPTY = np.empty(0, dtype=np.uint8)
 _NO_RUNS = np.empty(0, dtype=np.int64)
