@@ -61,6 +61,20 @@ flat miss of array specs is compiled and costs next to nothing; hit and plan: ``
 same code in both runs, it measures how much the oversubscribed run inflates hxmpi's CPU. The
 output names its inputs, each key's ``source`` and the ratios (``deflation``).
 
+``--alltoallw`` runs, instead of the columns above, Alltoallw columns at each of ``--blocks`` (bytes per
+peer; default 8 B to 64 KiB), one spec repeated every call (us per call, mean over ranks, median of
+the rounds; ``--iterations`` calls up to 2 KiB per peer, proportionally fewer above, at least 50):
+  w-basic-comm   ``comm.Alltoallw`` of float32 items, ``MPI.FLOAT`` for every peer
+  w-basic        ``HierComm.Alltoallw`` of the same spec
+  v-basic        ``HierComm.Alltoallv`` of the same bytes (``[buf, (counts, displs), MPI.FLOAT]``)
+  w-pencil-comm  ``comm.Alltoallw`` of an FFT pencil transpose: a float32 array (n0, size * n1, nz)
+                 sent along axis 1 (one subarray datatype per peer, n0 runs each) and received
+                 along axis 0 (a subarray per peer, contiguous), n0 * n1 * nz * 4 B per peer
+  w-pencil       ``HierComm.Alltoallw`` of the same specs
+The HierComm columns run ``--algorithm`` (default ``auto``; ``paths`` names what ran, the plan cache's
+state and its hits). JSON (benchmark ``overhead-alltoallw``): ``provenance``, per block ``median_us``,
+``rounds_us``, ``paths``, and the ratios ``w-basic / v-basic`` and ``w-pencil / w-pencil-comm``.
+
 ``--breakdown`` also times, on each rank alone (no communication, so no waiting inside), the local
 stages of one call (us, mean over ranks): parsing two new specs; recognising unchanged specs; the
 plan-cache lookup of a pattern; filling the agreement record with its fingerprint; planning the
@@ -141,6 +155,11 @@ def main(argv=None) -> int:
                    "rank per core, source of the flat and Bruck keys")
     p.add_argument("--combine-hier", nargs="+", metavar="JSON", help="combine mode: runs on 2 nodes of 2 ranks, "
                    "source of the hier keys (deflated by their flat keys)")
+    p.add_argument("--alltoallw", action="store_true", help="run the Alltoallw columns instead (see above)")
+    p.add_argument("--blocks", type=int, nargs="+", default=list(W_BLOCKS), metavar="BYTES",
+                   help="with --alltoallw: bytes per peer, each a key of the pencil shapes (default: all of them)")
+    p.add_argument("--algorithm", default="auto", choices=("flat", "hier", "auto", "bruck", "hier_pairwise", "hier_bruck"),
+                   help="with --alltoallw: the HierComm columns' algorithm (default auto)")
     p.add_argument("--json", default=None, help="write results here (rank 0); the CPU file packaged with hxmpi "
                    "is hxmpi/comm/overhead.json (see above)")
     args = p.parse_args(argv)
@@ -153,6 +172,13 @@ def main(argv=None) -> int:
     comm = MPI.COMM_WORLD
     size, block = comm.size, args.block
     hc = hxmpi.HierComm(comm, ranks_per_node=args.ranks_per_node, radix=args.radix)
+    if args.alltoallw:
+        bad = [b for b in args.blocks if b not in W_BLOCKS]
+        if bad:
+            p.error(f"--blocks: {bad} not among {list(W_BLOCKS)}")
+        alltoallw_columns(comm, hc, args)
+        hc.free()
+        return 0
     sbuf = np.ones(size * block, np.uint8)
     rbuf = np.zeros(size * block + PATTERNS, np.uint8)  # room for the shifted patterns
     other = np.zeros_like(rbuf)  # the rebound columns' second receive buffer
@@ -306,6 +332,79 @@ def combine(flat_files: list, hier_files: list, out: str, command: str) -> dict:
     print("# combined CPU per call (us): " + ", ".join(f"{k} {v * 1e6:.2f}" for k, v in cpu.items()))
     print(f"# deflation of the 2x2 keys: miss {deflation['miss']:.3f}, hit/plan {deflation['hit']:.3f}")
     return report
+
+
+#: Bytes per peer -> the pencil's (n0, n1, nz): float32 items, n0 runs of n1 * nz items per peer.
+W_BLOCKS = {8: (2, 1, 1), 64: (4, 4, 1), 512: (8, 8, 2), 2048: (8, 8, 8), 32768: (16, 16, 32), 65536: (16, 16, 64)}
+W_COLUMNS = ("w-basic-comm", "w-basic", "v-basic", "w-pencil-comm", "w-pencil")
+
+
+def _pencil_specs(size: int, n0: int, n1: int, nz: int) -> tuple[list, list, list]:
+    """(send spec, receive spec, datatypes to free) of a pencil transpose: a (n0, size * n1, nz)
+    float32 array sent along axis 1, an (size * n0, n1, nz) one received along axis 0."""
+    a = np.ones((n0, size * n1, nz), np.float32)
+    b = np.zeros((size * n0, n1, nz), np.float32)
+    send_t = [MPI.FLOAT.Create_subarray(a.shape, (n0, n1, nz), (0, j * n1, 0)).Commit() for j in range(size)]
+    recv_t = [MPI.FLOAT.Create_subarray(b.shape, (n0, n1, nz), (i * n0, 0, 0)).Commit() for i in range(size)]
+    ones, zeros = [1] * size, [0] * size
+    return [a, ones, zeros, send_t], [b, ones, zeros, recv_t], send_t + recv_t
+
+
+def alltoallw_columns(comm, hc, args) -> None:
+    """The ``--alltoallw`` columns (see the module docstring); rank 0 prints them and writes ``--json``."""
+    size = comm.size
+    blocks = {}
+    for block in args.blocks:
+        n = block // 4
+        sbuf, rbuf = np.ones(size * n, np.float32), np.zeros(size * n, np.float32)
+        counts, displs = np.full(size, n, np.int64), np.arange(size, dtype=np.int64) * n
+        basic = ([sbuf, counts, displs * 4, [MPI.FLOAT] * size], [rbuf, counts, displs * 4, [MPI.FLOAT] * size])
+        vector = ([sbuf, (counts, displs), MPI.FLOAT], [rbuf, (counts, displs), MPI.FLOAT])
+        psend, precv, made = _pencil_specs(size, *W_BLOCKS[block])
+        algo = args.algorithm
+        calls = {"w-basic-comm": lambda: comm.Alltoallw(*basic), "w-basic": lambda: hc.Alltoallw(*basic, algo),
+                 "v-basic": lambda: hc.Alltoallv(*vector, algo), "w-pencil-comm": lambda: comm.Alltoallw(psend, precv),
+                 "w-pencil": lambda: hc.Alltoallw(psend, precv, algo)}
+        iterations = max(50, int(args.iterations * min(1.0, 2048 / block)))
+        rounds, paths = [], {}
+        for _ in range(args.repeats):
+            result = {}
+            for col in W_COLUMNS:
+                for _ in range(args.warmup):
+                    calls[col]()
+                hits = hc.plan_cache.hits
+                comm.Barrier()
+                t0 = MPI.Wtime()
+                for _ in range(iterations):
+                    calls[col]()
+                result[col] = comm.allreduce((MPI.Wtime() - t0) / iterations * 1e6) / size
+                if not col.endswith("-comm"):
+                    paths[col] = (hc.last_stats["algorithm"], hc.last_stats["plan_cache"],
+                                  f"hits {hc.plan_cache.hits - hits}/{iterations}")
+            rounds.append(result)
+        for t in made:
+            t.Free()
+        m = {c: float(np.median([r[c] for r in rounds])) for c in W_COLUMNS}
+        ratios = {"w-basic / v-basic": m["w-basic"] / m["v-basic"],
+                  "w-pencil / w-pencil-comm": m["w-pencil"] / m["w-pencil-comm"]}
+        blocks[block] = {"iterations": iterations, "pencil": W_BLOCKS[block], "median_us": m, "rounds_us": rounds,
+                         "paths": paths, "ratios": ratios}
+    if comm.rank == 0:
+        print(f"# Alltoallw, {size} ranks, nodes {list(hc.topology.node_sizes)}, node phase {hc.node_phase}; "
+              f"us per call, median of {args.repeats} rounds")
+        print(f"{'# B/peer':<10}" + "".join(f"{c:>15}" for c in W_COLUMNS) + f"{'w/v':>8}{'w/comm':>8}  paths")
+        for block, d in blocks.items():
+            r = d["ratios"]
+            print(f"{block:<10}" + "".join(f"{d['median_us'][c]:15.2f}" for c in W_COLUMNS)
+                  + f"{r['w-basic / v-basic']:8.2f}{r['w-pencil / w-pencil-comm']:8.2f}  "
+                  + "; ".join(f"{k} {' '.join(v)}" for k, v in d["paths"].items()))
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"benchmark": "overhead-alltoallw",
+                           "provenance": provenance(command_line("benchmarks/bench_overhead.py", size)),
+                           "world_size": size, "node_sizes": list(hc.topology.node_sizes),
+                           "node_phase": hc.node_phase, "algorithm": args.algorithm, "repeats": args.repeats,
+                           "blocks": {str(b): d for b, d in blocks.items()}}, fh, indent=1)
 
 
 def stage_times(hc, send_spec, recv_spec, iterations: int) -> dict:

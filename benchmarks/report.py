@@ -151,6 +151,21 @@ def render_overhead(d):
     return "\n\n".join(out)
 
 
+def render_overhead_alltoallw(d):
+    head = (f"Layout {layout(d.get('node_sizes'))}, {d['world_size']} ranks, node phase {d.get('node_phase')}, "
+            f"HierComm algorithm {d.get('algorithm')}; the same specs every call; us per call (mean over ranks, "
+            f"median of {d.get('repeats')} rounds). Pencil (n0, n1, nz): float32 items, n0 runs per peer.")
+    rows = []
+    for block, b in d["blocks"].items():
+        m, r = b["median_us"], b["ratios"]
+        ran = b["paths"].get("w-pencil", ["?"])[0]
+        rows.append([size(int(block)), "x".join(map(str, b["pencil"]))] + [num(m[c], 2) for c in m]
+                    + [num(r["w-basic / v-basic"], 2) + "x", num(r["w-pencil / w-pencil-comm"], 2) + "x", ran])
+    cols = list(next(iter(d["blocks"].values()))["median_us"])
+    return head + "\n\n" + table(["per peer", "pencil"] + cols + ["w-basic / v-basic", "w-pencil / w-pencil-comm",
+                                                                "ran"], rows)
+
+
 def render_overhead_combined(d):
     out = [f"The simulator's default `--overhead` file: CPU per path, {d.get('block')} B blocks, "
            f"deflation {', '.join(f'{k} {v:.3f}' for k, v in d.get('deflation', {}).items())}."]
@@ -499,7 +514,7 @@ def render_overlap(d):
 
 
 RENDERERS = {"suite": render_suite, "osu_alltoallv": render_osu, "mpi_call": render_mpi_call, "overhead": render_overhead,
-             "overhead-combined": render_overhead_combined, "pack": render_pack, "msg_accounting": render_msg_accounting, "memory": render_memory,
+             "overhead-alltoallw": render_overhead_alltoallw, "overhead-combined": render_overhead_combined, "pack": render_pack, "msg_accounting": render_msg_accounting, "memory": render_memory,
              "calibrate": render_calibrate, "simulate-compare": render_compare, "simulate": render_simulate,
              "fit_slingshot": render_fit_slingshot, "train": render_train, "straggler_card": render_straggler_card, "staging": render_staging,
              "overlap": render_overlap, "model_error": render_model_error}

@@ -103,13 +103,17 @@ def _reference(comm, send, recv, rbytes):
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_derived_datatypes_equal_comm_alltoallw(comm, comms, types, layout, algorithm):
+    """Every kind of datatype, three times on the same specs: parsed, then cached, then run by the
+    run bound to them (composed with the type maps), receive bytes outside the maps untouched."""
     hc = comms[layout]
     for seed in range(3):
         send, recv, rbytes = _case(comm, types, seed)
         ref = _reference(comm, send, recv, rbytes)
-        out = np.full(rbytes, FILL, dtype=np.uint8)
-        hc.Alltoallw(send, recv(out), algorithm=algorithm)
-        assert out.tobytes() == ref.tobytes()
+        out = np.empty(rbytes, dtype=np.uint8)
+        for _ in range(3):
+            out[:] = FILL
+            hc.Alltoallw(send, recv(out), algorithm=algorithm)
+            assert out.tobytes() == ref.tobytes()
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -213,17 +217,20 @@ def test_pencil_transpose_equals_comm_alltoallw(comm, comms, layout, algorithm):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_in_place(comm, comms, types, layout):
-    """MPI.IN_PLACE: what the receive side describes is sent, then overwritten (symmetric pairs)."""
+    """MPI.IN_PLACE: what the receive side describes is sent, then overwritten (symmetric pairs);
+    called again on the same specs, what the buffer holds at each call."""
     hc, size, me = comms[layout], comm.size, comm.rank
     names = sorted(types)
     pairs = [(types[names[(3 * min(me, j) + 5 * max(me, j)) % len(names)]], 1 + (me + j) % 2) for j in range(size)]
     rd, nbytes = _place(pairs)
-    spec = lambda buf: [buf, [c for _, c in pairs], rd, [t for t, _ in pairs]]  # noqa: E731
-    start = np.random.default_rng(me).integers(0, 256, nbytes, dtype=np.uint8)
-    ref, out = start.copy(), start.copy()
-    comm.Alltoallw(MPI.IN_PLACE, spec(ref))
-    hc.Alltoallw(MPI.IN_PLACE, spec(out))
-    assert out.tobytes() == ref.tobytes()
+    spec = [np.zeros(nbytes, np.uint8), [c for _, c in pairs], rd, [t for t, _ in pairs]]
+    for trial in range(4):
+        start = np.random.default_rng(trial + 10 * me).integers(0, 256, nbytes, dtype=np.uint8)
+        ref = start.copy()
+        comm.Alltoallw(MPI.IN_PLACE, [ref, *spec[1:]])
+        spec[0][:] = start
+        hc.Alltoallw(MPI.IN_PLACE, spec)
+        assert spec[0].tobytes() == ref.tobytes()
 
 
 def _refused(comm, hc, send, recv, match, error=ExchangeError):
@@ -281,3 +288,137 @@ def test_bad_input_on_one_rank_raises_on_every_rank(comm, comms, layout):
     finally:
         loose.Free()
         folded.Free()
+
+
+@pytest.fixture(scope="module")
+def mpi_phase():
+    yield from hier_comms(("regular", "irregular", "round_robin"), node_phase="mpi")
+
+
+@pytest.mark.parametrize("phase", ["shm", "mpi"])
+@pytest.mark.parametrize("layout", ["regular", "irregular", "round_robin"])
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_repeated_calls_run_compiled_and_see_new_data(comm, comms, mpi_phase, layout, algorithm, phase):
+    """The same specs again (the pencil transpose, derived types both ways, and basic types) run
+    in compiled code from the third call on (the plan cache's bound run, composed with the type
+    maps), moving what the send buffer holds at each call, on either node phase."""
+    hc, size, me = (comms if phase == "shm" else mpi_phase)[layout], comm.size, comm.rank
+    shape = (3, 2 + size, 2)
+    c0, c1 = _chunks(shape[0] * size, size), _chunks(shape[1], size)
+    a = np.zeros((c0[me][1], shape[1], shape[2]))
+    b = np.zeros((shape[0] * size, c1[me][1], shape[2]))
+    send_t = _pencil_types(a.shape, 1, c1, np.float64)
+    recv_t = _pencil_types(b.shape, 0, c0, np.float64)
+    ones, zeros = [1] * size, [0] * size
+    basic_s, basic_r = np.zeros(3 * size), np.zeros(3 * size)
+    offsets = np.arange(size, dtype=np.int64) * 24
+    cases = [([a, ones, zeros, send_t], [b, ones, zeros, recv_t]),
+             ([b, (ones, zeros), recv_t], [a, (ones, zeros), send_t]),
+             ([basic_s, np.full(size, 3), offsets, [MPI.DOUBLE] * size],
+              [basic_r, np.full(size, 3), offsets, (MPI.DOUBLE,) * size])]
+    try:
+        for send, recv in cases:
+            before = hc._calls.compiled
+            for trial in range(5):
+                send[0][...] = np.random.default_rng(trial + 7 * me).standard_normal(send[0].shape)
+                ref = np.full(recv[0].shape, np.nan)
+                four = [send[0], *send[1], send[2]] if len(send) == 3 else send  # the reference's form
+                _alltoallw(comm, four, [ref, *(recv[1] if len(recv) == 3 else recv[1:3]), recv[-1]])
+                recv[0][...] = np.nan
+                hc.Alltoallw(send, recv, algorithm=algorithm)
+                assert recv[0].tobytes() == ref.tobytes()
+            if size > 1:  # on one rank the receive spec's blocks may be read by the general path
+                assert hc._calls.compiled - before >= 3
+    finally:
+        for t in send_t + recv_t:
+            t.Free()
+
+
+def _basic(comm, counts_of, width):
+    """Specs of ``counts_of(i, j)`` doubles from rank i to rank j, each peer's block in a slot of
+    ``width`` doubles; counts as arrays, displacements as lists (both changed in place below)."""
+    size, me = comm.size, comm.rank
+    sbuf = np.arange(size * width, dtype=np.float64) + 1000 * me
+    send = [sbuf, np.array([counts_of(me, j) for j in range(size)]), [8 * width * j for j in range(size)],
+            [MPI.DOUBLE] * size]
+    recv = [np.full(size * width, -1.0), np.array([counts_of(i, me) for i in range(size)]),
+            [8 * width * i for i in range(size)], [MPI.DOUBLE] * size]
+    return send, recv
+
+
+def _check(comm, hc, send, recv):
+    """One call through ``hc`` equals the reference, on a receive buffer that held -1."""
+    ref = np.full(recv[0].shape, -1.0)
+    _alltoallw(comm, send, [ref, *recv[1:]])
+    recv[0][...] = -1.0
+    hc.Alltoallw(send, recv)
+    assert recv[0].tobytes() == ref.tobytes()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_specs_changed_between_repeated_calls(comm, comms, layout):
+    """A kept call never runs stale: counts and displacements changed in place, a datatype
+    swapped in the list, a buffer replaced by one of another size, each right after repeated
+    calls of the old specs, move what the new specs say."""
+    hc, size = comms[layout], comm.size
+    # two doubles one apart or two apart (16 B both): a swap keeps the bytes each pair moves
+    one, two = MPI.DOUBLE.Create_vector(2, 1, 2).Commit(), MPI.DOUBLE.Create_vector(2, 1, 3).Commit()
+    try:
+        send, recv = _basic(comm, lambda i, j: 1 + (i + j) % 2, 4)
+        for _ in range(3):
+            _check(comm, hc, send, recv)
+        send[1][:] = 3 - send[1]  # counts in place, both sides alike
+        recv[1][:] = 3 - recv[1]
+        _check(comm, hc, send, recv)
+        send[2][0] = 8  # a displacement in place: rank 0's block starts one double later
+        for _ in range(3):
+            _check(comm, hc, send, recv)
+        send[0] = np.arange(5 * size, dtype=np.float64)  # a larger send buffer in the same list
+        send[2] = [40 * j for j in range(size)]
+        _check(comm, hc, send, recv)
+        # a datatype swapped in place in the list, the bytes each pair moves unchanged
+        a = np.arange(6 * size, dtype=np.float64) + 100 * comm.rank
+        send = [a, [1] * size, [48 * j for j in range(size)], [one] * size]
+        recv = [np.full(2 * size, -1.0), [2] * size, [16 * i for i in range(size)], [MPI.DOUBLE] * size]
+        for _ in range(3):
+            _check(comm, hc, send, recv)
+        send[3][size - 1] = two
+        _check(comm, hc, send, recv)
+    finally:
+        one.Free()
+        two.Free()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_spoiled_between_repeated_calls_raises_on_every_rank(comm, comms, layout):
+    """After repeated good calls, a spec spoiled on one rank (a count that no longer matches, a
+    datatype of another extent, a receive buffer too small or made read-only, a freed datatype,
+    overlapping receive runs) raises the same error on every rank, with nothing received."""
+    hc, size, last = comms[layout], comm.size, comm.size - 1
+    wide = MPI.DOUBLE.Create_contiguous(3).Commit()  # 24 B an item where 16 B were agreed
+    folded = MPI.DOUBLE.Create_contiguous(2).Create_resized(0, 8).Commit()
+    pair = MPI.DOUBLE.Create_contiguous(2).Commit()  # freed on the last rank below
+    sends_24 = f"rank {last} sends 24 B to rank 0, which expects 16 B"
+    spoilers = {
+        "count": (lambda s, r: s[1].__setitem__(0, 3), sends_24),
+        "extent": (lambda s, r: (s[1].__setitem__(0, 1), s[3].__setitem__(0, wide)), sends_24),
+        "small": (lambda s, r: r.__setitem__(0, np.zeros(2 * size - 1)), "outside the buffer"),
+        "read-only": (lambda s, r: setattr(r[0].flags, "writeable", False), "read-only"),
+        "freed": (lambda s, r: pair.Free(), r"datatypes\[0\]: .*DATATYPE_NULL"),
+        "overlap": (lambda s, r: r[3].__setitem__(0, folded), "datatypes overlap"),
+    }
+    try:
+        for name, (spoil, match) in spoilers.items():
+            send = [np.ones(3 * size), [2] * size, [24 * j for j in range(size)], [MPI.DOUBLE] * size]
+            recv = [np.zeros(2 * size + 1), [2] * size, [16 * j for j in range(size)], [MPI.DOUBLE] * size]
+            if name == "freed":
+                send[1], send[3] = [1] * size, [pair] * size
+            for _ in range(3):
+                hc.Alltoallw(send, recv)
+            if comm.rank == last:
+                spoil(send, recv)
+            _refused(comm, hc, send, recv, match)
+    finally:
+        for t in (wide, folded, pair):
+            if t != MPI.DATATYPE_NULL:
+                t.Free()

@@ -255,3 +255,26 @@ def test_requests_of_two_hiercomms_waited_in_opposite_orders(comm):
     finally:
         for hc in pair:
             hc.free()
+
+
+def test_repeated_ialltoallw_of_strided_types(comm, comms):
+    """An FFT code's pattern: the same strided (packed) Alltoallw specs again and again, two
+    requests in flight on two receive buffers, waited newest first; every round's bytes are the
+    transpose, whichever path (a compiled hit, a composed run, a packed one) each request took."""
+    hc, size = comms["regular"], comm.size
+    column = MPI.DOUBLE.Create_vector(4, 1, size).Commit()
+    rows = np.empty((4, size))
+    outs = [np.full((size, 4), -1.0) for _ in range(2)]
+    specs = [[rows, [1] * size, [8 * j for j in range(size)], [column] * size],
+             [[out, [4] * size, [32 * i for i in range(size)], [MPI.DOUBLE] * size] for out in outs]]
+    try:
+        for k in range(4):
+            rows[:] = np.arange(4 * size).reshape(4, size) + 1000 * comm.rank + k
+            everyone = np.array(comm.allgather(rows.copy()))
+            reqs = [hc.Ialltoallw(specs[0], recv) for recv in specs[1]]
+            for r in reversed(reqs):
+                r.Wait()
+            for out in outs:
+                assert out.tobytes() == everyone[:, :, comm.rank].tobytes(), k
+    finally:
+        column.Free()

@@ -33,9 +33,9 @@ from mpi4py import MPI
 from ..errors import CpuFileError, ExchangeError, PlanStateError, abort_job, agree
 from . import transfer
 from ._agree import buffer_id, pattern_key
-from ._call import AGREED, DONE, KEEP, NOT_FOUND, CallTable, Runner, Saved
+from ._call import AGREED, DONE, KEEP, NOT_FOUND, CallTable, Runner, Saved, find_typed
 from .agreement import Agreed, Agreement
-from .alltoallw import TypedSides
+from .alltoallw import TypedSides, composed
 from .bruck import TAG as BRUCK_TAG
 from .costmodel import ENV_TUNING, KIB_CAP, CostModel, CpuTimes, auto_pick, pattern_class
 from .msgspec import PREDEFINED, Side, count_arrays, int_vector, parse_alltoall, parse_alltoallv
@@ -181,7 +181,8 @@ class HierComm:
         self._count_send = np.empty(size, dtype=np.int64)  # alltoallv's count exchange, reused
         self._count_recv = np.empty(size, dtype=np.int64)
         self._count_request: Optional[ExchangeRequest] = None
-        self._typed: Optional[TypedSides] = None  # Alltoallw's layouts and packing scratch, made on first use
+        self._typed: Optional[TypedSides] = None  # Alltoallw's layouts and kept calls, made on first use
+        self._composing = None  # the Alltoallw call (``TypedCall``) under way, whose bound run ``_bind`` composes
         self._progress: Optional[Progress] = None  # the nonblocking calls' thread, made on first use
         self._requests: Optional[Requests] = None  # the nonblocking calls' queue (request mode), likewise
         # A deferred call's hand-over (``_defer``): its run, what completes it, where it receives,
@@ -255,24 +256,38 @@ class HierComm:
         typed = self._typed
         if typed is None:
             typed = self._typed = TypedSides(self.comm.size)
-        if self._deferred:  # each request packs and receives into buffers of its own
-            typed.scratch = Scratch()
-        rview, r, problem = typed.parse(recvbuf, True, "recv")
-        in_place = sendbuf is MPI.IN_PLACE
-        sview, s = rview, r
-        if problem is None and not in_place:
-            sview, s, problem = typed.parse(sendbuf, False, "send")
-        if problem:  # agreed like any call's problem: raises on every rank, before data moves
-            nothing = Side(None, None, None)
-            self._one_shot(nothing, nothing, problem, algorithm, validate, False, False)
-        sbytes, sdispls = typed.send_bytes(sview, s, in_place)
-        rbytes = typed.recv_bytes(rview, r)
-        self.Alltoallv([sbytes, (s.counts, sdispls), MPI.BYTE], [rbytes, (r.counts, r.displs), MPI.BYTE],
-                       algorithm, validate)
-        if self._deferred:  # unpacked once the request's run completed
-            self._after, self._ready_recv = (None if r.direct else partial(typed.unpack, rview, r, rbytes)), rview
-        else:
-            typed.unpack(rview, r, rbytes)
+        call = find_typed(typed.calls, sendbuf, recvbuf, algorithm, validate)  # the specs of a kept call
+        if call is None:
+            call, problem = typed.prepare(sendbuf, recvbuf, algorithm, validate)
+            if problem:  # agreed like any call's problem: raises on every rank, before data moves
+                nothing = Side(None, None, None)
+                self._one_shot(nothing, nothing, problem, algorithm, validate, False, False)
+        # ``Alltoallv`` of byte specs of the common form, its Python frame skipped: a kept call's
+        # specs are the objects the compiled path recognised last time. Where a side is packed,
+        # the run bound for good to them is composed with the type maps (``alltoallw.composed``):
+        # it reads and writes the caller's buffers itself, so that side is neither packed before
+        # it nor scattered after (a hit); any other run moves the packed bytes.
+        send, recv, parts = call.send_spec, call.recv_spec, call.parts
+        later = parts is not None and parts[1] is not None and self._calls.ready(send, recv, algorithm, validate)
+        # A request in flight still reading this call's packed bytes (the same buffers) keeps them:
+        # the call is refused at its agreement (the receive buffer is in use), nothing is packed.
+        may_pack = call.pack is not None and not (self._busy is not None and self._busy(call.recv_spec[0]))
+        if may_pack and not later:
+            call.pack.run()
+        self._composing = call if parts is not None else None
+        try:
+            done = self._calls.call(send, recv, algorithm, validate, False, self.algorithm)
+            if done != DONE:
+                if later and may_pack:  # agreed, nothing moved yet: the general path may run a plan on the packed bytes
+                    call.pack.run()
+                self._general(parse_alltoallv, send, recv, algorithm, validate, False, done)
+        finally:
+            self._composing = None
+        if call.unpack is not None and (parts is None or self._calls.state != "hit"):
+            if self._deferred:  # scattered once the request's run completed
+                self._after = call.unpack.run
+            else:
+                call.unpack.run()
 
     def Ialltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> HierRequest:
         """Nonblocking ``Alltoallv``: returns a request whose ``Test``/``Wait`` move the data (or a
@@ -311,10 +326,10 @@ class HierComm:
         self._calls.paused = busy is not None
         try:
             getattr(self, method)(sendbuf, recvbuf, algorithm=algorithm, validate=validate)
-            run = self._ready if self._ready is not None else self._calls.ready
+            run = self._ready if self._ready is not None else self._calls.handed
             return run, self._after, self._ready_recv if self._ready_recv is not None else run.r.view
         finally:
-            self._ready = self._after = self._ready_recv = self._busy = self._calls.ready = None
+            self._ready = self._after = self._ready_recv = self._busy = self._calls.handed = None
 
     def __getattr__(self, name: str):
         """A public attribute of ``comm`` that HierComm lacks (called only when lookup fails)."""
@@ -587,12 +602,24 @@ class HierComm:
         algo = entry.algorithm
         prog = entry.plan if algo.hierarchical else program(
             algo, (s.counts, s.displs, r.counts, r.displs), radix=entry.radix, uniform=entry.settings[3])
-        return Run(prog, algo, entry.radix, s, r, entry.big, self._comms, scratch or self._scratch,
-                   window or self._window, persistent, runner=self._runner)
+        typed = self._composing
+        if persistent and typed is not None:  # an Alltoallw's run bound for good: on the caller's buffers
+            prog, s, r = composed(typed, prog, s, r)
+        run = Run(prog, algo, entry.radix, s, r, entry.big, self._comms, scratch or self._scratch,
+                  window or self._window, persistent, runner=self._runner)
+        if persistent and typed is not None:
+            # The byte buffers it stands for stay alive: its entry knows the binding by their addresses.
+            run.stands_for = (typed.send_spec, typed.recv_spec)
+        return run
 
     def _run_once(self, entry: CacheEntry, s: Side, r: Side) -> None:
-        if self._deferred:  # its own persistent run, freed once its request completed
-            run = self._bind(entry, s, r, persistent=True)
+        if self._deferred:  # its own persistent run, freed once its request completed; on the
+            # byte buffers (not composed with an Alltoallw's type maps: the call scatters them after)
+            composing, self._composing = self._composing, None
+            try:
+                run = self._bind(entry, s, r, persistent=True)
+            finally:
+                self._composing = composing
             self._execute(run)
             run.free_when_done()
             return
