@@ -55,6 +55,20 @@ def _group(c):
         whole.Free()
 
 
+def _create_halves(c):
+    """The ranks of this rank's parity but the last, as ``Create`` with disjoint groups (the last
+    rank passes the empty group, and gets COMM_NULL)."""
+    whole = c.Get_group()
+    last = c.size - 1
+    mine = whole.Incl(list(range(c.rank % 2, last, 2))) if c.rank < last else MPI.GROUP_EMPTY
+    try:
+        return c.Create(mine)
+    finally:
+        if mine != MPI.GROUP_EMPTY:
+            mine.Free()
+        whole.Free()
+
+
 #: ways to derive a communicator, each applied to a HierComm and to the plain communicator alike
 DERIVE = {
     "split_parity_keys_reversed": lambda c: c.Split(c.rank % 2, c.size - c.rank),
@@ -71,6 +85,7 @@ DERIVE = {
     "cart_columns": _sub([True, False]),
     "cart_last_outside": lambda c: c.Create_cart([max(1, c.size - 1)]),
     "group_every_other_reversed": _group,
+    "create_halves": _create_halves,
 }
 
 
@@ -142,14 +157,18 @@ def test_cartesian_hiercomm_answers_as_the_cartcomm(parents, comm):
             [plain.Shift(d, s) for d in (0, 1) for s in (-1, 1)]
         again = cart.Dup()  # a duplicate of a grid is a grid, as mpi4py's Cartcomm.Dup
         wrapped = HierComm(plain, ranks_per_node=3)  # a HierComm made over a grid is one too
+        rewrapped = HierComm(cart, algorithm="flat")  # and over a CartHierComm, which stands for its grid
         try:
             assert isinstance(again, CartHierComm) and isinstance(wrapped, CartHierComm)
+            assert isinstance(rewrapped, CartHierComm) and rewrapped.algorithm == "flat"
+            assert type(rewrapped.comm) is MPI.Cartcomm and rewrapped.coords == plain.coords
+            _assert_exact(rewrapped, seed=5)
             rows = wrapped.Sub([False, True])
             assert isinstance(rows, CartHierComm) and rows.size == plain.dims[1]
             rows.Free()
         finally:
-            again.Free()
-            wrapped.Free()
+            for c in (again, wrapped, rewrapped):
+                c.Free()
     finally:
         cart.Free()
         plain.Free()
@@ -191,6 +210,8 @@ def test_a_bad_argument_raises_the_same_error_on_every_rank(parents, comm):
                            f"rank {last}: dims, periods and reorder ([1], [False], False) differ from rank 0's")
         _raises_everywhere(comm, lambda: hc.Split_type(MPI.COMM_TYPE_HW_UNGUIDED if odd else MPI.COMM_TYPE_SHARED),
                            f"rank {last}: split_type")
+    _raises_everywhere(comm, lambda: hc.Create("x" if odd else MPI.GROUP_EMPTY),
+                       f"rank {last}: group must be an MPI.Group, got 'x'")
     cart = hc.Create_cart([size])
     try:
         _raises_everywhere(comm, lambda: cart.Sub([True, False]), "remain_dims has 2 entries but the grid has 1")

@@ -128,7 +128,8 @@ class HierComm:
         if cls is HierComm:
             given = _INIT.bind_partial(None, *args, **kwargs).arguments  # a bad call raises as __init__ would
             topology = given.get("topology")
-            if is_cartesian(topology.comm if topology is not None else given.get("comm", MPI.COMM_WORLD)):
+            comm = topology.comm if topology is not None else given.get("comm", MPI.COMM_WORLD)
+            if is_cartesian(comm.comm if isinstance(comm, HierComm) else comm):
                 cls = CartHierComm
         return super().__new__(cls)
 
@@ -406,6 +407,12 @@ class HierComm:
         if problem:
             raise TopologyError(problem)
         return self._derive(None, lambda comm: comm.Create_group(group, tag), collective=False)
+
+    def Create(self, group: MPI.Group):
+        """A HierComm over ``group``'s processes (a subgroup of ``comm``'s; ranks may pass
+        disjoint groups), as ``MPI_Comm_create``: collective over ``comm``; ``MPI.COMM_NULL`` on a
+        rank outside its group. Settings and nodes inherited (``_derive``)."""
+        return self._derive(group_problem(group, 0, self.comm), lambda comm: comm.Create(group))
 
     def _derive(self, problem: Optional[str], make, what: Optional[str] = None, shared=None,
                 collective: bool = True):
