@@ -365,6 +365,7 @@ class HierComm:
         return getattr(comm, name)
 
     # ------------------------------------------------------------------ derived communicators
+    @_collective
     def Dup(self, info: Optional[MPI.Info] = None) -> "HierComm":
         """A HierComm over a duplicate of ``comm`` (``info``: its hints), with this one's settings
         and nodes (``_derive``). Collective."""
@@ -378,12 +379,14 @@ class HierComm:
         """``Dup``, under mpi4py's other name for it."""
         return self.Dup()
 
+    @_collective
     def Split(self, color: int = 0, key: int = 0):
         """A HierComm over the ranks that pass this ``color``, ordered by ``key`` then by rank (as
         ``MPI_Comm_split``); ``MPI.COMM_NULL`` on ranks passing ``MPI.UNDEFINED``. Settings and
         nodes inherited (``_derive``). Collective."""
         return self._derive(split_problem(color, key), lambda comm: comm.Split(color, key))
 
+    @_collective
     def Split_type(self, split_type: int, key: int = 0, info: MPI.Info = MPI.INFO_NULL):
         """A HierComm over the ranks this one's ``split_type`` (``MPI.COMM_TYPE_SHARED``, ...)
         groups with this rank, ordered by ``key``; ``MPI.COMM_NULL`` for ``MPI.UNDEFINED``. Its
@@ -391,6 +394,7 @@ class HierComm:
         shared, problem = split_type_args(split_type, key, info)
         return self._derive(problem, lambda comm: comm.Split_type(split_type, key, info), "split_type", shared)
 
+    @_collective
     def Create_cart(self, dims, periods=None, reorder: bool = False):
         """A ``CartHierComm`` over a grid of ``dims`` ranks per dimension (``periods``: which
         wrap around; ``reorder``: MPI may renumber), as ``MPI_Cart_create``; ``MPI.COMM_NULL`` on
@@ -398,6 +402,7 @@ class HierComm:
         args, problem = cart_args(dims, periods, reorder, self.comm.size)
         return self._derive(problem, lambda comm: comm.Create_cart(*args), "dims, periods and reorder", args)
 
+    @_collective
     def Create_group(self, group: MPI.Group, tag: int = 0):
         """A HierComm over ``group``'s processes (a subgroup of ``comm``'s), as
         ``MPI_Comm_create_group``: collective over the group alone, so a bad argument raises
@@ -408,6 +413,7 @@ class HierComm:
             raise TopologyError(problem)
         return self._derive(None, lambda comm: comm.Create_group(group, tag), collective=False)
 
+    @_collective
     def Create(self, group: MPI.Group):
         """A HierComm over ``group``'s processes (a subgroup of ``comm``'s; ranks may pass
         disjoint groups), as ``MPI_Comm_create``: collective over ``comm``; ``MPI.COMM_NULL`` on a
@@ -830,6 +836,7 @@ class CartHierComm(HierComm):
     ``coords``, ``ndim``, ``topo``, the neighbour collectives) fall through to ``comm``; ``Sub``
     returns a CartHierComm."""
 
+    @_collective
     def Sub(self, remain_dims) -> "CartHierComm":
         """The sub-grid of this rank's ranks that differ only along the dimensions ``remain_dims``
         keeps (as ``MPI_Cart_sub``), with this one's settings and nodes. Collective."""
