@@ -265,7 +265,8 @@ def _transpose(sub, exchange) -> np.ndarray:
 
 def test_mpi4py_fft_style_grid_stays_on_hiercomm(parents, comm):
     """As mpi4py-fft's ``Subcomm`` builds its pencils' communicators (``Create_cart``, one ``Sub``
-    per axis, the grid freed), every one is a HierComm whose Alltoallw and Alltoallv are exact."""
+    per axis, the grid freed), every one is a HierComm whose Alltoallw (blocking and not) and
+    Alltoallv are exact."""
     hc = parents["regular"]
     for dims in (2, 3):
         cart = hc.Create_cart(MPI.Compute_dims(comm.size, [0] * dims))
@@ -274,8 +275,9 @@ def test_mpi4py_fft_style_grid_stays_on_hiercomm(parents, comm):
         try:
             for sub in subs:
                 assert isinstance(sub, HierComm) and sub.algorithm == "hier"
-                got = _transpose(sub, sub.Alltoallw)
-                assert got.tobytes() == _transpose(sub, sub.comm.Alltoallw).tobytes()
+                want = _transpose(sub, sub.comm.Alltoallw).tobytes()
+                assert _transpose(sub, sub.Alltoallw).tobytes() == want
+                assert _transpose(sub, lambda s, r: sub.Ialltoallw(s, r).Wait()).tobytes() == want
                 _assert_exact(sub, seed=dims)
         finally:
             for sub in subs:
