@@ -96,8 +96,9 @@ def _dense(ids) -> list:
 
 
 def _assert_exact(child: HierComm, seed: int) -> None:
-    """Alltoallv (every path the layout has) and Alltoall through ``child`` equal the plain
-    ``MPI_Alltoallv`` of its communicator, byte for byte."""
+    """Alltoallv (the inherited "hier", which runs hierarchical where the child's nodes allow, and
+    "hier_bruck") and Alltoall through ``child`` equal the plain ``MPI_Alltoallv`` of its
+    communicator, byte for byte."""
     comm = child.comm
     rng = np.random.default_rng(seed + 97 * comm.rank)
     sc, rc, sbuf, ref = exchange_case(comm, rng, np.float64)
@@ -105,6 +106,8 @@ def _assert_exact(child: HierComm, seed: int) -> None:
         out = np.full_like(ref, np.nan)
         child.Alltoallv([sbuf, sc], [out, rc], algorithm=algorithm)
         assert out.tobytes() == ref.tobytes(), algorithm
+        if algorithm is None:
+            assert child.last_stats["algorithm"] == ("hier" if child.layout.hier_possible else "flat")
     block = 3
     send = random_data(np.int32, block * comm.size, rng)
     ref = np.zeros_like(send)
