@@ -25,7 +25,8 @@ os.environ.setdefault("OMPI_MCA_osc", "^ucx")
 __version__ = "0.2.0.dev0"
 _EXPORTS = {"Topology": "comm.topology", "HierComm": "comm.exchange", "CartHierComm": "comm.exchange",
             "ExchangeError": "errors", "ExchangeTypeError": "errors", "ExchangeKeyError": "errors",
-            "TopologyError": "errors", "HxmpiError": "errors", "HierRequest": "comm.nonblocking", "waitall": "comm.nonblocking"}
+            "TopologyError": "errors", "HxmpiError": "errors", "HierRequest": "comm.nonblocking",
+            "waitall": "comm.nonblocking"}
 __all__ = [*_EXPORTS, "__version__"]
 
 
