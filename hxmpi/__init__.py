@@ -23,9 +23,10 @@ os.environ.setdefault("OMPI_MCA_osc", "^ucx")
 
 #: The package version, defined here once (pyproject.toml reads it; CHANGELOG.md says what each has).
 __version__ = "0.2.0.dev0"
-_EXPORTS = {"Topology": "comm.topology", "HierComm": "comm.exchange", "ExchangeError": "errors",
-            "ExchangeTypeError": "errors", "ExchangeKeyError": "errors", "TopologyError": "errors",
-            "HxmpiError": "errors", "HierRequest": "comm.nonblocking", "waitall": "comm.nonblocking"}
+_EXPORTS = {"Topology": "comm.topology", "HierComm": "comm.exchange", "CartHierComm": "comm.exchange",
+            "ExchangeError": "errors", "ExchangeTypeError": "errors", "ExchangeKeyError": "errors",
+            "TopologyError": "errors", "HxmpiError": "errors", "HierRequest": "comm.nonblocking",
+            "waitall": "comm.nonblocking"}
 __all__ = [*_EXPORTS, "__version__"]
 
 

@@ -21,6 +21,7 @@ All counts and displacements are int64 bytes. Bad input raises ``ExchangeError``
 """
 from __future__ import annotations
 
+import inspect
 import os
 import secrets
 import zlib
@@ -30,7 +31,7 @@ from typing import Optional
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import CpuFileError, ExchangeError, PlanStateError, abort_job, agree
+from ..errors import CpuFileError, ExchangeError, PlanStateError, TopologyError, abort_job, agree
 from . import transfer
 from ._agree import buffer_id, pattern_key
 from ._call import AGREED, DONE, KEEP, NOT_FOUND, CallTable, Runner, Saved, find_typed
@@ -38,6 +39,16 @@ from .agreement import Agreed, Agreement
 from .alltoallw import TypedSides, composed
 from .bruck import TAG as BRUCK_TAG
 from .costmodel import ENV_TUNING, KIB_CAP, CostModel, CpuTimes, auto_pick, pattern_class
+from .derived import (
+    cart_args,
+    derived_node_of,
+    dup_problem,
+    group_problem,
+    is_cartesian,
+    split_problem,
+    split_type_args,
+    sub_args,
+)
 from .msgspec import PREDEFINED, Side, count_arrays, int_vector, parse_alltoall, parse_alltoallv
 from .nonblocking import PROGRESS_MODES, HierRequest, Progress, Requests
 from .plan import (
@@ -57,7 +68,7 @@ from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES, CacheEntry, PlanCache
 from .runs import ExchangeStats, NodeWindow, Run, Scratch
 from .topology import Topology
 
-__all__ = ["PlanStateError", "HierComm", "ExchangeRequest", "HierRequest"]
+__all__ = ["PlanStateError", "HierComm", "CartHierComm", "ExchangeRequest", "HierRequest"]
 
 ENV_NODE_PHASE = "HXMPI_NODE_PHASE"
 _ALGO_CODE = {name: i for i, name in enumerate(ALGORITHM_CHOICES)}
@@ -106,7 +117,21 @@ class HierComm:
     others waiting (``errors.abort_job``). Every other public attribute of an ``MPI.Intracomm`` (``Get_rank``, ``Allreduce``,
     ``Barrier``, ``Sendrecv``, ...) falls through to ``comm`` (a duplicate of the communicator
     given), so a HierComm stands in wherever a client passes a communicator; ``Free`` is ``free``.
+    The communicators made from it (``Dup``, ``Split``, ``Split_type``, ``Create_cart``,
+    ``Create_group``) are HierComms too, with its settings and nodes; over a Cartesian communicator
+    the HierComm is a ``CartHierComm``.
     """
+
+    def __new__(cls, *args, **kwargs):
+        """A ``CartHierComm`` where the communicator is Cartesian (as mpi4py's ``Dup`` of a
+        ``Cartcomm`` is one), so its ``Sub`` stays hierarchical."""
+        if cls is HierComm:
+            given = _INIT.bind_partial(None, *args, **kwargs).arguments  # a bad call raises as __init__ would
+            topology = given.get("topology")
+            comm = topology.comm if topology is not None else given.get("comm", MPI.COMM_WORLD)
+            if is_cartesian(comm.comm if isinstance(comm, HierComm) else comm):
+                cls = CartHierComm
+        return super().__new__(cls)
 
     def __init__(self, comm: MPI.Intracomm = MPI.COMM_WORLD, ranks_per_node: Optional[int] = None,
                  node_of=None, algorithm: str = "auto", topology: Optional[Topology] = None,
@@ -338,6 +363,87 @@ class HierComm:
             raise AttributeError(f"'HierComm' object has no attribute {name!r}"
                                  + ("" if name.startswith("_") else " (nor has its MPI communicator)"))
         return getattr(comm, name)
+
+    # ------------------------------------------------------------------ derived communicators
+    @_collective
+    def Dup(self, info: Optional[MPI.Info] = None) -> "HierComm":
+        """A HierComm over a duplicate of ``comm`` (``info``: its hints), with this one's settings
+        and nodes (``_derive``). Collective."""
+        return self._derive(dup_problem(info), lambda comm: comm.Dup(info))
+
+    def Dup_with_info(self, info: MPI.Info) -> "HierComm":
+        """``Dup`` with hints."""
+        return self.Dup(info)
+
+    def Clone(self) -> "HierComm":
+        """``Dup``, under mpi4py's other name for it."""
+        return self.Dup()
+
+    @_collective
+    def Split(self, color: int = 0, key: int = 0):
+        """A HierComm over the ranks that pass this ``color``, ordered by ``key`` then by rank (as
+        ``MPI_Comm_split``); ``MPI.COMM_NULL`` on ranks passing ``MPI.UNDEFINED``. Settings and
+        nodes inherited (``_derive``). Collective."""
+        return self._derive(split_problem(color, key), lambda comm: comm.Split(color, key))
+
+    @_collective
+    def Split_type(self, split_type: int, key: int = 0, info: MPI.Info = MPI.INFO_NULL):
+        """A HierComm over the ranks this one's ``split_type`` (``MPI.COMM_TYPE_SHARED``, ...)
+        groups with this rank, ordered by ``key``; ``MPI.COMM_NULL`` for ``MPI.UNDEFINED``. Its
+        nodes are still this one's, virtual ones included (``_derive``). Collective."""
+        shared, problem = split_type_args(split_type, key, info)
+        return self._derive(problem, lambda comm: comm.Split_type(split_type, key, info), "split_type", shared)
+
+    @_collective
+    def Create_cart(self, dims, periods=None, reorder: bool = False):
+        """A ``CartHierComm`` over a grid of ``dims`` ranks per dimension (``periods``: which
+        wrap around; ``reorder``: MPI may renumber), as ``MPI_Cart_create``; ``MPI.COMM_NULL`` on
+        ranks outside the grid. Settings and nodes inherited (``_derive``). Collective."""
+        args, problem = cart_args(dims, periods, reorder, self.comm.size)
+        return self._derive(problem, lambda comm: comm.Create_cart(*args), "dims, periods and reorder", args)
+
+    @_collective
+    def Create_group(self, group: MPI.Group, tag: int = 0):
+        """A HierComm over ``group``'s processes (a subgroup of ``comm``'s), as
+        ``MPI_Comm_create_group``: collective over the group alone, so a bad argument raises
+        ``TopologyError`` on each rank that passes it, with no communication; ``MPI.COMM_NULL``
+        on a rank outside the group. Settings and nodes inherited (``_derive``)."""
+        problem = group_problem(group, tag, self.comm)
+        if problem:
+            raise TopologyError(problem)
+        return self._derive(None, lambda comm: comm.Create_group(group, tag), collective=False)
+
+    @_collective
+    def Create(self, group: MPI.Group):
+        """A HierComm over ``group``'s processes (a subgroup of ``comm``'s; ranks may pass
+        disjoint groups), as ``MPI_Comm_create``: collective over ``comm``; ``MPI.COMM_NULL`` on a
+        rank outside its group. Settings and nodes inherited (``_derive``)."""
+        return self._derive(group_problem(group, 0, self.comm), lambda comm: comm.Create(group))
+
+    def _derive(self, problem: Optional[str], make, what: Optional[str] = None, shared=None,
+                collective: bool = True):
+        """A HierComm over ``make(comm)`` (the new communicator it duplicates is freed here), with
+        this one's settings and each rank on the node its process has here; what ``make`` gives
+        where it makes none (``MPI.COMM_NULL``).
+
+        ``collective``: first agree over ``comm`` on ``problem`` (this rank's bad argument) and,
+        where ``what`` names them, on ``shared``, the arguments every rank passing one (not None)
+        must pass alike: a ``TopologyError`` on every rank, before the MPI call."""
+        if collective:
+            if what is not None:
+                views = self.comm.allgather(shared)
+                first = next((r for r, v in enumerate(views) if v is not None), None)
+                if problem is None and shared is not None and shared != views[first]:
+                    problem = f"{what} {shared!r} differ from rank {first}'s {views[first]!r}"
+            agree(self.comm, problem, TopologyError)
+        new = make(self.comm)
+        if new == MPI.COMM_NULL:
+            return new
+        try:
+            return HierComm(new, **{**self._settings, "node_of": derived_node_of(self.topology.node_of, self.comm,
+                                                                                  new)})
+        finally:
+            new.Free()
 
     def _general(self, parse, sendbuf, recvbuf, algorithm, validate, uniform: bool, done: int) -> None:
         """A call that the compiled path (``csrc/_call.pyx``) did not finish (``done``: what it
@@ -722,6 +828,24 @@ class _Deferred(HierComm):
     calls bind their runs (persistent, on data communicators of its own) and hand them over
     (``_defer``) for a request to run; no compiled call path."""
     _deferred = True
+
+
+class CartHierComm(HierComm):
+    """A HierComm over a Cartesian communicator (``HierComm.Create_cart``): mpi4py's ``Cartcomm``
+    calls (``Get_coords``, ``Get_cart_rank``, ``Shift``, ``Get_topo``, ``dims``, ``periods``,
+    ``coords``, ``ndim``, ``topo``, the neighbour collectives) fall through to ``comm``; ``Sub``
+    returns a CartHierComm."""
+
+    @_collective
+    def Sub(self, remain_dims) -> "CartHierComm":
+        """The sub-grid of this rank's ranks that differ only along the dimensions ``remain_dims``
+        keeps (as ``MPI_Cart_sub``), with this one's settings and nodes. Collective."""
+        kept, problem = sub_args(remain_dims, self.comm.Get_dim())
+        return self._derive(problem, lambda comm: comm.Sub(kept), "remain_dims", kept)
+
+
+#: HierComm's constructor arguments, which ``HierComm.__new__`` reads the communicator from
+_INIT = inspect.signature(HierComm.__init__)
 
 
 def _stats_of(algorithm: Algorithm, radix: int, prog: StepProgram) -> ExchangeStats:

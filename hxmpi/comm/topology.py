@@ -54,7 +54,8 @@ class Topology:
 
     def __init__(self, comm: MPI.Intracomm = MPI.COMM_WORLD, ranks_per_node: Optional[int] = None,
                  node_of: Optional[Sequence[int]] = None):
-        self.comm = comm.Dup()
+        # A HierComm given stands for its communicator (its own Dup makes a HierComm).
+        self.comm = (comm if isinstance(comm, MPI.Comm) else getattr(comm, "comm", comm)).Dup()
         size, rank = self.comm.size, self.comm.rank
         if ranks_per_node is None and node_of is None and os.environ.get(ENV_RANKS_PER_NODE):
             ranks_per_node = os.environ[ENV_RANKS_PER_NODE]

@@ -1,0 +1,136 @@
+"""Communicators derived from a HierComm (``Dup``, ``Split``, ``Split_type``, ``Create_cart``,
+``Sub``, ``Create_group``): the checks of their arguments and the node layout they inherit.
+
+A derived communicator keeps its parent's nodes: each of its ranks is on the node its process had
+in the parent (``derived_node_of``), so virtual nodes (``ranks_per_node``/``node_of``) carry over
+and nothing is detected again. Each check returns this rank's problem (None when all is well) and
+the arguments normalised to what every rank must pass alike; ``HierComm`` agrees both over the
+parent before the MPI call, so a bad argument raises on every rank instead of leaving the others
+inside the call.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Optional, Sequence
+
+from mpi4py import MPI
+
+__all__ = ["split_problem", "split_type_args", "dup_problem", "cart_args", "sub_args", "group_problem",
+           "derived_node_of", "is_cartesian"]
+
+
+def _integer(value) -> Optional[int]:
+    """``value`` as an int where it is one (numpy integers included), else None."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _key_problem(key) -> Optional[str]:
+    return None if _integer(key) is not None else f"key must be an integer, got {key!r}"
+
+
+def split_problem(color, key) -> Optional[str]:
+    """What is wrong with ``Split(color, key)``'s arguments on this rank, if anything."""
+    c = _integer(color)
+    if c is None or (c < 0 and c != MPI.UNDEFINED):
+        return f"color must be an integer >= 0 or MPI.UNDEFINED, got {color!r}"
+    return _key_problem(key)
+
+
+def split_type_args(split_type, key, info) -> tuple[Optional[int], Optional[str]]:
+    """(``split_type`` as an int, None for ``MPI.UNDEFINED``: what every other rank must pass
+    alike; this rank's problem or None) for ``Split_type(split_type, key, info)``."""
+    t = _integer(split_type)
+    if t is None or (t < 0 and t != MPI.UNDEFINED):
+        return None, f"split_type must be an MPI.COMM_TYPE_* constant or MPI.UNDEFINED, got {split_type!r}"
+    return (None if t == MPI.UNDEFINED else t), _key_problem(key) or _info_problem(info, allow_none=False)
+
+
+def _info_problem(info, allow_none: bool) -> Optional[str]:
+    if isinstance(info, MPI.Info) or (allow_none and info is None):
+        return None
+    return f"info must be an MPI.Info{' or None' if allow_none else ''}, got {info!r}"
+
+
+def dup_problem(info) -> Optional[str]:
+    """What is wrong with ``Dup(info)``'s argument, if anything."""
+    return _info_problem(info, allow_none=True)
+
+
+def cart_args(dims, periods, reorder, size: int) -> tuple[Optional[tuple], Optional[str]]:
+    """(``(dims, periods, reorder)`` normalised to a list of ints, a list of bools and a bool, or
+    None; this rank's problem or None) for ``Create_cart`` on a communicator of ``size`` ranks."""
+    try:
+        d = [operator.index(x) for x in dims]
+    except TypeError:
+        return None, f"dims must be a sequence of integers, got {dims!r}"
+    if any(x < 1 for x in d):
+        return None, f"dims must be positive (MPI.Compute_dims fills in zeros), got {d}"
+    grid = 1
+    for x in d:
+        grid *= x
+    if grid > size:
+        return None, f"the grid {d} has {grid} ranks, more than the communicator's {size}"
+    if periods is None:
+        p = [False] * len(d)
+    else:
+        try:
+            p = [bool(x) for x in periods]
+        except TypeError:
+            return None, f"periods must be a sequence of booleans, got {periods!r}"
+        if len(p) != len(d):
+            return None, f"periods has {len(p)} entries but dims has {len(d)}"
+    return (d, p, bool(reorder)), None
+
+
+def sub_args(remain_dims, ndim: int) -> tuple[Optional[list], Optional[str]]:
+    """(``remain_dims`` as a list of bools or None, this rank's problem or None) for ``Sub`` on a
+    grid of ``ndim`` dimensions."""
+    try:
+        kept = [bool(x) for x in remain_dims]
+    except TypeError:
+        return None, f"remain_dims must be a sequence of booleans, got {remain_dims!r}"
+    if len(kept) != ndim:
+        return None, f"remain_dims has {len(kept)} entries but the grid has {ndim} dimensions"
+    return kept, None
+
+
+def group_problem(group, tag, parent: MPI.Intracomm) -> Optional[str]:
+    """What is wrong with ``Create_group(group, tag)`` on ``parent``, if anything: the same on every
+    rank that passes the same arguments (the call is collective over the group alone)."""
+    if not isinstance(group, MPI.Group) or group == MPI.GROUP_NULL:
+        return f"group must be an MPI.Group, got {group!r}"
+    t = _integer(tag)
+    upper = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)  # set on the world alone; it holds for every communicator
+    if t is None or t < 0 or (upper is not None and t > upper):
+        return f"tag must be an integer from 0 to MPI.TAG_UB ({upper}), got {tag!r}"
+    outside = [r for r, p in enumerate(_translate(group, parent)) if p == MPI.UNDEFINED]
+    if outside:
+        return f"group ranks {outside} are not processes of this communicator"
+    return None
+
+
+def _translate(group: MPI.Group, comm: MPI.Intracomm) -> list:
+    """Each rank of ``group``'s rank in ``comm`` (MPI.UNDEFINED where it has none)."""
+    whole = comm.Get_group()
+    try:
+        return MPI.Group.Translate_ranks(group, list(range(group.Get_size())), whole)
+    finally:
+        whole.Free()
+
+
+def derived_node_of(node_of: Sequence[int], parent: MPI.Intracomm, child: MPI.Intracomm) -> list:
+    """The node of each rank of ``child``: that of its process in ``parent``, whose ranks are on
+    the nodes ``node_of`` gives."""
+    group = child.Get_group()
+    try:
+        return [node_of[p] for p in _translate(group, parent)]
+    finally:
+        group.Free()
+
+
+def is_cartesian(comm) -> bool:
+    """Whether ``comm`` is an intracommunicator with a Cartesian topology (``MPI.Cartcomm``'s calls)."""
+    return isinstance(comm, MPI.Intracomm) and bool(comm) and comm.Get_topology() == MPI.CART
