@@ -37,7 +37,8 @@ __all__ = ["REFERENCES", "RefCpu", "bruck_blocks", "ring_partner", "reference_tr
 
 #: The reference schedules this module knows.
 REFERENCES = ("ompi_bruck", "han_alltoall", "ompi_linear")
-_TAG = {"ompi_bruck": 600000, "han_alltoall": 700000, "ompi_linear": 800000, "allgather": 900000}
+_TAG = {"ompi_bruck": 600000, "han_alltoall": 700000, "ompi_linear": 800000, "allgather": 900000,
+        "mbw_mr": 950000}
 #: Bytes each rank contributes to HAN's node Allgather (three addresses).
 HAN_ALLGATHER_BYTES = 24
 
@@ -186,3 +187,23 @@ def predict_reference(name: str, nodes: int, per_node: int, block: float, model:
     """Predicted seconds of one call of reference schedule ``name`` (``reference_features``)."""
     values = {**model.__dict__, **cpu.__dict__}
     return sum(c * values[k] for k, c in reference_features(name, nodes, per_node, block).items())
+
+
+#: osu_mbw_mr's defaults: messages posted per window, and the acknowledgement's bytes.
+MBW_WINDOW, MBW_ACK_BYTES = 64, 4
+
+
+def mbw_mr_trace(rank: int, pairs: int, nbytes: int, iterations: int, window: int = MBW_WINDOW) -> list[str]:
+    """Trace of ``rank`` in an ``osu_mbw_mr``-like run on 2 nodes of ``pairs`` ranks (ranks 0..pairs-1
+    on the first): rank i sends ``iterations`` windows of ``window`` ``nbytes``-byte messages to
+    rank pairs + i (posted at once, one wait) and waits for a 4-byte acknowledgement after each."""
+    tag, lines = _TAG["mbw_mr"], [f"{rank} init"]
+    sender = rank < pairs
+    peer = rank + pairs if sender else rank - pairs
+    verb = "isend" if sender else "irecv"
+    for _ in range(iterations):
+        posted = [f"{rank} {verb} {peer} {tag + j} {nbytes}" for j in range(window)]
+        lines += posted + wait_lines(posted)
+        lines.append(f"{rank} recv {peer} {tag + window} {MBW_ACK_BYTES}" if sender
+                     else f"{rank} send {peer} {tag + window} {MBW_ACK_BYTES}")
+    return lines + [f"{rank} finalize"]

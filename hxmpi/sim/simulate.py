@@ -113,6 +113,61 @@ class Network:
     leaf: int = 16
 
 
+@dataclass(frozen=True)
+class Nic:
+    """A node's network interface: ``msg_rate`` messages per second it sends (and, apart, receives)
+    and ``bandwidth`` bytes per second each way. The platform makes each host's private link the
+    NIC: its bandwidth is ``bandwidth`` (full duplex) and every inter-node point-to-point message
+    carries ``surcharge`` extra bytes, so back-to-back tiny messages leave (and enter) a node at
+    ``msg_rate`` however many of its ranks send them. ``send_share``: the part of a message's CPU
+    (twice the model's ``msg_overhead``, the per-side mean) that its sender pays; the rest is the
+    receiver's (0.5: split evenly, as replays without a NIC do)."""
+    msg_rate: float
+    bandwidth: float
+    send_share: float = 0.5
+
+    def overheads(self, msg_overhead: float) -> tuple[float, float]:
+        """(sender's, receiver's) CPU seconds per message."""
+        return 2 * msg_overhead * self.send_share, 2 * msg_overhead * (1 - self.send_share)
+
+    @property
+    def surcharge(self) -> int:
+        """Bytes added to every inter-node message: its share of the link at ``msg_rate``."""
+        return max(1, round(self.bandwidth / self.msg_rate))
+
+    @classmethod
+    def of_preset(cls, data: dict) -> Optional["Nic"]:
+        """The NIC of a preset file's ``model`` (``nic_msg_rate``, ``nic_bandwidth``), None without one."""
+        m = data.get("model", {})
+        if m.get("nic_msg_rate") and m.get("nic_bandwidth"):
+            return cls(float(m["nic_msg_rate"]), float(m["nic_bandwidth"]), float(m.get("nic_send_share", 0.5)))
+        return None
+
+
+#: Trace verbs of point-to-point messages: ``RANK VERB PEER TAG BYTES``.
+P2P_VERBS = ("send", "recv", "isend", "irecv")
+
+
+def nic_lines(lines: Sequence[str], layout: Layout, nic: Optional[Nic]) -> list[str]:
+    """``lines`` (one rank's trace) with ``nic.surcharge`` bytes added to each message between two
+    nodes, on both sides (a send and its receive agree); unchanged without a NIC. Collective actions
+    (the agreement's Allreduce and Alltoall, run inside SMPI) are left as they are."""
+    if nic is None:
+        return list(lines)
+    node, extra, out = layout.node_of, nic.surcharge, []
+    for ln in lines:
+        parts = ln.split()
+        if len(parts) == 5 and parts[1] in P2P_VERBS and node[int(parts[0])] != node[int(parts[2])]:
+            parts[4] = str(int(parts[4]) + extra)
+            ln = " ".join(parts)
+        out.append(ln)
+    return out
+
+
+#: The NIC of each preset that has one (fitted with its platform, ``benchmarks/fit_slingshot.py``).
+PRESET_NICS = {"slingshot": Nic.of_preset(calibrated_preset()[1])}
+
+
 def oversubscription(model: CostModel) -> float:
     """R: how many times slower the backbone (or spine) is than all node links together."""
     return 1.0 + model.beta_backbone / model.beta_inter
@@ -362,10 +417,11 @@ def trace_stats(lines: Sequence[str]) -> dict:
 
 
 # -------------------------------------------------------------------------------------- platform
-def platform_xml(layout: Layout, model: CostModel, network: Network) -> str:
-    """SimGrid cluster: one host per node, a private full-duplex link, backbone or fat tree, loopback."""
+def platform_xml(layout: Layout, model: CostModel, network: Network, nic: Optional[Nic] = None) -> str:
+    """SimGrid cluster: one host per node, a private full-duplex link (the NIC's bandwidth with a
+    ``nic``), backbone or fat tree, loopback."""
     n, g = layout.num_nodes, layout.max_node_size
-    bw_inter, bw_intra = 1 / model.beta_inter, 1 / model.beta_intra
+    bw_inter, bw_intra = (nic.bandwidth if nic else 1 / model.beta_inter), 1 / model.beta_intra
     attrs = dict(id="cluster", prefix="node-", suffix="", radical=f"0-{n - 1}", speed="1Gf", core=str(g),
                  bw=f"{bw_inter:.6g}Bps", loopback_bw=f"{bw_intra:.6g}Bps",
                  loopback_lat=f"{model.alpha_intra:.6g}s", sharing_policy="SPLITDUPLEX")
@@ -405,39 +461,41 @@ _TIME = re.compile(r"^\[(\d+\.\d+)\] Simulation time")
 
 def replay(layout: Layout, counts: np.ndarray, algorithm, node_phase: str, model: CostModel,
            network: Network, workdir: str, timeout: Optional[float] = None,
-           cpu: Optional[CpuTimes] = None, sg: Optional[SimGrid] = None) -> float:
+           cpu: Optional[CpuTimes] = None, sg: Optional[SimGrid] = None, nic: Optional[Nic] = None) -> float:
     """Simulated seconds of one call (a ``Call`` or an algorithm name: one-shot): write every
     rank's trace, run smpirun (``sg``, default ``simgrid()``), read the end time."""
     traces = (rank_trace(layout, counts, rank, algorithm, node_phase, model, cpu) for rank in range(layout.size))
     return replay_traces(layout, traces, model, network, workdir, timeout, sg,
-                         getattr(algorithm, "label", algorithm))
+                         getattr(algorithm, "label", algorithm), nic)
 
 
 def replay_traces(layout: Layout, traces, model: CostModel, network: Network, workdir: str,
-                  timeout: Optional[float] = None, sg: Optional[SimGrid] = None, what: str = "a call") -> float:
+                  timeout: Optional[float] = None, sg: Optional[SimGrid] = None, what: str = "a call",
+                  nic: Optional[Nic] = None) -> float:
     """Simulated seconds of every rank's trace (an iterable of line lists, rank order) on the
-    platform of ``model`` and ``network``; ``what`` names the replay in a timeout's message."""
+    platform of ``model``, ``network`` and ``nic`` (``nic_lines``); ``what`` names the replay in a
+    timeout's message."""
     smpirun = (sg or simgrid()).smpirun
     os.makedirs(workdir, exist_ok=True)
     names = []
     for rank, lines in enumerate(traces):
         name = os.path.join(workdir, f"rank{rank}.txt")
         with open(name, "w") as fh:
-            fh.write("\n".join(lines) + "\n")
+            fh.write("\n".join(nic_lines(lines, layout, nic)) + "\n")
         names.append(name)
     files = {"traces.txt": "\n".join(names) + "\n",
              "hosts.txt": "".join(f"node-{i}:{g}\n" for i, g in enumerate(layout.node_sizes)),
-             "platform.xml": platform_xml(layout, model, network)}
+             "platform.xml": platform_xml(layout, model, network, nic)}
     for fname, text in files.items():
         with open(os.path.join(workdir, fname), "w") as fh:
             fh.write(text)
-    o = model.msg_overhead
+    o_send, o_recv = (nic or Nic(1.0, 1.0)).overheads(model.msg_overhead)
     cmd = [smpirun, "-np", str(layout.size), "-platform", "platform.xml", "-hostfile", "hosts.txt",
            "-replay", "traces.txt", "-no-privatize",  # privatization crashes the replay here (3.32)
            "--cfg=smpi/host-speed:1Gf",
            # Plain latency and bandwidth: no piecewise correction factors, no TCP ack cross-traffic.
            "--cfg=smpi/bw-factor:0:1", "--cfg=smpi/lat-factor:0:1", "--cfg=network/crosstraffic:0",
-           f"--cfg=smpi/ois:0:{o:.6g}:0", f"--cfg=smpi/os:0:{o:.6g}:0", f"--cfg=smpi/or:0:{o:.6g}:0",
+           f"--cfg=smpi/ois:0:{o_send:.6g}:0", f"--cfg=smpi/os:0:{o_send:.6g}:0", f"--cfg=smpi/or:0:{o_recv:.6g}:0",
            "--cfg=network/optim:Full",  # same results, 1.5x faster than Lazy on large linear phases
            # Collectives as Open MPI picks them, but the agreement's Allreduce by recursive doubling:
            # the ompi selector's allreduce crashes the 3.32 replay at 256+ ranks (munmap_chunk).
