@@ -365,12 +365,78 @@ def collective_actions(rank: int, step: Collective, layout: Layout) -> list[str]
     return _dissemination(rank, layout, "agree", lambda d, g: min(d, g - d) * step.nbytes)
 
 
+@dataclass(frozen=True)
+class Coarse:
+    """The coarse replay of linear world phases (``coarse_actions``): the CPU seconds per message
+    at the sender and the receiver, and the NIC's surcharge bytes per message (0 without a NIC)."""
+    o_send: float
+    o_recv: float
+    surcharge: int = 0
+
+    @classmethod
+    def of(cls, model: CostModel, nic: Optional[Nic] = None) -> "Coarse":
+        """The coarse replay's costs on the platform of ``model`` and ``nic``."""
+        o_send, o_recv = (nic or Nic(1.0, 1.0)).overheads(model.msg_overhead)
+        return cls(o_send, o_recv, nic.surcharge if nic else 0)
+
+
+def coarsenable(step: Exchange, layout: Layout, rank: int) -> bool:
+    """Whether ``coarse_actions`` replaces this step: a linear phase over the world on nodes of
+    equal size (more than one node of more than one rank)."""
+    return (step.phase == "flat" and (step.schedule or phase_algorithm(step.phase, layout, rank)) == "linear"
+            and len(set(layout.node_sizes)) == 1 and layout.num_nodes > 1 and layout.max_node_size > 1)
+
+
+def coarse_actions(rank: int, step: Exchange, layout: Layout, counts: np.ndarray, coarse: Coarse,
+                   tags: Optional[_Tags] = None) -> list[str]:
+    """Trace lines of a linear world phase with one message per pair of nodes and local rank
+    instead of one per pair of ranks: the G messages a rank sends to another node's ranks go as one
+    to the rank of its own local index there, with the G - 1 saved messages' CPU (``coarse``'s
+    sender and receiver costs, as sleeps) and NIC surcharges (bytes) kept; messages inside the node
+    stay as they are. On nodes of equal size every rank then receives the bytes it would, from N - 1
+    peers instead of P - G: SimGrid solves a network G times smaller (``coarsenable``)."""
+    tags = tags or _Tags()
+    node, me, local = layout.node_of, int(layout.node_of[rank]), int(layout.local_of[rank])
+    mine = layout.members[me]
+    sends = [(p, b, 0) for p, b in step.sends if node[p] == me]  # (peer, bytes, messages saved)
+    recvs = [(p, b) for p, b in step.recvs if node[p] == me]
+    saved_r = 0
+    for m in range(layout.num_nodes):
+        if m == me:
+            continue
+        peer = int(layout.members[m][local])
+        out, inc = counts[rank, layout.members[m]], counts[peer, mine]
+        k_out, k_in = int(np.count_nonzero(out)), int(np.count_nonzero(inc))
+        if k_out:
+            sends.append((peer, int(out.sum()) + (k_out - 1) * coarse.surcharge, k_out - 1))
+        if k_in:
+            recvs.append((peer, int(inc.sum()) + (k_in - 1) * coarse.surcharge))
+            saved_r += k_in - 1
+    # Posted as the full phase posts them: every receive, then the sends in peer order, each
+    # coarse send in the middle of the CPU of the sends it stands for (the full phase's bytes to
+    # that node leave spread over that time, on average at its middle).
+    posted = [ln for v in tags.lines(rank, "irecv", recvs, step.phase).values() for ln in v]
+    lines = list(posted)
+    for peer, nbytes, saved in sorted(sends):
+        before = saved // 2
+        if before and coarse.o_send:
+            lines.append(f"{rank} sleep {before * coarse.o_send:.12g}")
+        line = tags.lines(rank, "isend", [(peer, nbytes)], step.phase)[peer][0]
+        lines.append(line)
+        posted.append(line)
+        if saved - before and coarse.o_send:
+            lines.append(f"{rank} sleep {(saved - before) * coarse.o_send:.12g}")
+    lines += wait_lines(posted)
+    return lines + ([f"{rank} sleep {saved_r * coarse.o_recv:.12g}"] if saved_r and coarse.o_recv else [])
+
+
 def rank_trace(layout: Layout, counts: np.ndarray, rank: int, algorithm, node_phase: str,
-               model: CostModel, cpu: Optional[CpuTimes] = None) -> list[str]:
+               model: CostModel, cpu: Optional[CpuTimes] = None, coarse: Optional[Coarse] = None) -> list[str]:
     """Time-independent trace of ``rank`` for one call: hxmpi's CPU, agreement, copies, messages.
 
     ``algorithm``: a ``Call``, or a name (a one-shot call of it). ``cpu``: measured CPU per path
-    (default: the model's fixed costs).
+    (default: the model's fixed costs). ``coarse``: replay linear world phases coarsely
+    (``coarse_actions``; the faster replay of large worlds).
     """
     call = algorithm if isinstance(algorithm, Call) else Call(algorithm)
     cpu = cpu or CpuTimes.fixed(model)
@@ -393,7 +459,8 @@ def rank_trace(layout: Layout, counts: np.ndarray, rank: int, algorithm, node_ph
         flush(copy_bytes)
         copy_bytes = 0
         if isinstance(step, Exchange):
-            lines += exchange_actions(rank, step, layout, tags)
+            lines += coarse_actions(rank, step, layout, counts, coarse, tags) \
+                if coarse and coarsenable(step, layout, rank) else exchange_actions(rank, step, layout, tags)
         elif isinstance(step, Collective):
             lines += collective_actions(rank, step, layout)
         else:
@@ -461,10 +528,13 @@ _TIME = re.compile(r"^\[(\d+\.\d+)\] Simulation time")
 
 def replay(layout: Layout, counts: np.ndarray, algorithm, node_phase: str, model: CostModel,
            network: Network, workdir: str, timeout: Optional[float] = None,
-           cpu: Optional[CpuTimes] = None, sg: Optional[SimGrid] = None, nic: Optional[Nic] = None) -> float:
+           cpu: Optional[CpuTimes] = None, sg: Optional[SimGrid] = None, nic: Optional[Nic] = None,
+           coarse: bool = False) -> float:
     """Simulated seconds of one call (a ``Call`` or an algorithm name: one-shot): write every
-    rank's trace, run smpirun (``sg``, default ``simgrid()``), read the end time."""
-    traces = (rank_trace(layout, counts, rank, algorithm, node_phase, model, cpu) for rank in range(layout.size))
+    rank's trace, run smpirun (``sg``, default ``simgrid()``), read the end time. ``nic``: the
+    platform's NIC; ``coarse``: linear world phases replayed coarsely (``coarse_actions``)."""
+    how = Coarse.of(model, nic) if coarse else None
+    traces = (rank_trace(layout, counts, rank, algorithm, node_phase, model, cpu, how) for rank in range(layout.size))
     return replay_traces(layout, traces, model, network, workdir, timeout, sg,
                          getattr(algorithm, "label", algorithm), nic)
 
@@ -546,7 +616,8 @@ class ReplayTimeout(SimulateError):
     """A replay that did not finish within ``--timeout``."""
 
 
-def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec: dict, sg: SimGrid):
+def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec: dict, sg: SimGrid,
+              nic: Optional[Nic] = None, coarse: bool = False):
     """Replay each distinct Call once (cached); wall seconds go to ``rec["replay_s"]``, and a replay
     that times out gives None and is named in ``rec["timed_out"]`` (the sweep goes on)."""
     done: dict = {}
@@ -559,7 +630,7 @@ def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, re
             try:
                 done[key] = replay(layout, counts, call, node_phase, model, network,
                                    os.path.join(base, f"{call.label.replace('/', '-')}-{call.mode}"), timeout, cpu,
-                                   sg)
+                                   sg, nic, coarse)
             except ReplayTimeout:
                 done[key] = None
                 rec["timed_out"].append(name)
@@ -572,7 +643,7 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
                    node_phase: str = "shm", uneven: bool = False, workdir: Optional[str] = None,
                    timeout: Optional[float] = None, cpu: Optional[CpuTimes] = None, numpy: bool = False,
                    max_replay_ranks: int = DEFAULT_MAX_REPLAY_RANKS, only: Optional[Sequence[str]] = None,
-                   sg: Optional[SimGrid] = None) -> dict:
+                   sg: Optional[SimGrid] = None, nic: Optional[Nic] = None, coarse: bool = False) -> dict:
     """One JSON record: whole calls replayed (one-shot and plan), the bare MPI baselines, the model.
 
     One-shot calls pay the agreement (``agreement_steps``) and hxmpi's CPU per call (``cpu``);
@@ -581,7 +652,8 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
     above ``max_replay_ranks`` are not replayed: every ``*_sim_s`` is None and ``by_model`` is true.
     ``only``: replay just these fields (``REPLAYED`` names, e.g. "auto"); the others stay None and
     are listed in ``not_run``. ``sg``: the SimGrid to replay with (default ``simgrid()``), named in
-    the record's ``simgrid``.
+    the record's ``simgrid``. ``nic``: the platform's NIC (``Nic``); ``coarse``: replay linear
+    world phases coarsely (``coarse_actions``), recorded in the record's ``coarse``.
     """
     layout = Layout(node_of_sizes(sizes))
     counts = make_counts(layout.size, block, uneven)
@@ -611,13 +683,14 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
     rec.update({f"{k}_sim_s": None for k in REPLAYED})
     rec["replay_s"], rec["timed_out"], rec["not_run"] = {}, [], []
     rec["simgrid"] = None
+    rec["coarse"], rec["nic"] = coarse, None if nic is None else dict(nic.__dict__)
     if rec["by_model"]:
         return rec
     sg = sg or simgrid()
     rec["simgrid"] = sg.version
     tmp = tempfile.TemporaryDirectory(prefix="hxmpi-sim-") if workdir is None else None
     base = tmp.name if tmp else workdir
-    replayer = _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec, sg)
+    replayer = _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec, sg, nic, coarse)
     rec["not_run"] = [k for k in REPLAYED if only is not None and k not in only]
 
     def run(call: Call, field: str) -> Optional[float]:
