@@ -11,8 +11,8 @@ scheme (every rank a leader of its lane, N - 1 messages of G blocks, the design 
 multi-leader); k < G sends k (N - 1) larger messages per node instead of G (N - 1).
 
 ``predict_leaders`` prices the family with the platform's terms and the NIC (``Nic``): a leader's
-CPU per message against the node's NIC (its message rate and bandwidth, each way), the larger of
-the two, plus latency, copies and barriers. ``python -m hxmpi.sim.mleader`` sweeps it (32 nodes,
+CPU per message plus the node's NIC time (its message rate and bandwidth, each way), plus
+latency, copies and barriers. ``python -m hxmpi.sim.mleader`` sweeps it (32 nodes,
 8 to 128 ranks per node, 1 B to 4 KiB) and replays the points given by ``--replay``; every record
 has the model and, where replayed, the replay, and the best k against k = G.
 """
@@ -85,8 +85,8 @@ def predict_leaders(nodes: int, per_node: int, block: float, leaders: int, model
                     cpu_s: float = 0.0) -> float:
     """Predicted seconds of one call of the family: fixed CPU, two copies of P blocks, two node
     barriers (ceil(log2 G) rounds of an intra-node message each), and the leaders' exchange: the
-    inter-node latency plus the larger of a leader's CPU for its 2 (N - 1) messages and the node's
-    NIC time each way (k (N - 1) messages at its rate, G (P - G) blocks at its bandwidth)."""
+    inter-node latency, a leader's CPU for its 2 (N - 1) messages and the node's NIC time each way
+    (k (N - 1) messages at its rate, G (P - G) blocks at its bandwidth)."""
     _check(per_node, leaders)
     n, g = nodes, per_node
     p = n * g
@@ -101,7 +101,8 @@ def predict_leaders(nodes: int, per_node: int, block: float, leaders: int, model
     leader_cpu = msgs * (o_send + o_recv)
     bw = nic.bandwidth if nic else 1 / model.beta_inter
     wire = leaders * msgs * (nbytes + (nic.surcharge if nic else 0)) / bw
-    return t + model.alpha_inter + max(leader_cpu, wire) + nbytes / bw
+    # They add: the replay queues a node's messages at its NIC behind the leaders' posting.
+    return t + model.alpha_inter + leader_cpu + wire + nbytes / bw
 
 
 def sweep(nodes: int, per_node_list, blocks, model: CostModel, nic: Optional[Nic], cpu_s: float) -> list[dict]:
