@@ -8,9 +8,10 @@ One row per layout and block size (even counts), in seconds per call:
   (``reference.tuned_alltoall``: its modified Bruck, linear or pairwise), with the CPU per block
   the preset's fit found in Open MPI's Bruck (``RefCpu.ddt_block``);
 - HAN: coll/han's ``alltoall_using_smsc`` with its fitted CPU per block (``RefCpu.han_block``);
-- lower bound: the faster of bare ``MPI_Alltoallv`` and ``MPI_Alltoall`` replayed with no library
-  CPU at all (only the platform's per-message cost): no MPI library runs that fast, so a ratio to
-  it is an upper bound of hxmpi's cost.
+- lower bound: the faster of bare ``MPI_Alltoallv`` (Open MPI's rule, as ``python -m hxmpi.sim``
+  replays it) and ``MPI_Alltoall`` as Open MPI's tuned decision runs it, both replayed with no
+  library CPU at all (only the platform's per-message cost): no MPI library runs that fast, so a
+  ratio to it is an upper bound of hxmpi's cost.
 
 Worlds above ``--max-replay-ranks`` are given by the models (hxmpi's ``costmodel``, the
 references' ``reference_features``); every record carries the model's numbers beside the replay's,
@@ -53,10 +54,11 @@ from .simulate import (
 
 __all__ = ["BASELINES", "HXMPI_FIELDS", "COLUMNS", "scale_point", "model_errors", "build_parser", "main"]
 
-#: Open MPI's schedules replayed with their CPU: (record key, reference schedule).
-BASELINES = (("ompi_tuned", "ompi_tuned"), ("han", "han_alltoall"))
+#: Open MPI's schedules replayed: (record key, reference schedule, with the library's CPU).
+BASELINES = (("ompi_tuned", "ompi_tuned", True), ("han", "han_alltoall", True),
+             ("ompi_tuned_free", "ompi_tuned", False))
 #: simulate_point's fields the table needs (the rest of its record is not replayed).
-HXMPI_FIELDS = ("bare_alltoallv", "bare_alltoall", "auto", "auto_plan", "agreement")
+HXMPI_FIELDS = ("bare_alltoallv", "auto", "auto_plan", "agreement")
 #: The table's columns: (record key, heading).
 COLUMNS = (("auto", "hxmpi one-shot"), ("auto_plan", "hxmpi plan"), ("ompi_tuned", "Open MPI tuned + CPU"),
            ("han", "HAN + CPU"), ("lower_bound", "lower bound (CPU-free bare)"))
@@ -71,25 +73,24 @@ def scale_point(sizes: Sequence[int], block: int, model: CostModel, ref: RefCpu,
                 coarse: bool = False, max_replay_ranks: int = DEFAULT_MAX_REPLAY_RANKS,
                 sg: Optional[SimGrid] = None) -> dict:
     """One record of the table: ``simulate_point``'s (``HXMPI_FIELDS`` replayed), plus each
-    baseline of ``BASELINES`` replayed with its CPU (``<key>_sim_s``, wall seconds in
-    ``replay_s``) and modelled (``model_<key>_s``), and ``lower_bound_sim_s`` / ``model_lower_bound_s``."""
+    baseline of ``BASELINES`` replayed (``<key>_sim_s``, wall seconds in ``replay_s``) and
+    modelled (``model_<key>_s``), and ``lower_bound_sim_s`` / ``model_lower_bound_s``; ``<column>_s``
+    is the replay's value, or the model's where the world is not replayed."""
     rec = simulate_point(sizes, block, model, network, timeout=timeout, cpu=cpu, max_replay_ranks=max_replay_ranks,
                          only=HXMPI_FIELDS, sg=sg, nic=nic, coarse=coarse)
     layout = Layout(node_of_sizes(sizes))
     n, g, p = layout.num_nodes, layout.max_node_size, layout.size
     rec["ompi_tuned_schedule"] = tuned_alltoall(p, block)
     rec["reference_cpu"] = dict(ref.__dict__)
-    bare = [rec["model_bare_alltoallv_s"], rec["model_bare_alltoall_s"]]
-    rec["model_lower_bound_s"] = min(v for v in bare if v is not None)
-    rec["lower_bound_sim_s"] = rec["best_bare_sim_s"] if not rec["by_model"] else None
     how = Coarse.of(model, nic) if coarse else None
-    for key, name in BASELINES:
+    for key, name, with_cpu in BASELINES:
         ok = name != "han_alltoall" or _han_possible(layout)
-        rec[f"model_{key}_s"] = predict_reference(name, n, g, block, model, ref) if ok else None
+        lib = ref if with_cpu else RefCpu()
+        rec[f"model_{key}_s"] = predict_reference(name, n, g, block, model, lib) if ok else None
         rec[f"{key}_sim_s"] = None
         if rec["by_model"] or not ok:
             continue
-        traces = (reference_trace(name, layout, block, r, model, ref, how) for r in range(p))
+        traces = (reference_trace(name, layout, block, r, model, lib, how) for r in range(p))
         t0 = time.perf_counter()
         try:
             with tempfile.TemporaryDirectory(prefix="hxmpi-scale-") as tmp:
@@ -97,6 +98,9 @@ def scale_point(sizes: Sequence[int], block: int, model: CostModel, ref: RefCpu,
         except ReplayTimeout:
             rec["timed_out"].append(key)
         rec["replay_s"][key] = round(time.perf_counter() - t0, 3)
+    rec["model_lower_bound_s"] = min(rec["model_bare_alltoallv_s"], rec["model_ompi_tuned_free_s"])
+    free = [rec["bare_alltoallv_sim_s"], rec["ompi_tuned_free_sim_s"]]
+    rec["lower_bound_sim_s"] = None if None in free else min(free)
     for key, _ in COLUMNS:
         shown = rec[f"model_{key}_s"] if rec["by_model"] else rec[f"{key}_sim_s"]
         rec[f"{key}_s"] = shown
@@ -160,6 +164,7 @@ def main(argv=None) -> int:
     except SimulateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    prov = provenance(_command_scale(argv), sg.label)  # the tree the replays ran from
     print(f"# hxmpi.sim.scale: {sg.label}, preset slingshot, NIC {'off' if nic is None else 'on'}, "
           f"{'coarse' if args.coarse else 'full'} replays of linear world phases; us per call")
     print(f"{'# layout':<10}{'block':>7}" + "".join(f"{h[:13]:>14}" for _, h in COLUMNS) + f"{'tuned runs':>15}  from")
@@ -182,7 +187,7 @@ def main(argv=None) -> int:
                   f"over {e['points']} points")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"benchmark": "simulate-scale", "provenance": provenance(_command_scale(argv), sg.label),
+            json.dump({"benchmark": "simulate-scale", "provenance": prov,
                        "simgrid": sg.version, "source": "preset slingshot", "model": model.__dict__,
                        "reference_cpu": ref.__dict__, "nic": None if nic is None else nic.__dict__,
                        "coarse": args.coarse, "overhead": cpu.source, "model_errors": errors,
