@@ -291,7 +291,7 @@ def main(argv=None) -> int:
                                                 "rates_tried": list(NIC_RATES), "tolerance": NIC_TOLERANCE,
                                                 "curve": curve}}
     if nic:
-        summary["nic_max_abs_error"] = max(abs(c["error"]) for c in curve if c["error"] is not None)
+        record["nic"]["max_abs_error"] = max(abs(c["error"]) for c in curve if c["error"] is not None)
     preset_model = dict(model.__dict__)
     if nic:
         preset_model.update(nic_msg_rate=nic.msg_rate, nic_bandwidth=nic.bandwidth, nic_send_share=nic.send_share)
