@@ -976,6 +976,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="simulate the alltoallv(array, counts) form: its agreement also exchanges the counts")
     p.add_argument("--max-replay-ranks", type=int, default=DEFAULT_MAX_REPLAY_RANKS,
                    help=f"larger worlds are given by the model only, marked so (default {DEFAULT_MAX_REPLAY_RANKS})")
+    p.add_argument("--no-nic", action="store_true", help="replay without the preset's NIC (its message rate and "
+                   "bandwidth per node; presets with one: " + ", ".join(k for k, v in PRESET_NICS.items() if v) + ")")
+    p.add_argument("--coarse", action="store_true", help="replay linear world phases coarsely: one message per "
+                   "node pair and local rank, their CPU and NIC costs kept (much faster at 1024 ranks)")
     p.add_argument("--only", help="replay only these fields of each record, comma-separated, of: "
                    f"{', '.join(REPLAYED)} (default: all); the others are null and listed in not_run")
     p.add_argument("--compare", help="a calibrate.py --json report: simulate its layout and sizes with its "
@@ -1010,6 +1014,7 @@ def main(argv=None) -> int:
                 raise SimulateError(f"--oversubscription must be >= 1, got {args.oversubscription:g}")
             model = oversubscribe(model, args.oversubscription)
         network = Network(args.network)
+        nic = None if args.tuning or args.no_nic else PRESET_NICS.get(args.preset)
         sg = simgrid(args.smpirun)
         if args.plot:
             try:
@@ -1018,11 +1023,13 @@ def main(argv=None) -> int:
                 raise SimulateError("--plot needs matplotlib: pip install -e '.[bench]'") from None
         records = []
         print(f"# hxmpi.sim: {sg.label} SMPI replay ({sg.smpirun}), {source}, {args.network} network, "
-              f"node phase {args.node_phase}{', uneven counts' if args.uneven else ''}", flush=True)
+              f"node phase {args.node_phase}{', uneven counts' if args.uneven else ''}"
+              f"{', NIC ' + format(nic.msg_rate / 1e6, '.4g') + ' M msg/s per node' if nic else ''}"
+              f"{', coarse linear phases' if args.coarse else ''}", flush=True)
         for lay in layouts:
             rows = [simulate_point(lay, b, model, network, args.node_phase, args.uneven, timeout=args.timeout,
                                    cpu=cpu, numpy=args.numpy_call, max_replay_ranks=args.max_replay_ranks,
-                                   only=only, sg=sg)
+                                   only=only, sg=sg, nic=nic, coarse=args.coarse)
                     for b in sizes]
             print_layout(rows)
             sys.stdout.flush()
@@ -1046,6 +1053,7 @@ def main(argv=None) -> int:
                        "simgrid": sg.version, "source": source, "network": args.network,
                        "oversubscription": oversubscription(model), "node_phase": args.node_phase,
                        "uneven": args.uneven, "model": model.__dict__, "summary": summary,
+                       "nic": None if nic is None else nic.__dict__, "coarse": args.coarse,
                        "overhead": cpu.source, "cpu_s_per_call": dict(cpu.seconds),
                        "records": records}, fh, indent=1)
     if args.plot:
