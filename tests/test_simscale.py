@@ -24,16 +24,10 @@ from hxmpi.sim.simulate import (
     rank_trace,
     replay,
     replay_traces,
-    smpirun_path,
     trace_stats,
 )
+from test_simulate import needs_simgrid
 
-try:
-    smpirun_path()
-    SKIP = None
-except SimulateError as exc:
-    SKIP = str(exc)
-needs_simgrid = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
 
 MODEL, PRESET = calibrated_preset()
 NIC = PRESET_NICS["slingshot"]
