@@ -1,6 +1,6 @@
 """The coarse replay of linear world phases against the full replay, and what it costs.
 
-    python benchmarks/coarse_check.py --shape 4x48 --shape 8x16 -m 8:4096 \
+    python benchmarks/coarse_check.py --shape 8x16 --shape 16x8 -m 8:512 \
         --against benchmarks/results/simulate_1024_128x8_8.json \
         --against benchmarks/results/simulate_1024_32x32_8.json --json benchmarks/results/coarse_check.json
 
