@@ -65,7 +65,8 @@ __all__ = ["SimulateError", "Network", "oversubscription", "oversubscribe", "nod
            "smpirun_path", "replay", "ReplayTimeout", "simulate_point", "summarize", "crossover",
            "osu_calls", "compare_measured", "block_sizes", "print_layout", "plot", "build_parser", "main",
            "simgrid", "replay_traces", "wait_lines", "WAITALL_MAX", "calibrated_preset", "SLINGSHOT_FILE",
-           "PLATFORM_FIELDS", "needs_hierarchy", "has_radix"]
+           "PLATFORM_FIELDS", "needs_hierarchy", "has_radix", "Nic", "nic_lines", "P2P_VERBS", "PRESET_NICS",
+           "Coarse", "coarsenable", "coarse_actions", "DEFAULT_MAX_REPLAY_RANKS"]
 
 
 #: The calibrated preset's file (``benchmarks/fit_slingshot.py --preset-out``), package data.
