@@ -384,6 +384,8 @@ def render_scale(d):
     out.append(table(["layout", "block", "hxmpi one-shot us", "hxmpi plan us", "Open MPI tuned + CPU us (runs)",
                       "HAN + CPU us", "lower bound us", "one-shot / tuned", "plan / lower bound", "auto picks",
                       "from"], rows))
+    if d.get("complete") is False:
+        out.append("The sweep was stopped before its last rows: the table holds the rows it replayed.")
     errs = d.get("model_errors", {})
     if any(e["points"] for e in errs.values()):
         out.append("The models against the replays above (|model - replay| / replay):")

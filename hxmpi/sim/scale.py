@@ -169,6 +169,16 @@ def main(argv=None) -> int:
           f"{'coarse' if args.coarse else 'full'} replays of linear world phases; us per call")
     print(f"{'# layout':<10}{'block':>7}" + "".join(f"{h[:13]:>14}" for _, h in COLUMNS) + f"{'tuned runs':>15}  from")
     records = []
+
+    def write(done: bool) -> None:
+        # After every row: a sweep stopped midway keeps what it replayed ("complete" says which).
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"benchmark": "simulate-scale", "provenance": prov, "simgrid": sg.version,
+                           "source": "preset slingshot", "model": model.__dict__, "reference_cpu": ref.__dict__,
+                           "nic": None if nic is None else nic.__dict__, "coarse": args.coarse,
+                           "overhead": cpu.source, "complete": done, "model_errors": model_errors(records),
+                           "records": records}, fh, indent=1)
     for lay in layouts:
         for b in sizes:
             try:
@@ -180,18 +190,13 @@ def main(argv=None) -> int:
             records.append(r)
             print(f"{r['nodes']}x{r['ranks_per_node']:<7}{b:>7}" + "".join(_us(r[f'{k}_s']) for k, _ in COLUMNS)
                   + f"{r['ompi_tuned_schedule']:>15}  {'model' if r['by_model'] else 'replay'}", flush=True)
+            write(False)
     errors = model_errors(records)
     for key, e in errors.items():
         if e["points"]:
             print(f"# model vs replay, {key}: mean {e['mean_rel_error']:.1%}, max {e['max_rel_error']:.1%} "
                   f"over {e['points']} points")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"benchmark": "simulate-scale", "provenance": prov,
-                       "simgrid": sg.version, "source": "preset slingshot", "model": model.__dict__,
-                       "reference_cpu": ref.__dict__, "nic": None if nic is None else nic.__dict__,
-                       "coarse": args.coarse, "overhead": cpu.source, "model_errors": errors,
-                       "records": records}, fh, indent=1)
+    write(True)
     return 0
 
 
