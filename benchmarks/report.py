@@ -384,6 +384,9 @@ def render_scale(d):
     out.append(table(["layout", "block", "hxmpi one-shot us", "hxmpi plan us", "Open MPI tuned + CPU us (runs)",
                       "HAN + CPU us", "lower bound us", "one-shot / tuned", "plan / lower bound", "auto picks",
                       "from"], rows))
+    if any(r.get("lower_bound_of") == "MPI_Alltoall" for r in d["records"]):
+        out.append("Bare MPI_Alltoallv was not replayed here (`--no-alltoallv`): the lower bound is Open MPI's "
+                   "tuned MPI_Alltoall without CPU.")
     if d.get("complete") is False:
         out.append("The sweep was stopped before its last rows: the table holds the rows it replayed.")
     errs = d.get("model_errors", {})
