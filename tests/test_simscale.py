@@ -26,9 +26,11 @@ from hxmpi.sim.simulate import (
     replay_traces,
     trace_stats,
 )
-from test_simulate import needs_simgrid
+from support import simgrid_missing
 
 
+SKIP = simgrid_missing()
+needs_simgrid = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
 MODEL, PRESET = calibrated_preset()
 NIC = PRESET_NICS["slingshot"]
 #: How far the coarse replay of a linear phase may land from the full replay (fraction).
