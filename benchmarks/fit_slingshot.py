@@ -20,6 +20,16 @@ non-negative least-squares fit (relative error) on the ``FIT_SIZES`` points of e
 other sizes check it. ``--replay`` replays every point in SimGrid on the fitted platform and
 reports the replay's error too. ``--preset-out`` writes the preset file ``python -m hxmpi.sim
 --preset slingshot`` reads.
+
+The NIC (``--replay`` only): HPE's Slingshot benchmarking guide reports ``osu_mbw_mr`` with 1 B
+messages at about 2.2 M messages/s per rank, growing linearly to 43.5 M/s per node at 20 ranks
+per node (``PUBLISHED_NIC``). The per-rank rate fixes how a message's CPU splits between sender
+and receiver (``Nic.send_share``: the sender's part that makes one pair's windows run at 2.2 M/s,
+the table fixes only the sum); the curve, still linear at 20 ranks, bounds the node's message
+rate from below: ``nic_msg_rate`` is the smallest of ``NIC_RATES`` whose replay of 20 pairs is
+within ``NIC_TOLERANCE`` of 43.5 M/s (the slowest NIC the published curve allows).
+``nic_bandwidth`` is the link's fitted bandwidth. Every point of the curve is replayed
+(``reference.mbw_mr_trace``) and its error reported; 32 to 128 pairs show where the NIC caps it.
 """
 from __future__ import annotations
 
@@ -36,8 +46,16 @@ from hxmpi.cli import command_line
 from hxmpi.comm.costmodel import CostModel
 from hxmpi.comm.plan import Layout
 from hxmpi.provenance import provenance
-from hxmpi.sim.reference import REF_FIELDS, RefCpu, predict_reference, reference_features, reference_trace
-from hxmpi.sim.simulate import Network, node_of_sizes, replay_traces, simgrid
+from hxmpi.sim.reference import (
+    MBW_WINDOW,
+    REF_FIELDS,
+    RefCpu,
+    mbw_mr_trace,
+    predict_reference,
+    reference_features,
+    reference_trace,
+)
+from hxmpi.sim.simulate import Network, Nic, node_of_sizes, replay_traces, simgrid
 
 SOURCE = "https://github.com/open-mpi/ompi/pull/12387"
 PUBLISHED = {
@@ -68,6 +86,19 @@ PUBLISHED_P2P = [
      "source": "https://github.com/ofiwg/libfabric/pull/8680",
      "features": {"alpha_intra": 1.0, "msg_overhead": 2.0, "beta_intra": 1.0}},
 ]
+PUBLISHED_NIC = {
+    "source": "HPE Slingshot performance benchmarking guide (osu_mbw_mr, 1 B messages, Slingshot-11)",
+    "per_rank_msg_rate": 2.2e6, "per_node_msg_rate": 43.5e6, "ranks_per_node": 20,
+    "also": "a ConnectX-6 adapter is rated at 215 M messages/s (NVIDIA's product brief)",
+}
+#: Ranks per node of the replayed osu_mbw_mr curve: the published range, then beyond it.
+NIC_PAIRS = (1, 2, 4, 8, 16, 20, 32, 64, 128)
+#: Node message rates tried, smallest first (messages/s): multiples of the published 43.5 M/s.
+NIC_RATES = tuple(43.5e6 * f for f in (1.0, 1.1, 1.2, 1.35, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0))
+#: How close the replay of 20 pairs must come to the published 43.5 M/s for a rate to fit it.
+NIC_TOLERANCE = 0.05
+#: Windows per osu_mbw_mr replay.
+NIC_ITERATIONS = 20
 COLUMNS = (("mtl", "han_alltoall"), ("mtl", "ompi_bruck"), ("btl", "han_alltoall"), ("btl", "ompi_bruck"))
 NODES, PER_NODE = 4, 48
 #: Block sizes whose points are fitted; every other published point checks the fit.
@@ -148,14 +179,51 @@ def fit(pts: list[dict]) -> tuple[CostModel, RefCpu]:
     return model, RefCpu(**{k: values[k] for k in REF_FIELDS})
 
 
-def replay_point(p: dict, model: CostModel, cpu: RefCpu) -> tuple[float, float]:
+def published_rate(pairs: int) -> float:
+    """The published osu_mbw_mr rate of a node with ``pairs`` ranks sending (messages/s): linear
+    from 2.2 M/s per rank to 43.5 M/s at 20 (None beyond 20: not published)."""
+    if pairs > PUBLISHED_NIC["ranks_per_node"]:
+        return None
+    if pairs == PUBLISHED_NIC["ranks_per_node"]:
+        return PUBLISHED_NIC["per_node_msg_rate"]
+    return pairs * PUBLISHED_NIC["per_rank_msg_rate"]
+
+
+def mbw_rate(pairs: int, model: CostModel, nic: Nic) -> float:
+    """A node's replayed osu_mbw_mr rate with ``pairs`` ranks sending 1 B messages (messages/s)."""
+    layout = Layout(node_of_sizes([pairs, pairs]))
+    traces = (mbw_mr_trace(r, pairs, 1, NIC_ITERATIONS) for r in range(layout.size))
+    with tempfile.TemporaryDirectory(prefix="hxmpi-fit-") as tmp:
+        sim = replay_traces(layout, traces, model, Network(), tmp, what="osu_mbw_mr", nic=nic)
+    return pairs * NIC_ITERATIONS * MBW_WINDOW / sim
+
+
+def fit_nic(model: CostModel) -> tuple[Nic, list[dict]]:
+    """The NIC (see the module's docstring) and the replayed curve, each point with its error."""
+    one = 1 / PUBLISHED_NIC["per_rank_msg_rate"]  # seconds per message of one pair
+    # Per message of a window: the sender's CPU, and the acknowledgement's two latencies.
+    share = min(1.0, max(0.5, (one - 2 * model.alpha_inter / MBW_WINDOW) / (2 * model.msg_overhead)))
+    top, nic = PUBLISHED_NIC["ranks_per_node"], None
+    for rate in NIC_RATES:
+        nic = Nic(rate, 1 / model.beta_inter, share)
+        if mbw_rate(top, model, nic) >= (1 - NIC_TOLERANCE) * PUBLISHED_NIC["per_node_msg_rate"]:
+            break
+    curve = []
+    for pairs in NIC_PAIRS:
+        sim, pub = mbw_rate(pairs, model, nic), published_rate(pairs)
+        curve.append({"ranks_per_node": pairs, "replay_msg_rate": sim, "replay_per_rank": sim / pairs,
+                      "published_msg_rate": pub, "error": None if pub is None else (sim - pub) / pub})
+    return nic, curve
+
+
+def replay_point(p: dict, model: CostModel, cpu: RefCpu, nic: Nic = None) -> tuple[float, float]:
     """(simulated seconds, wall seconds) of one published point replayed in SimGrid."""
     layout = Layout(node_of_sizes([PER_NODE] * NODES))
     platform = transport_model(model, p["transport"])
     traces = (reference_trace(p["algorithm"], layout, p["block_bytes"], r, platform, cpu) for r in range(layout.size))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="hxmpi-fit-") as tmp:
-        sim = replay_traces(layout, traces, platform, Network(), tmp, what=p["algorithm"])
+        sim = replay_traces(layout, traces, platform, Network(), tmp, what=p["algorithm"], nic=nic)
     return sim, time.perf_counter() - t0
 
 
@@ -175,9 +243,13 @@ def main(argv=None) -> int:
         f = dict(zip(NAMES, features(p["transport"], p["algorithm"], p["block_bytes"])))
         p["reference_cpu_s"] = float(sum(f[k] * getattr(cpu, k) for k in REF_FIELDS))
     sg = simgrid() if args.replay else None
+    nic, curve = None, []
     if args.replay:
+        nic, curve = fit_nic(model)
         for p in pts:
-            p["replay_s"], p["replay_wall_s"] = replay_point(p, model, cpu)
+            # mtl sends a node's own messages through the NIC too; the NIC's message rate applies
+            # between nodes only in either transport (the replay's surcharge is inter-node).
+            p["replay_s"], p["replay_wall_s"] = replay_point(p, model, cpu, nic)
             p["replay_error"] = (p["replay_s"] - p["published_s"]) / p["published_s"]
     print(f"# fitted on blocks {', '.join(map(str, FIT_SIZES))} B of every column; the rest check it")
     for k in NAMES:
@@ -193,6 +265,14 @@ def main(argv=None) -> int:
         if args.replay:
             line += f"{p['replay_s'] * 1e6:9.1f}{p['replay_error']:8.1%}"
         print(line + ("   fit" if p["fitted"] else "   check"))
+    if nic:
+        print(f"# NIC: {nic.msg_rate / 1e6:.4g} M messages/s per node, {nic.bandwidth / 1e9:.4g} GB/s, "
+              f"sender pays {nic.send_share:.0%} of a message's CPU; osu_mbw_mr 1 B replayed:")
+        for c in curve:
+            pub = "-" if c["published_msg_rate"] is None else f"{c['published_msg_rate'] / 1e6:.1f}"
+            err = "" if c["error"] is None else f"{c['error']:8.1%}"
+            print(f"#   {c['ranks_per_node']:4d} ranks/node: {c['replay_msg_rate'] / 1e6:7.2f} M/s "
+                  f"({c['replay_per_rank'] / 1e6:.2f} per rank), published {pub}{err}")
     summary = {}
     for kind in ("model", "replay") if args.replay else ("model",):
         for group in ("fitted", "check"):
@@ -205,14 +285,23 @@ def main(argv=None) -> int:
     record = {"benchmark": "fit_slingshot", "provenance": provenance(command_line("benchmarks/fit_slingshot.py"), label),
               "published": {k: v for k, v in PUBLISHED.items() if k != "us"}, "nodes": NODES, "ranks_per_node": PER_NODE,
               "fit_sizes": list(FIT_SIZES), "p2p": PUBLISHED_P2P, "pinned": PINNED, "model": model.__dict__, "reference_cpu": cpu.__dict__,
-              "simgrid": sg.version if sg else None, "summary": summary, "points": pts}
+              "simgrid": sg.version if sg else None, "summary": summary, "points": pts,
+              "nic": None if nic is None else {"published": PUBLISHED_NIC, "msg_rate": nic.msg_rate,
+                                                "bandwidth": nic.bandwidth, "send_share": nic.send_share,
+                                                "rates_tried": list(NIC_RATES), "tolerance": NIC_TOLERANCE,
+                                                "curve": curve}}
+    if nic:
+        record["nic"]["max_abs_error"] = max(abs(c["error"]) for c in curve if c["error"] is not None)
+    preset_model = dict(model.__dict__)
+    if nic:
+        preset_model.update(nic_msg_rate=nic.msg_rate, nic_bandwidth=nic.bandwidth, nic_send_share=nic.send_share)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(record, fh, indent=1)
     if args.preset_out:
         with open(args.preset_out, "w") as fh:
             json.dump({"preset": "slingshot", "provenance": record["provenance"], "source": SOURCE,
-                       "fit": "benchmarks/fit_slingshot.py", "model": model.__dict__,
+                       "fit": "benchmarks/fit_slingshot.py", "model": preset_model,
                        "reference_cpu": cpu.__dict__}, fh, indent=1)
     return 0
 

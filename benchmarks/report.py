@@ -398,11 +398,102 @@ def render_fit_slingshot(d):
                       *(("replay us", "replay error") if replay else ()), "point"], rows))
     out.append(table(["errors", "mean", "max", "points"],
                      [(k.replace("_", ", "), pct(v["mean_abs_error"]), pct(v["max_abs_error"]), v["points"])
-                      for k, v in d["summary"].items()]))
+                      for k, v in d["summary"].items() if isinstance(v, dict)]))
     if replay:
         out.append(f"The {len(d['points'])} replays (SimGrid {d.get('simgrid')}) took "
                    f"{num(sum(p['replay_wall_s'] for p in d['points']), 0)} s of wall time in all.")
+    nic = d.get("nic")
+    if nic:
+        out.append(f"The NIC ({nic['published']['source']}; {nic['published']['also']}): "
+                   f"`nic_msg_rate` {num(nic['msg_rate'] / 1e6, 2)} M messages/s per node each way (the smallest rate "
+                   f"tried whose replay of {nic['published']['ranks_per_node']} pairs comes within "
+                   f"{pct(nic['tolerance'])} of the published rate), `nic_bandwidth` {num(nic['bandwidth'] / 1e9, 2)} "
+                   f"GB/s (the link's), the sender paying {pct(nic['send_share'])} of a message's CPU. "
+                   "osu_mbw_mr with 1 B messages, replayed on 2 nodes:")
+        out.append(table(["ranks per node", "replay M msg/s per node", "per rank", "published M msg/s", "error"],
+                         [(c["ranks_per_node"], num(c["replay_msg_rate"] / 1e6, 2), num(c["replay_per_rank"] / 1e6, 2),
+                           "-" if c["published_msg_rate"] is None else num(c["published_msg_rate"] / 1e6, 1),
+                           pct(c["error"])) for c in nic["curve"]]))
     return "\n\n".join(out)
+
+
+def _ratio(v) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def render_scale(d):
+    """The scale table: hxmpi's one-shot and plan against Open MPI's tuned decision and HAN (each
+    replayed with its fitted CPU per block) and the CPU-free lower bound."""
+    nic = d.get("nic")
+    out = [f"Preset slingshot, SimGrid {d.get('simgrid')}, NIC "
+           + ("off" if not nic else f"{num(nic['msg_rate'] / 1e6, 2)} M messages/s and "
+              f"{num(nic['bandwidth'] / 1e9, 2)} GB/s per node")
+           + (", linear world phases replayed coarsely" if d.get("coarse") else "")
+           + ". Microseconds per call; \"from\" says whether the row is replayed or given by the models. "
+           "Open MPI tuned and HAN carry Open MPI's fitted CPU per block; the lower bound (the faster of bare "
+           "MPI_Alltoallv and of Open MPI's tuned MPI_Alltoall) carries none."]
+    rows = []
+    for r in d["records"]:
+        rows.append((layout(r["node_sizes"]), size(r["block_bytes"]), us(r["auto_s"]), us(r["auto_plan_s"]),
+                     f"{us(r['ompi_tuned_s'])} ({r['ompi_tuned_schedule'].replace('ompi_', '')})", us(r["han_s"]),
+                     us(r["lower_bound_s"]), _ratio(r["auto_vs_ompi_tuned"]), _ratio(r["auto_plan_vs_lower_bound"]),
+                     f"{r['auto_pick']} / {r['auto_plan_pick']}", "model" if r["by_model"] else "replay"))
+    out.append(table(["layout", "block", "hxmpi one-shot us", "hxmpi plan us", "Open MPI tuned + CPU us (runs)",
+                      "HAN + CPU us", "lower bound us", "one-shot / tuned", "plan / lower bound", "auto picks",
+                      "from"], rows))
+    if any(r.get("lower_bound_of") == "MPI_Alltoall" for r in d["records"]):
+        out.append("Bare MPI_Alltoallv was not replayed here (`--no-alltoallv`): the lower bound is Open MPI's "
+                   "tuned MPI_Alltoall without CPU.")
+    if d.get("complete") is False:
+        out.append("The sweep was stopped before its last rows: the table holds the rows it replayed.")
+    errs = d.get("model_errors", {})
+    if any(e["points"] for e in errs.values()):
+        out.append("The models against the replays above (|model - replay| / replay):")
+        out.append(table(["column", "mean", "max", "points"],
+                         [(k, pct(e["mean_rel_error"]), pct(e["max_rel_error"]), e["points"])
+                          for k, e in errs.items() if e["points"]]))
+    walls = [(layout(r["node_sizes"]), size(r["block_bytes"]), num(sum(r["replay_s"].values()), 0),
+              num(max(r["replay_s"].values()), 0)) for r in d["records"] if r["replay_s"]]
+    if walls:
+        out.append("Wall time of each row's replays (shared machine), s:")
+        out.append(table(["layout", "block", "all replays s", "slowest s"], walls))
+    return "\n\n".join(out)
+
+
+def render_mleader(d):
+    """The multi-leader sweep: per ranks per node and block, the model's best k and the lane
+    scheme's time over it, and the replay's where replayed."""
+    nic = d.get("nic")
+    out = [f"{d['nodes']} nodes; NIC " + ("off (message costs per rank only)" if not nic else
+                                          f"{num(nic['msg_rate'] / 1e6, 2)} M messages/s per node")
+           + f". k leaders per node; k = G is the lane scheme. Fewer leaders \"win\" where lane / best is at least "
+           f"{1 + d['win_threshold']:.2f}."]
+    rows = []
+    for r in d["records"]:
+        g = str(r["ranks_per_node"])
+        rep = r.get("replay_s")
+        rows.append((r["ranks_per_node"], size(r["block_bytes"]), r["model_best_k"], _ratio(r["model_lane_over_best"]),
+                     us(r["model_s"][g]), us(r["model_s"][str(r["model_best_k"])]),
+                     r.get("replay_best_k", "-"), _ratio(r.get("replay_lane_over_best")),
+                     us(rep[g]) if rep else "-", us(rep[str(r["replay_best_k"])]) if rep else "-"))
+    out.append(table(["ranks per node", "block", "model best k", "model lane / best", "model lane us",
+                      "model best us", "replay best k", "replay lane / best", "replay lane us", "replay best us"], rows))
+    wins = sum(r["model_lane_over_best"] >= 1 + d["win_threshold"] for r in d["records"])
+    reps = [r for r in d["records"] if "replay_s" in r]
+    rwins = sum(r["replay_lane_over_best"] >= 1 + d["win_threshold"] for r in reps)
+    out.append(f"Fewer leaders win by the threshold at {wins} of {len(d['records'])} points by the model"
+               + (f", and at {rwins} of {len(reps)} replayed points" if reps else "") + ".")
+    return "\n\n".join(out)
+
+
+def render_coarse_check(d):
+    """The coarse replay of linear world phases against the full replay."""
+    rows = [(r["layout"], size(r["block_bytes"]), r["field"], "on" if r["nic"] else "off", us(r["full_s"]),
+             us(r["coarse_s"]), pct(r["rel_diff"]), "-" if r["full_wall_s"] is None else num(r["full_wall_s"], 1),
+             num(r["coarse_wall_s"], 1), "here" if r["full_from"] == "replayed here" else Path(r["full_from"]).name)
+            for r in d["rows"]]
+    return table(["layout", "block", "field", "NIC", "full us", "coarse us", "coarse - full", "full wall s",
+                  "coarse wall s", "full replay from"], rows)
 
 
 def render_train(d):
@@ -517,7 +608,8 @@ RENDERERS = {"suite": render_suite, "osu_alltoallv": render_osu, "mpi_call": ren
              "overhead-alltoallw": render_overhead_alltoallw, "overhead-combined": render_overhead_combined, "pack": render_pack, "msg_accounting": render_msg_accounting, "memory": render_memory,
              "calibrate": render_calibrate, "simulate-compare": render_compare, "simulate": render_simulate,
              "fit_slingshot": render_fit_slingshot, "train": render_train, "straggler_card": render_straggler_card, "staging": render_staging,
-             "overlap": render_overlap, "model_error": render_model_error}
+             "overlap": render_overlap, "model_error": render_model_error, "simulate-scale": render_scale,
+             "simulate-mleader": render_mleader, "coarse_check": render_coarse_check}
 
 
 def render(path: Path) -> str:

@@ -6,6 +6,7 @@
   the catalogue of MPI datatypes the Alltoallw tests move (``datatype_catalogue``).
 - A real HTTP store with injected faults (``FaultServer``, ``serve_store``, ``serve_shards``,
   ``injected``, ``rewrite_shard``), scratch cache directories (``fresh_dir``).
+- Whether SimGrid can replay here (``simgrid_missing``).
 - Jobs: processes of an mpirun session (``session``, ``kill_session``), run logs (``epochs_logged``),
   the emulated cluster (``cluster_unavailable``, ``cluster_up``).
 """
@@ -406,3 +407,14 @@ def serve_shards(tmp_path_factory):
     server = FaultServer(root)
     yield root, index["splits"]["train"]["shards"], server
     server.close()
+
+
+def simgrid_missing():
+    """Why the simulator's replays cannot run here (no usable SimGrid), or None: the reason a
+    replay test skips with."""
+    from hxmpi.sim.simulate import SimulateError, simgrid
+    try:
+        simgrid()
+    except SimulateError as exc:
+        return str(exc)
+    return None

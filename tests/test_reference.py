@@ -92,6 +92,8 @@ def test_fit_reproduces_the_preset_and_holds_on_checked_points():
     model, cpu = fit.fit(pts)
     shipped = json.loads((ROOT / "hxmpi" / "sim" / "slingshot.json").read_text())
     for k, v in shipped["model"].items():
+        if k.startswith("nic_"):  # fitted by replaying osu_mbw_mr (--replay), not by the least squares
+            continue
         assert getattr(model, k) == pytest.approx(v, rel=1e-9, abs=1e-18), k
     assert cpu.__dict__ == pytest.approx(shipped["reference_cpu"], rel=1e-9)
     for k in ("alpha_inter", "beta_inter", "msg_overhead", "beta_copy"):

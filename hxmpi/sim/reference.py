@@ -17,6 +17,11 @@ measured, not hxmpi's algorithms:
   per block, plus the bytes at copy bandwidth) and send them as one blocking message.
 - ``ompi_linear``: ``MPI_Alltoallv`` as Open MPI runs it on 1024 ranks and more (and on 4-63,
   128-255): every receive and send posted at once, then one wait for all.
+- ``ompi_pairwise``: P - 1 rounds, round k a send to rank + k and a receive from rank - k.
+
+``tuned_alltoall`` is Open MPI's tuned component's fixed decision for ``MPI_Alltoall`` (by
+communicator size and block bytes; its "linear_sync" is replayed as linear), so
+``reference_trace("ompi_tuned", ...)`` replays what Open MPI would run, with its CPU per block.
 
 ``python -m hxmpi.sim`` replays hxmpi's calls beside bare MPI; these schedules serve the
 calibration (``benchmarks/fit_slingshot.py``) and the comparison with HAN's published ratios.
@@ -25,19 +30,52 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from ..comm.costmodel import CostModel
 from ..comm.plan import Layout
-from .simulate import wait_lines
+from .simulate import Coarse, Exchange, coarse_actions, coarsenable, make_counts, wait_lines
 
-__all__ = ["REFERENCES", "RefCpu", "bruck_blocks", "ring_partner", "reference_trace", "predict_reference",
+__all__ = ["REFERENCES", "RefCpu", "tuned_alltoall", "mbw_mr_trace", "MBW_WINDOW", "bruck_blocks", "ring_partner", "reference_trace", "predict_reference",
            "reference_features"]
 
 #: The reference schedules this module knows.
-REFERENCES = ("ompi_bruck", "han_alltoall", "ompi_linear")
-_TAG = {"ompi_bruck": 600000, "han_alltoall": 700000, "ompi_linear": 800000, "allgather": 900000}
+REFERENCES = ("ompi_bruck", "han_alltoall", "ompi_linear", "ompi_pairwise", "ompi_tuned")
+_TAG = {"ompi_bruck": 600000, "han_alltoall": 700000, "ompi_linear": 800000, "allgather": 900000,
+        "mbw_mr": 950000, "ompi_pairwise": 500000}
+
+#: Open MPI's tuned fixed decision for MPI_Alltoall above 2 ranks: (communicator size below
+#: which the row holds, ((block bytes below which the algorithm holds, algorithm), ...)); the last
+#: row and the last entry of a row hold beyond. "linear" stands for its linear and linear_sync.
+_TUNED_ALLTOALL = (
+    (8, ((8192, "linear"), (16384, "linear"), (65536, "linear"), (524288, "linear"), (1048576, "pairwise"),
+         (None, "linear"))),
+    (16, ((None, "linear"),)),
+    (32, ((4, "linear"), (512, "bruck"), (None, "linear"))),
+    (64, ((512, "bruck"), (524288, "linear"), (None, "linear"))),
+    (128, ((1024, "bruck"), (262144, "linear"), (None, "pairwise"))),
+    (256, ((1024, "bruck"), (262144, "linear"), (None, "pairwise"))),
+    (512, ((1024, "bruck"), (32768, "linear"), (None, "pairwise"))),
+    (1024, ((512, "bruck"), (262144, "linear"), (None, "pairwise"))),
+    (2048, ((512, "bruck"), (None, "linear"))),
+    (4096, ((1024, "bruck"), (None, "linear"))),
+    (None, ((2048, "bruck"), (None, "linear"))),
+)
+
+
+def tuned_alltoall(size: int, block: int) -> str:
+    """The reference schedule Open MPI's tuned component runs ``MPI_Alltoall`` as, on ``size``
+    ranks with ``block``-byte blocks: "ompi_bruck", "ompi_linear" or "ompi_pairwise"."""
+    if size <= 2:
+        return "ompi_pairwise"
+    for below, rules in _TUNED_ALLTOALL:
+        if below is None or size < below:
+            for limit, algo in rules:
+                if limit is None or block < limit:
+                    return f"ompi_{algo}"
+    raise AssertionError("unreachable: the table's last row holds beyond")
 #: Bytes each rank contributes to HAN's node Allgather (three addresses).
 HAN_ALLGATHER_BYTES = 24
 
@@ -90,9 +128,13 @@ def _allgather(rank: int, layout: Layout, nbytes: int) -> list[str]:
     return lines
 
 
-def reference_trace(name: str, layout: Layout, block: int, rank: int, model: CostModel, cpu: RefCpu) -> list[str]:
+def reference_trace(name: str, layout: Layout, block: int, rank: int, model: CostModel, cpu: RefCpu,
+                    coarse: Optional[Coarse] = None) -> list[str]:
     """Time-independent trace of ``rank`` in one call of reference schedule ``name`` with
-    ``block``-byte blocks (every block the same)."""
+    ``block``-byte blocks (every block the same); "ompi_tuned": the one ``tuned_alltoall`` picks.
+    ``coarse``: replay a linear exchange coarsely (``simulate.coarse_actions``)."""
+    if name == "ompi_tuned":
+        name = tuned_alltoall(layout.size, block)
     p, lines = layout.size, [f"{rank} init"]
     copy = model.beta_copy
     if name == "ompi_bruck":
@@ -121,9 +163,19 @@ def reference_trace(name: str, layout: Layout, block: int, rank: int, model: Cos
         tag = _TAG[name]
         others = [q for q in range(p) if q != rank]
         lines += _sleep(rank, block * copy)  # the own block
-        posted = [f"{rank} irecv {q} {tag} {block}" for q in others] + \
-                 [f"{rank} isend {q} {tag} {block}" for q in others]
-        lines += posted + wait_lines(posted)
+        step = Exchange("flat", tuple((q, block) for q in others), tuple((q, block) for q in others), "linear")
+        if coarse and coarsenable(step, layout, rank):
+            lines += coarse_actions(rank, step, layout, make_counts(p, block, False), coarse)
+        else:
+            posted = [f"{rank} irecv {q} {tag} {block}" for q in others] + \
+                     [f"{rank} isend {q} {tag} {block}" for q in others]
+            lines += posted + wait_lines(posted)
+    elif name == "ompi_pairwise":
+        tag = _TAG[name]
+        lines += _sleep(rank, block * copy)  # the own block
+        for k in range(1, p):
+            lines += [f"{rank} irecv {(rank - k) % p} {tag} {block}", f"{rank} isend {(rank + k) % p} {tag} {block}",
+                      f"{rank} waitall"]
     else:
         raise ValueError(f"unknown reference schedule {name!r}; choose one of {REFERENCES}")
     return lines + [f"{rank} finalize"]
@@ -149,6 +201,8 @@ def reference_features(name: str, nodes: int, per_node: int, block: float) -> di
     """
     n, g, b = nodes, per_node, float(block)
     p = n * g
+    if name == "ompi_tuned":
+        name = tuned_alltoall(p, block)
     f = dict.fromkeys((*CostModel.__dataclass_fields__, *REF_FIELDS), 0.0)
     inter = "alpha_inter" if n > 1 else "alpha_intra"
     if name == "ompi_bruck":
@@ -171,6 +225,12 @@ def reference_features(name: str, nodes: int, per_node: int, block: float) -> di
         f[inter] += 1
         f["beta_inter"] += g * (n - 1) * g * b
         f["beta_intra"] += g * b  # the own node's message, through the loopback
+    elif name == "ompi_pairwise":
+        f[inter] += p - 1  # every round waits for its message, most of them between nodes
+        f["msg_overhead"] += 2 * (p - 1)
+        f["beta_inter"] += g * (p - g) * b
+        f["beta_intra"] += (g - 1) * b
+        f["beta_copy"] += b
     elif name == "ompi_linear":
         f[inter] += 1
         f["msg_overhead"] += 2 * (p - 1)
@@ -186,3 +246,23 @@ def predict_reference(name: str, nodes: int, per_node: int, block: float, model:
     """Predicted seconds of one call of reference schedule ``name`` (``reference_features``)."""
     values = {**model.__dict__, **cpu.__dict__}
     return sum(c * values[k] for k, c in reference_features(name, nodes, per_node, block).items())
+
+
+#: osu_mbw_mr's defaults: messages posted per window, and the acknowledgement's bytes.
+MBW_WINDOW, MBW_ACK_BYTES = 64, 4
+
+
+def mbw_mr_trace(rank: int, pairs: int, nbytes: int, iterations: int, window: int = MBW_WINDOW) -> list[str]:
+    """Trace of ``rank`` in an ``osu_mbw_mr``-like run on 2 nodes of ``pairs`` ranks (ranks 0..pairs-1
+    on the first): rank i sends ``iterations`` windows of ``window`` ``nbytes``-byte messages to
+    rank pairs + i (posted at once, one wait) and waits for a 4-byte acknowledgement after each."""
+    tag, lines = _TAG["mbw_mr"], [f"{rank} init"]
+    sender = rank < pairs
+    peer = rank + pairs if sender else rank - pairs
+    verb = "isend" if sender else "irecv"
+    for _ in range(iterations):
+        posted = [f"{rank} {verb} {peer} {tag + j} {nbytes}" for j in range(window)]
+        lines += posted + wait_lines(posted)
+        lines.append(f"{rank} recv {peer} {tag + window} {MBW_ACK_BYTES}" if sender
+                     else f"{rank} send {peer} {tag + window} {MBW_ACK_BYTES}")
+    return lines + [f"{rank} finalize"]

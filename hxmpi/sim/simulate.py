@@ -66,7 +66,8 @@ __all__ = ["SimulateError", "Network", "oversubscription", "oversubscribe", "nod
            "smpirun_path", "replay", "ReplayTimeout", "simulate_point", "summarize", "crossover",
            "osu_calls", "compare_measured", "block_sizes", "print_layout", "plot", "build_parser", "main",
            "simgrid", "replay_traces", "wait_lines", "WAITALL_MAX", "calibrated_preset", "SLINGSHOT_FILE",
-           "PLATFORM_FIELDS", "needs_hierarchy", "has_radix"]
+           "PLATFORM_FIELDS", "needs_hierarchy", "has_radix", "Nic", "nic_lines", "P2P_VERBS", "PRESET_NICS",
+           "Coarse", "coarsenable", "coarse_actions", "DEFAULT_MAX_REPLAY_RANKS"]
 
 
 #: The calibrated preset's file (``benchmarks/fit_slingshot.py --preset-out``), package data.
@@ -114,6 +115,61 @@ class Network:
     leaf switch). The model's ``beta_backbone`` sets the oversubscription (see ``oversubscribe``)."""
     kind: str = "backbone"
     leaf: int = 16
+
+
+@dataclass(frozen=True)
+class Nic:
+    """A node's network interface: ``msg_rate`` messages per second it sends (and, apart, receives)
+    and ``bandwidth`` bytes per second each way. The platform makes each host's private link the
+    NIC: its bandwidth is ``bandwidth`` (full duplex) and every inter-node point-to-point message
+    carries ``surcharge`` extra bytes, so back-to-back tiny messages leave (and enter) a node at
+    ``msg_rate`` however many of its ranks send them. ``send_share``: the part of a message's CPU
+    (twice the model's ``msg_overhead``, the per-side mean) that its sender pays; the rest is the
+    receiver's (0.5: split evenly, as replays without a NIC do)."""
+    msg_rate: float
+    bandwidth: float
+    send_share: float = 0.5
+
+    def overheads(self, msg_overhead: float) -> tuple[float, float]:
+        """(sender's, receiver's) CPU seconds per message."""
+        return 2 * msg_overhead * self.send_share, 2 * msg_overhead * (1 - self.send_share)
+
+    @property
+    def surcharge(self) -> int:
+        """Bytes added to every inter-node message: its share of the link at ``msg_rate``."""
+        return max(1, round(self.bandwidth / self.msg_rate))
+
+    @classmethod
+    def of_preset(cls, data: dict) -> Optional["Nic"]:
+        """The NIC of a preset file's ``model`` (``nic_msg_rate``, ``nic_bandwidth``), None without one."""
+        m = data.get("model", {})
+        if m.get("nic_msg_rate") and m.get("nic_bandwidth"):
+            return cls(float(m["nic_msg_rate"]), float(m["nic_bandwidth"]), float(m.get("nic_send_share", 0.5)))
+        return None
+
+
+#: Trace verbs of point-to-point messages: ``RANK VERB PEER TAG BYTES``.
+P2P_VERBS = ("send", "recv", "isend", "irecv")
+
+
+def nic_lines(lines: Sequence[str], layout: Layout, nic: Optional[Nic]) -> list[str]:
+    """``lines`` (one rank's trace) with ``nic.surcharge`` bytes added to each message between two
+    nodes, on both sides (a send and its receive agree); unchanged without a NIC. Collective actions
+    (the agreement's Allreduce and Alltoall, run inside SMPI) are left as they are."""
+    if nic is None:
+        return list(lines)
+    node, extra, out = layout.node_of, nic.surcharge, []
+    for ln in lines:
+        parts = ln.split()
+        if len(parts) == 5 and parts[1] in P2P_VERBS and node[int(parts[0])] != node[int(parts[2])]:
+            parts[4] = str(int(parts[4]) + extra)
+            ln = " ".join(parts)
+        out.append(ln)
+    return out
+
+
+#: The NIC of each preset that has one (fitted with its platform, ``benchmarks/fit_slingshot.py``).
+PRESET_NICS = {"slingshot": Nic.of_preset(calibrated_preset()[1])}
 
 
 def oversubscription(model: CostModel) -> float:
@@ -307,12 +363,78 @@ def collective_actions(rank: int, step: Collective, layout: Layout) -> list[str]
     return _dissemination(rank, layout, "agree", lambda d, g: min(d, g - d) * step.nbytes)
 
 
+@dataclass(frozen=True)
+class Coarse:
+    """The coarse replay of linear world phases (``coarse_actions``): the CPU seconds per message
+    at the sender and the receiver, and the NIC's surcharge bytes per message (0 without a NIC)."""
+    o_send: float
+    o_recv: float
+    surcharge: int = 0
+
+    @classmethod
+    def of(cls, model: CostModel, nic: Optional[Nic] = None) -> "Coarse":
+        """The coarse replay's costs on the platform of ``model`` and ``nic``."""
+        o_send, o_recv = (nic or Nic(1.0, 1.0)).overheads(model.msg_overhead)
+        return cls(o_send, o_recv, nic.surcharge if nic else 0)
+
+
+def coarsenable(step: Exchange, layout: Layout, rank: int) -> bool:
+    """Whether ``coarse_actions`` replaces this step: a linear phase over the world on nodes of
+    equal size (more than one node of more than one rank)."""
+    return (step.phase == "flat" and (step.schedule or phase_algorithm(step.phase, layout, rank)) == "linear"
+            and len(set(layout.node_sizes)) == 1 and layout.num_nodes > 1 and layout.max_node_size > 1)
+
+
+def coarse_actions(rank: int, step: Exchange, layout: Layout, counts: np.ndarray, coarse: Coarse,
+                   tags: Optional[_Tags] = None) -> list[str]:
+    """Trace lines of a linear world phase with one message per pair of nodes and local rank
+    instead of one per pair of ranks: the G messages a rank sends to another node's ranks go as one
+    to the rank of its own local index there, with the G - 1 saved messages' CPU (``coarse``'s
+    sender and receiver costs, as sleeps) and NIC surcharges (bytes) kept; messages inside the node
+    stay as they are. On nodes of equal size every rank then receives the bytes it would, from N - 1
+    peers instead of P - G: SimGrid solves a network G times smaller (``coarsenable``)."""
+    tags = tags or _Tags()
+    node, me, local = layout.node_of, int(layout.node_of[rank]), int(layout.local_of[rank])
+    mine = layout.members[me]
+    sends = [(p, b, 0) for p, b in step.sends if node[p] == me]  # (peer, bytes, messages saved)
+    recvs = [(p, b) for p, b in step.recvs if node[p] == me]
+    saved_r = 0
+    for m in range(layout.num_nodes):
+        if m == me:
+            continue
+        peer = int(layout.members[m][local])
+        out, inc = counts[rank, layout.members[m]], counts[peer, mine]
+        k_out, k_in = int(np.count_nonzero(out)), int(np.count_nonzero(inc))
+        if k_out:
+            sends.append((peer, int(out.sum()) + (k_out - 1) * coarse.surcharge, k_out - 1))
+        if k_in:
+            recvs.append((peer, int(inc.sum()) + (k_in - 1) * coarse.surcharge))
+            saved_r += k_in - 1
+    # Posted as the full phase posts them: every receive, then the sends in peer order, each
+    # coarse send in the middle of the CPU of the sends it stands for (the full phase's bytes to
+    # that node leave spread over that time, on average at its middle).
+    posted = [ln for v in tags.lines(rank, "irecv", recvs, step.phase).values() for ln in v]
+    lines = list(posted)
+    for peer, nbytes, saved in sorted(sends):
+        before = saved // 2
+        if before and coarse.o_send:
+            lines.append(f"{rank} sleep {before * coarse.o_send:.12g}")
+        line = tags.lines(rank, "isend", [(peer, nbytes)], step.phase)[peer][0]
+        lines.append(line)
+        posted.append(line)
+        if saved - before and coarse.o_send:
+            lines.append(f"{rank} sleep {(saved - before) * coarse.o_send:.12g}")
+    lines += wait_lines(posted)
+    return lines + ([f"{rank} sleep {saved_r * coarse.o_recv:.12g}"] if saved_r and coarse.o_recv else [])
+
+
 def rank_trace(layout: Layout, counts: np.ndarray, rank: int, algorithm, node_phase: str,
-               model: CostModel, cpu: Optional[CpuTimes] = None) -> list[str]:
+               model: CostModel, cpu: Optional[CpuTimes] = None, coarse: Optional[Coarse] = None) -> list[str]:
     """Time-independent trace of ``rank`` for one call: hxmpi's CPU, agreement, copies, messages.
 
     ``algorithm``: a ``Call``, or a name (a one-shot call of it). ``cpu``: measured CPU per path
-    (default: the model's fixed costs).
+    (default: the model's fixed costs). ``coarse``: replay linear world phases coarsely
+    (``coarse_actions``; the faster replay of large worlds).
     """
     call = algorithm if isinstance(algorithm, Call) else Call(algorithm)
     cpu = cpu or CpuTimes.fixed(model)
@@ -335,7 +457,8 @@ def rank_trace(layout: Layout, counts: np.ndarray, rank: int, algorithm, node_ph
         flush(copy_bytes)
         copy_bytes = 0
         if isinstance(step, Exchange):
-            lines += exchange_actions(rank, step, layout, tags)
+            lines += coarse_actions(rank, step, layout, counts, coarse, tags) \
+                if coarse and coarsenable(step, layout, rank) else exchange_actions(rank, step, layout, tags)
         elif isinstance(step, Collective):
             lines += collective_actions(rank, step, layout)
         else:
@@ -359,10 +482,11 @@ def trace_stats(lines: Sequence[str]) -> dict:
 
 
 # -------------------------------------------------------------------------------------- platform
-def platform_xml(layout: Layout, model: CostModel, network: Network) -> str:
-    """SimGrid cluster: one host per node, a private full-duplex link, backbone or fat tree, loopback."""
+def platform_xml(layout: Layout, model: CostModel, network: Network, nic: Optional[Nic] = None) -> str:
+    """SimGrid cluster: one host per node, a private full-duplex link (the NIC's bandwidth with a
+    ``nic``), backbone or fat tree, loopback."""
     n, g = layout.num_nodes, layout.max_node_size
-    bw_inter, bw_intra = 1 / model.beta_inter, 1 / model.beta_intra
+    bw_inter, bw_intra = (nic.bandwidth if nic else 1 / model.beta_inter), 1 / model.beta_intra
     attrs = dict(id="cluster", prefix="node-", suffix="", radical=f"0-{n - 1}", speed="1Gf", core=str(g),
                  bw=f"{bw_inter:.6g}Bps", loopback_bw=f"{bw_intra:.6g}Bps",
                  loopback_lat=f"{model.alpha_intra:.6g}s", sharing_policy="SPLITDUPLEX")
@@ -402,39 +526,44 @@ _TIME = re.compile(r"^\[(\d+\.\d+)\] Simulation time")
 
 def replay(layout: Layout, counts: np.ndarray, algorithm, node_phase: str, model: CostModel,
            network: Network, workdir: str, timeout: Optional[float] = None,
-           cpu: Optional[CpuTimes] = None, sg: Optional[SimGrid] = None) -> float:
+           cpu: Optional[CpuTimes] = None, sg: Optional[SimGrid] = None, nic: Optional[Nic] = None,
+           coarse: bool = False) -> float:
     """Simulated seconds of one call (a ``Call`` or an algorithm name: one-shot): write every
-    rank's trace, run smpirun (``sg``, default ``simgrid()``), read the end time."""
-    traces = (rank_trace(layout, counts, rank, algorithm, node_phase, model, cpu) for rank in range(layout.size))
+    rank's trace, run smpirun (``sg``, default ``simgrid()``), read the end time. ``nic``: the
+    platform's NIC; ``coarse``: linear world phases replayed coarsely (``coarse_actions``)."""
+    how = Coarse.of(model, nic) if coarse else None
+    traces = (rank_trace(layout, counts, rank, algorithm, node_phase, model, cpu, how) for rank in range(layout.size))
     return replay_traces(layout, traces, model, network, workdir, timeout, sg,
-                         getattr(algorithm, "label", algorithm))
+                         getattr(algorithm, "label", algorithm), nic)
 
 
 def replay_traces(layout: Layout, traces, model: CostModel, network: Network, workdir: str,
-                  timeout: Optional[float] = None, sg: Optional[SimGrid] = None, what: str = "a call") -> float:
+                  timeout: Optional[float] = None, sg: Optional[SimGrid] = None, what: str = "a call",
+                  nic: Optional[Nic] = None) -> float:
     """Simulated seconds of every rank's trace (an iterable of line lists, rank order) on the
-    platform of ``model`` and ``network``; ``what`` names the replay in a timeout's message."""
+    platform of ``model``, ``network`` and ``nic`` (``nic_lines``); ``what`` names the replay in a
+    timeout's message."""
     smpirun = (sg or simgrid()).smpirun
     os.makedirs(workdir, exist_ok=True)
     names = []
     for rank, lines in enumerate(traces):
         name = os.path.join(workdir, f"rank{rank}.txt")
         with open(name, "w") as fh:
-            fh.write("\n".join(lines) + "\n")
+            fh.write("\n".join(nic_lines(lines, layout, nic)) + "\n")
         names.append(name)
     files = {"traces.txt": "\n".join(names) + "\n",
              "hosts.txt": "".join(f"node-{i}:{g}\n" for i, g in enumerate(layout.node_sizes)),
-             "platform.xml": platform_xml(layout, model, network)}
+             "platform.xml": platform_xml(layout, model, network, nic)}
     for fname, text in files.items():
         with open(os.path.join(workdir, fname), "w") as fh:
             fh.write(text)
-    o = model.msg_overhead
+    o_send, o_recv = (nic or Nic(1.0, 1.0)).overheads(model.msg_overhead)
     cmd = [smpirun, "-np", str(layout.size), "-platform", "platform.xml", "-hostfile", "hosts.txt",
            "-replay", "traces.txt", "-no-privatize",  # privatization crashes the replay here (3.32)
            "--cfg=smpi/host-speed:1Gf",
            # Plain latency and bandwidth: no piecewise correction factors, no TCP ack cross-traffic.
            "--cfg=smpi/bw-factor:0:1", "--cfg=smpi/lat-factor:0:1", "--cfg=network/crosstraffic:0",
-           f"--cfg=smpi/ois:0:{o:.6g}:0", f"--cfg=smpi/os:0:{o:.6g}:0", f"--cfg=smpi/or:0:{o:.6g}:0",
+           f"--cfg=smpi/ois:0:{o_send:.6g}:0", f"--cfg=smpi/os:0:{o_send:.6g}:0", f"--cfg=smpi/or:0:{o_recv:.6g}:0",
            "--cfg=network/optim:Full",  # same results, 1.5x faster than Lazy on large linear phases
            # Collectives as Open MPI picks them, but the agreement's Allreduce by recursive doubling:
            # the ompi selector's allreduce crashes the 3.32 replay at 256+ ranks (munmap_chunk).
@@ -485,7 +614,8 @@ class ReplayTimeout(SimulateError):
     """A replay that did not finish within ``--timeout``."""
 
 
-def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec: dict, sg: SimGrid):
+def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec: dict, sg: SimGrid,
+              nic: Optional[Nic] = None, coarse: bool = False):
     """Replay each distinct Call once (cached); wall seconds go to ``rec["replay_s"]``, and a replay
     that times out gives None and is named in ``rec["timed_out"]`` (the sweep goes on)."""
     done: dict = {}
@@ -498,7 +628,7 @@ def _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, re
             try:
                 done[key] = replay(layout, counts, call, node_phase, model, network,
                                    os.path.join(base, f"{call.label.replace('/', '-')}-{call.mode}"), timeout, cpu,
-                                   sg)
+                                   sg, nic, coarse)
             except ReplayTimeout:
                 done[key] = None
                 rec["timed_out"].append(name)
@@ -511,7 +641,7 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
                    node_phase: str = "shm", uneven: bool = False, workdir: Optional[str] = None,
                    timeout: Optional[float] = None, cpu: Optional[CpuTimes] = None, numpy: bool = False,
                    max_replay_ranks: int = DEFAULT_MAX_REPLAY_RANKS, only: Optional[Sequence[str]] = None,
-                   sg: Optional[SimGrid] = None) -> dict:
+                   sg: Optional[SimGrid] = None, nic: Optional[Nic] = None, coarse: bool = False) -> dict:
     """One JSON record: whole calls replayed (one-shot and plan), the bare MPI baselines, the model.
 
     One-shot calls pay the agreement (``agreement_steps``) and hxmpi's CPU per call (``cpu``);
@@ -520,7 +650,8 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
     above ``max_replay_ranks`` are not replayed: every ``*_sim_s`` is None and ``by_model`` is true.
     ``only``: replay just these fields (``REPLAYED`` names, e.g. "auto"); the others stay None and
     are listed in ``not_run``. ``sg``: the SimGrid to replay with (default ``simgrid()``), named in
-    the record's ``simgrid``.
+    the record's ``simgrid``. ``nic``: the platform's NIC (``Nic``); ``coarse``: replay linear
+    world phases coarsely (``coarse_actions``), recorded in the record's ``coarse``.
     """
     layout = Layout(node_of_sizes(sizes))
     counts = make_counts(layout.size, block, uneven)
@@ -553,13 +684,14 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
     rec.update({f"{k}_sim_s": None for k in REPLAYED})
     rec["replay_s"], rec["timed_out"], rec["not_run"] = {}, [], []
     rec["simgrid"] = None
+    rec["coarse"], rec["nic"] = coarse, None if nic is None else dict(nic.__dict__)
     if rec["by_model"]:
         return rec
     sg = sg or simgrid()
     rec["simgrid"] = sg.version
     tmp = tempfile.TemporaryDirectory(prefix="hxmpi-sim-") if workdir is None else None
     base = tmp.name if tmp else workdir
-    replayer = _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec, sg)
+    replayer = _replayer(layout, counts, node_phase, model, network, base, timeout, cpu, rec, sg, nic, coarse)
     rec["not_run"] = [k for k in REPLAYED if only is not None and k not in only]
 
     def run(call: Call, field: str) -> Optional[float]:
@@ -845,6 +977,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="simulate the alltoallv(array, counts) form: its agreement also exchanges the counts")
     p.add_argument("--max-replay-ranks", type=int, default=DEFAULT_MAX_REPLAY_RANKS,
                    help=f"larger worlds are given by the model only, marked so (default {DEFAULT_MAX_REPLAY_RANKS})")
+    p.add_argument("--no-nic", action="store_true", help="replay without the preset's NIC (its message rate and "
+                   "bandwidth per node; presets with one: " + ", ".join(k for k, v in PRESET_NICS.items() if v) + ")")
+    p.add_argument("--coarse", action="store_true", help="replay linear world phases coarsely: one message per "
+                   "node pair and local rank, their CPU and NIC costs kept (much faster at 1024 ranks)")
     p.add_argument("--only", help="replay only these fields of each record, comma-separated, of: "
                    f"{', '.join(REPLAYED)} (default: all); the others are null and listed in not_run")
     p.add_argument("--compare", help="a calibrate.py --json report: simulate its layout and sizes with its "
@@ -879,6 +1015,7 @@ def main(argv=None) -> int:
                 raise SimulateError(f"--oversubscription must be >= 1, got {args.oversubscription:g}")
             model = oversubscribe(model, args.oversubscription)
         network = Network(args.network)
+        nic = None if args.tuning or args.no_nic else PRESET_NICS.get(args.preset)
         sg = simgrid(args.smpirun)
         if args.plot:
             try:
@@ -887,11 +1024,13 @@ def main(argv=None) -> int:
                 raise SimulateError("--plot needs matplotlib: pip install -e '.[bench]'") from None
         records = []
         print(f"# hxmpi.sim: {sg.label} SMPI replay ({sg.smpirun}), {source}, {args.network} network, "
-              f"node phase {args.node_phase}{', uneven counts' if args.uneven else ''}", flush=True)
+              f"node phase {args.node_phase}{', uneven counts' if args.uneven else ''}"
+              f"{', NIC ' + format(nic.msg_rate / 1e6, '.4g') + ' M msg/s per node' if nic else ''}"
+              f"{', coarse linear phases' if args.coarse else ''}", flush=True)
         for lay in layouts:
             rows = [simulate_point(lay, b, model, network, args.node_phase, args.uneven, timeout=args.timeout,
                                    cpu=cpu, numpy=args.numpy_call, max_replay_ranks=args.max_replay_ranks,
-                                   only=only, sg=sg)
+                                   only=only, sg=sg, nic=nic, coarse=args.coarse)
                     for b in sizes]
             print_layout(rows)
             sys.stdout.flush()
@@ -915,6 +1054,7 @@ def main(argv=None) -> int:
                        "simgrid": sg.version, "source": source, "network": args.network,
                        "oversubscription": oversubscription(model), "node_phase": args.node_phase,
                        "uneven": args.uneven, "model": model.__dict__, "summary": summary,
+                       "nic": None if nic is None else nic.__dict__, "coarse": args.coarse,
                        "overhead": cpu.source, "cpu_s_per_call": dict(cpu.seconds),
                        "records": records}, fh, indent=1)
     if args.plot:

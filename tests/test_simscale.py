@@ -1,0 +1,201 @@
+"""The simulator at scale: the NIC (platform, fit), the coarse replay of linear phases against the
+full one, Open MPI's tuned decision and the baselines with their CPU, the multi-leader family."""
+import tempfile
+
+import numpy as np
+import pytest
+
+from hxmpi.comm.costmodel import CostModel
+from hxmpi.comm.plan import Layout
+from hxmpi.sim.mleader import leader_counts, leader_trace, predict_leaders
+from hxmpi.sim.reference import RefCpu, mbw_mr_trace, reference_trace, tuned_alltoall
+from hxmpi.sim.scale import scale_point
+from hxmpi.sim.simulate import (
+    PRESET_NICS,
+    Call,
+    Coarse,
+    Network,
+    Nic,
+    SimulateError,
+    calibrated_preset,
+    make_counts,
+    nic_lines,
+    node_of_sizes,
+    rank_trace,
+    replay,
+    replay_traces,
+    trace_stats,
+)
+from support import simgrid_missing
+
+
+SKIP = simgrid_missing()
+needs_simgrid = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
+MODEL, PRESET = calibrated_preset()
+NIC = PRESET_NICS["slingshot"]
+#: How far the coarse replay of a linear phase may land from the full replay (fraction).
+COARSE_TOLERANCE = 0.08
+
+
+def messages(traces):
+    """(src, dst, tag, bytes) of every send and of every receive in a set of rank traces."""
+    sent, received = [], []
+    for lines in traces:
+        for ln in lines:
+            r, verb, *rest = ln.split()
+            if verb in ("isend", "send"):
+                sent.append((int(r), int(rest[0]), int(rest[1]), int(rest[2])))
+            elif verb in ("irecv", "recv"):
+                received.append((int(rest[0]), int(r), int(rest[1]), int(rest[2])))
+    return sorted(sent), sorted(received)
+
+
+def test_preset_has_its_nic():
+    """The slingshot preset carries the fitted NIC under the cost model's names."""
+    m = PRESET["model"]
+    assert m["nic_msg_rate"] >= 43.5e6 and m["nic_bandwidth"] == pytest.approx(1 / m["beta_inter"])
+    assert NIC == Nic(m["nic_msg_rate"], m["nic_bandwidth"], m["nic_send_share"])
+    assert NIC.surcharge == round(NIC.bandwidth / NIC.msg_rate)
+    o_send, o_recv = NIC.overheads(MODEL.msg_overhead)
+    assert o_send + o_recv == pytest.approx(2 * MODEL.msg_overhead)
+
+
+def test_nic_surcharge_between_nodes_only():
+    """Inter-node messages carry the surcharge on both sides; node-local ones and collectives do not."""
+    layout = Layout(node_of_sizes([2, 2]))
+    lines = ["0 init", "0 isend 1 5 10", "0 isend 2 5 10", "0 irecv 3 5 7", "0 send 2 6 1", "0 allreduce 128 0",
+             "0 sleep 1e-06"]
+    out = nic_lines(lines, layout, Nic(1e6, 1e9))
+    assert out == ["0 init", "0 isend 1 5 10", "0 isend 2 5 1010", "0 irecv 3 5 1007", "0 send 2 6 1001",
+                   "0 allreduce 128 0", "0 sleep 1e-06"]
+    assert nic_lines(lines, layout, None) == lines
+
+
+@needs_simgrid
+def test_nic_reproduces_osu_mbw_mr():
+    """osu_mbw_mr with 1 B messages on the preset: about 2.2 M messages/s per rank with one pair and
+    43.5 M per node with 20, each within 20% (the published curve the NIC is fitted to)."""
+    for pairs, published in ((1, 2.2e6), (20, 43.5e6)):
+        layout = Layout(node_of_sizes([pairs, pairs]))
+        with tempfile.TemporaryDirectory() as tmp:
+            t = replay_traces(layout, (mbw_mr_trace(r, pairs, 1, 10) for r in range(2 * pairs)), MODEL, Network(),
+                              tmp, nic=NIC)
+        assert abs(pairs * 10 * 64 / t - published) / published < 0.2, (pairs, t)
+
+
+@needs_simgrid
+def test_nic_rate_caps_a_node():
+    """With a NIC of a quarter the rate, 20 pairs stream slower than with the fitted one: the NIC,
+    not the ranks, caps the node."""
+    layout = Layout(node_of_sizes([20, 20]))
+    rates = []
+    for nic in (NIC, Nic(NIC.msg_rate / 4, NIC.bandwidth, NIC.send_share)):
+        with tempfile.TemporaryDirectory() as tmp:
+            rates.append(20 * 640 / replay_traces(layout, (mbw_mr_trace(r, 20, 1, 10) for r in range(40)), MODEL,
+                                                  Network(), tmp, nic=nic))
+    assert rates[1] < 0.6 * rates[0]
+    assert rates[1] <= NIC.msg_rate / 4 * 1.05
+
+
+def test_coarse_trace_moves_the_same_bytes():
+    """The coarse trace of a linear flat phase sends every rank's bytes (plus the saved messages'
+    surcharges), every send matched by a receive, with N - 1 + G - 1 messages a rank."""
+    layout = Layout(node_of_sizes([4, 4, 4]))
+    counts = make_counts(12, 40, False)
+    how = Coarse(1e-7, 2e-7, 100)
+    traces = [rank_trace(layout, counts, r, Call("flat", "bare"), "shm", MODEL, coarse=how) for r in range(12)]
+    sent, received = messages(traces)
+    assert sent == received
+    stats = trace_stats(traces[5])["flat"]
+    assert stats["messages"] == 2 + 3
+    assert stats["bytes"] == 11 * 40 + 2 * 3 * 100
+    assert any(ln.split()[1] == "sleep" and float(ln.split()[2]) == pytest.approx(2 * 3 * 2e-7) for ln in traces[5])
+
+
+def test_coarse_leaves_uneven_layouts_and_pairwise_alone():
+    """Nodes of unequal size, and phases Open MPI runs pairwise (64 ranks), replay in full."""
+    for sizes, p in (([2, 2, 1], 5), ([32, 32], 64)):
+        layout = Layout(node_of_sizes(sizes))
+        counts = make_counts(p, 8, False)
+        full = rank_trace(layout, counts, 1, Call("flat", "bare"), "shm", MODEL)
+        assert rank_trace(layout, counts, 1, Call("flat", "bare"), "shm", MODEL, coarse=Coarse.of(MODEL, NIC)) == full
+
+
+@needs_simgrid
+@pytest.mark.parametrize("shape,block", [((4, 8), 8), ((4, 8), 512), ((6, 4), 64)])
+def test_coarse_replay_matches_full(shape, block):
+    """Bare MPI_Alltoallv and a flat one-shot call (linear at these sizes) on the preset with its
+    NIC: the coarse replay within COARSE_TOLERANCE of the full one."""
+    n, g = shape
+    layout = Layout(node_of_sizes([g] * n))
+    counts = make_counts(n * g, block, False)
+    for call in (Call("flat", "bare"), Call("flat")):
+        with tempfile.TemporaryDirectory() as tmp:
+            full = replay(layout, counts, call, "shm", MODEL, Network(), tmp, nic=NIC)
+            coarse = replay(layout, counts, call, "shm", MODEL, Network(), tmp, nic=NIC, coarse=True)
+        assert abs(coarse - full) / full < COARSE_TOLERANCE, (shape, block, call, full, coarse)
+
+
+def test_tuned_alltoall_follows_open_mpi_rule():
+    """Open MPI's fixed decision: modified Bruck for small blocks on mid-size worlds, linear above,
+    pairwise for large blocks on 128-1023 ranks, pairwise on 2 ranks."""
+    assert tuned_alltoall(192, 1) == tuned_alltoall(192, 1023) == "ompi_bruck"
+    assert tuned_alltoall(192, 1024) == "ompi_linear"
+    assert tuned_alltoall(1024, 8) == "ompi_bruck" and tuned_alltoall(1024, 512) == "ompi_linear"
+    assert tuned_alltoall(512, 1 << 20) == "ompi_pairwise"
+    assert tuned_alltoall(8, 8) == "ompi_linear" and tuned_alltoall(2, 8) == "ompi_pairwise"
+    assert tuned_alltoall(4096, 1024) == "ompi_bruck" and tuned_alltoall(4096, 4096) == "ompi_linear"
+
+
+@pytest.mark.parametrize("name", ["ompi_tuned", "ompi_pairwise", "ompi_linear", "han_alltoall"])
+def test_reference_traces_match(name):
+    """Every send of a reference schedule is received, bytes and tags alike (3 x 4 ranks)."""
+    layout = Layout(node_of_sizes([4, 4, 4]))
+    traces = [reference_trace(name, layout, 16, r, MODEL, RefCpu(1e-7, 1e-7)) for r in range(12)]
+    sent, received = messages(traces)
+    assert sent == received and sent
+
+
+@needs_simgrid
+def test_baselines_carry_their_cpu():
+    """scale_point on 2 x 8 ranks: Open MPI tuned and HAN replayed with their CPU per block take
+    longer than with none, by at least the CPU the model charges; the lower bound is the best bare."""
+    ref = RefCpu(**PRESET["reference_cpu"])
+    with_cpu = scale_point([8, 8], 8, MODEL, ref, NIC)
+    without = scale_point([8, 8], 8, MODEL, RefCpu(), NIC)
+    assert with_cpu["ompi_tuned_schedule"] == "ompi_bruck"
+    for key in ("ompi_tuned", "han"):
+        extra = with_cpu[f"model_{key}_s"] - without[f"model_{key}_s"]
+        assert extra > 0
+        assert with_cpu[f"{key}_sim_s"] - without[f"{key}_sim_s"] >= 0.5 * extra, key
+    assert with_cpu["lower_bound_s"] == min(with_cpu["bare_alltoallv_sim_s"], with_cpu["ompi_tuned_free_sim_s"])
+    assert with_cpu["ompi_tuned_free_sim_s"] == without["ompi_tuned_sim_s"]
+    assert with_cpu["auto_vs_lower_bound"] == pytest.approx(with_cpu["auto_sim_s"] / with_cpu["lower_bound_s"])
+
+
+def test_leader_family_moves_the_same_bytes():
+    """k leaders per node: the node sends k (N - 1) messages carrying the same bytes whatever k."""
+    layout = Layout(node_of_sizes([4, 4, 4]))
+    totals = {}
+    for k in leader_counts(4):
+        traces = [leader_trace(layout, 8, r, k, MODEL) for r in range(12)]
+        sent, received = messages(traces)
+        assert sent == received
+        inter = [s for s in sent if s[2] >= 400000]
+        assert len(inter) == 3 * k * 2
+        totals[k] = sum(s[3] for s in inter)
+    assert len(set(totals.values())) == 1 and leader_counts(4) == [1, 2, 4]
+    with pytest.raises(SimulateError, match="do not divide"):
+        leader_trace(layout, 8, 0, 3, MODEL)
+
+
+@needs_simgrid
+def test_leader_model_tracks_replay():
+    """The family's model within 30% of its replay on 4 x 16 ranks, every k, 8 B blocks."""
+    layout = Layout(node_of_sizes([16] * 4))
+    for k in leader_counts(16):
+        with tempfile.TemporaryDirectory() as tmp:
+            sim = replay_traces(layout, (leader_trace(layout, 8, r, k, MODEL) for r in range(64)), MODEL, Network(),
+                                tmp, nic=NIC)
+        model = predict_leaders(4, 16, 8, k, MODEL, NIC)
+        assert abs(model - sim) / sim < 0.3, (k, model, sim)
