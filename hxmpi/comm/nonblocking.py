@@ -154,9 +154,9 @@ class StepRequest(HierRequest):
     """A request of request mode: the call's bound run, moved on by ``Test``/``Wait`` through its
     HierComm's ``Requests`` (see the module docstring)."""
 
-    def __init__(self, requests: "Requests", run, after: Optional[Callable], span: tuple):
+    def __init__(self, requests: "Requests", run, after: Optional[Callable], recv: Optional[np.ndarray]):
         super().__init__()
-        self._requests, self.run, self.after, self.span = requests, run, after, span
+        self._requests, self.run, self.after, self.recv = requests, run, after, recv
         self.ended = run is None
 
     def _done(self) -> bool:
@@ -194,7 +194,8 @@ class Requests:
         """Why a new call may not receive into ``recv`` (bytes): a request in flight still does."""
         lo, hi = _span(recv)
         for k, req in enumerate(self.queue):
-            if lo < req.span[1] and req.span[0] < hi:
+            start, end = _span(req.recv)  # only here: a call with nothing in flight never asks
+            if lo < end and start < hi:
                 return (f"the receive buffer overlaps that of a nonblocking all-to-all still in flight "
                         f"({k + 1} of {len(self.queue)} in call order); Wait() for it first")
         return None
@@ -208,10 +209,10 @@ class Requests:
         except BaseException as exc:
             if not getattr(exc, "agreed", False):
                 abort_job(exc, f"HierComm.I{method[0].lower()}{method[1:]}")
-            request = StepRequest(self, None, None, (0, 0))
+            request = StepRequest(self, None, None, None)
             request._error = exc
             return request
-        request = StepRequest(self, run, after, _span(recv))
+        request = StepRequest(self, run, after, recv)
         self.queue.append(request)
         if len(self.queue) == 1:
             try:
@@ -254,7 +255,7 @@ class Requests:
 
     @staticmethod
     def _end(request: StepRequest) -> None:
-        request.ended, request.run = True, None
+        request.ended, request.run, request.recv = True, None, None
         if request.after is not None:
             request.after()
 
