@@ -1,5 +1,5 @@
 """Route an existing mpi4py code through hxmpi: a function written for a communicator is handed a
-HierComm instead, unchanged; a communicator derived from it (Split) gets a HierComm of its own.
+HierComm instead, unchanged; a communicator derived from it (Split) is a HierComm of its own.
 
 Run: mpirun -np 4 python -m mpi4py examples/mpi4py_dropin.py
 """
@@ -27,10 +27,11 @@ hc = hxmpi.HierComm(world)
 routed, routed_total = redistribute(hc, values)  # the same code, through hxmpi
 assert np.array_equal(plain, routed) and plain_total == routed_total
 
-# A communicator derived from the HierComm: Split falls through to the communicator it wraps and
-# returns a plain mpi4py communicator; wrap it to route its all-to-alls too.
-sub_plain = hc.Split(color=world.rank % 2, key=world.rank)
-sub = hxmpi.HierComm(sub_plain)
+# A communicator derived from the HierComm (Split, Dup, Split_type, Create_cart, Create_group) is a
+# HierComm too, with the parent's settings and nodes: the code's own process grid stays in hxmpi.
+sub = hc.Split(color=world.rank % 2, key=world.rank)
+assert isinstance(sub, hxmpi.HierComm)
+sub_plain = world.Split(color=world.rank % 2, key=world.rank)  # the same group, plain
 part = values[:4 * sub.Get_size()].copy()
 expected, _ = redistribute(sub_plain, part)
 got, _ = redistribute(sub, part)
