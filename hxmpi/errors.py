@@ -102,6 +102,7 @@ def abort_job(error: BaseException, where: str) -> None:
     alike (``agreed``) never come here: a program may catch those.
     """
     import sys
+    import time
     import traceback
 
     from mpi4py import MPI
@@ -110,4 +111,7 @@ def abort_job(error: BaseException, where: str) -> None:
     print(f"hxmpi: rank {rank}: {type(error).__name__}: {error}\n  in {where}, on this rank alone: the other ranks "
           f"cannot learn of it and would wait forever, so the job is aborted (MPI_Abort)\n" + "".join(lines),
           file=sys.stderr, flush=True)
+    # MPICH's launcher forwards a rank's output asynchronously and stops forwarding when the job
+    # is aborted: a moment first lets the message above reach the user.
+    time.sleep(0.5)
     MPI.COMM_WORLD.Abort(1)
