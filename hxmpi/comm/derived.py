@@ -123,12 +123,10 @@ def _translate(group: MPI.Group, comm: MPI.Intracomm) -> list:
 
 def derived_node_of(node_of: Sequence[int], parent: MPI.Intracomm, child: MPI.Intracomm) -> list:
     """The node of each rank of ``child``: that of its process in ``parent``, whose ranks are on
-    the nodes ``node_of`` gives."""
-    group = child.Get_group()
-    try:
-        return [node_of[p] for p in _translate(group, parent)]
-    finally:
-        group.Free()
+    the nodes ``node_of`` gives (collective over ``child``). Each rank says its parent rank (one
+    allgather): MPICH gives the group of a Cartesian communicator smaller than its parent's the
+    parent's size, so the group's ranks cannot be read off it."""
+    return [node_of[p] for p in child.allgather(parent.Get_rank())]
 
 
 def is_cartesian(comm) -> bool:
