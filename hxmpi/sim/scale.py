@@ -117,7 +117,8 @@ def scale_point(sizes: Sequence[int], block: int, model: CostModel, ref: RefCpu,
 
 
 def model_errors(records: list[dict]) -> dict:
-    """|model - replay| / replay per column over the replayed records: mean, max and points."""
+    """The model's relative error per column over the replayed records,
+    ``abs(model - replay) / replay``: mean, max and points."""
     out = {}
     for key, _ in COLUMNS:
         errs = [abs(r[f"model_{key}_s"] - r[f"{key}_sim_s"]) / r[f"{key}_sim_s"] for r in records
