@@ -101,6 +101,7 @@ def abort_job(error: BaseException, where: str) -> None:
     (with the traceback), and calls ``MPI_Abort`` on ``COMM_WORLD``. Errors raised on every rank
     alike (``agreed``) never come here: a program may catch those.
     """
+    import os
     import sys
     import time
     import traceback
@@ -115,3 +116,4 @@ def abort_job(error: BaseException, where: str) -> None:
     # is aborted: a moment first lets the message above reach the user.
     time.sleep(0.5)
     MPI.COMM_WORLD.Abort(1)
+    os._exit(1)  # an MPI_Abort that returned (seen with MPICH): this rank must not go on
