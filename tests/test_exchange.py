@@ -352,7 +352,7 @@ _FAVOURED = {  # per family: a calibration file, and the CPU-per-path keys that 
     "flat": ({}, ("flat",)),
     "hier": ({}, ("hier", "hier_pairwise", "hier_bruck")),
     "bruck": (dict(msg_overhead=1e-3, alpha_inter=0.0, alpha_intra=0.0), ("bruck",)),
-    # latency and message costs balanced: radix 3 at 3, 6 and 7 ranks (the radix is the model's too)
+    # latency and message costs balanced: a radix above 2 at 3, 6 and 7 ranks (the radix is the model's too)
     "bruck3": (dict(msg_overhead=1e-3, alpha_inter=3e-3, alpha_intra=3e-3), ("bruck",)),
 }
 
@@ -391,8 +391,8 @@ def test_auto_follows_the_tuning_file(comm, favour, tmp_path_factory):
     if (favour == "hier" and hier) or favour in ("flat", "bruck"):
         family = {"flat": ("flat",), "hier": ("hier", "hier_pairwise", "hier_bruck"), "bruck": ("bruck",)}
         assert hc.last_stats["algorithm"] in family[favour], hc.last_stats
-    if favour == "bruck3" and size in (3, 6, 7):
-        assert ran(hc) == ("bruck", 3), hc.last_stats
+    if favour == "bruck3" and size in (3, 6, 7):  # latency dear: fewer rounds than radix 2's (3, or all in one at 6)
+        assert ran(hc)[0] == "bruck" and ran(hc)[1] >= 3, hc.last_stats
     # New patterns of the same class (receive blocks further in) reuse that pick, and their misses
     # run on the compiled miss path whichever family it is.
     picked, before = ran(hc), hc._calls.compiled_misses
