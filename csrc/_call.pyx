@@ -132,6 +132,23 @@ cdef int _alltoall(const void* sbuf, int scount, void* rbuf, int rcount, uint64_
                                            <int><uint32_t>datatype, <int><uint32_t>comm)
 
 
+cdef int _apart(const int* counts, int* displs, Py_ssize_t n) noexcept nogil:
+    """An exchange within one buffer (multi-leader's, in the node window) passes MPI a send buffer
+    that starts higher than the receive buffer: libnbc takes equal starts for ``MPI_IN_PLACE`` and
+    MPICH refuses them as aliased. Moves ``displs`` down by the first byte sent (at least 1: the
+    planner leaves byte 0 unused) and returns that shift; an unsent peer's displacement is 0."""
+    cdef Py_ssize_t k
+    cdef int shift = -1
+    for k in range(n):
+        if counts[k] > 0 and (shift < 0 or displs[k] < shift):
+            shift = displs[k]
+    if shift < 1:
+        shift = 1
+    for k in range(n):
+        displs[k] = displs[k] - shift if counts[k] > 0 else 0
+    return shift
+
+
 cdef int _ialltoallv(const void* sbuf, const int* sc, const int* sd, void* rbuf, const int* rc, const int* rd,
                      uint64_t datatype, uint64_t comm, uint64_t* request) noexcept nogil:
     """MPI_Ialltoallv (as ``_alltoallv``); the request handle goes to ``request``, zeroed first (an
@@ -1022,30 +1039,35 @@ cdef class Runner:
     cdef int _post(self, Py_ssize_t step, Row* r, int64_t* w, Buffers* b, int* v, uint64_t* request) noexcept nogil:
         """``MPI_Ialltoallv`` of one exchange (counts below a C int: off the large-count path)."""
         cdef Py_ssize_t k, n = r.n
-        self._counts(step, r, w, v)
-        return _ialltoallv(b.data[r.src], v, v + n, b.data[r.dst], v + 2 * n, v + 3 * n, self.byte,
+        cdef int shift = self._counts(step, r, w, v)
+        return _ialltoallv(b.data[r.src] + shift, v, v + n, b.data[r.dst], v + 2 * n, v + 3 * n, self.byte,
                            self._peers(r.comm).comm, request)
 
-    cdef void _counts(self, Py_ssize_t step, Row* r, int64_t* w, int* v) noexcept nogil:
-        """An exchange's four vectors as MPI reads them (C int; noted when tracing)."""
+    cdef int _counts(self, Py_ssize_t step, Row* r, int64_t* w, int* v) noexcept nogil:
+        """An exchange's four vectors as MPI reads them (C int; noted when tracing); returns the
+        bytes the send buffer's start moves up (``apart``)."""
         cdef Py_ssize_t k, n = r.n
+        cdef int shift = 0
         for k in range(n):
             v[k], v[n + k], v[2 * n + k], v[3 * n + k] = <int>w[r.v0 + k], <int>w[r.v1 + k], <int>w[r.v2 + k], \
                 <int>w[r.v3 + k]
+        if r.src == r.dst:
+            shift = _apart(v, v + n, n)
         if self._log != NULL:
             for k in range(n):
                 self._note(step, k, v[k], v[2 * n + k])
+        return shift
 
     cdef int _blocking(self, Py_ssize_t step, Row* r, int64_t* w, Buffers* b) noexcept nogil:
         """One blocking ``MPI_Alltoallv``, or ``MPI_Alltoall`` of uniform blocks back to back."""
         cdef Py_ssize_t k, n = r.n
         cdef int* v = self.ints
         cdef uint64_t comm = self._peers(r.comm).comm
-        self._counts(step, r, w, v)
+        cdef int shift = self._counts(step, r, w, v)
         if r.flags & UNIFORM:
             return _alltoall(b.data[r.src] + (w[r.v1] if n else 0), <int>(w[r.v0] if n else 0),
                              b.data[r.dst] + (w[r.v3] if n else 0), <int>(w[r.v2] if n else 0), self.byte, comm)
-        return _alltoallv(b.data[r.src], v, v + n, b.data[r.dst], v + 2 * n, v + 3 * n, self.byte, comm)
+        return _alltoallv(b.data[r.src] + shift, v, v + n, b.data[r.dst], v + 2 * n, v + 3 * n, self.byte, comm)
 
     cdef int _pairwise(self, Py_ssize_t step, const Peers* peers, const int64_t* sc, const int64_t* sd,
                        const int64_t* rc, const int64_t* rd, const unsigned char* send,
@@ -1156,7 +1178,9 @@ cdef class CallTable:
     cdef int _mode
     cdef bint _shared
     cdef object _route_alg, _route_planner   # the hierarchical run a miss takes (``_route``)
-    cdef long _route_radix
+    cdef long _route_radix, _leaders
+    cdef bint _route_both                    # its planner takes both sides of the node's counts
+    cdef cnp.ndarray _both, _node_both       # this rank's send and receive counts; the node's
     # Bruck misses (``bruck_path``): None until configured.
     cdef object _bruck_codes, _bruck_stats, _bruck_once, _brucks
     cdef long _radix, _pick_radix
@@ -1184,7 +1208,7 @@ cdef class CallTable:
         self._brucks = None
 
     def hier_path(self, dict algorithms, long radix, Runner runner, dict planners, int mode, bint shared,
-                  make_stats, int64_type):
+                  make_stats, int64_type, long leaders=1):
         """Let the miss path also run misses hierarchically (call after ``miss_path``): those of
         ``algorithms`` (algorithm code: ``Algorithm``, hierarchical ones, with Bruck lanes at
         radix ``radix``) and auto's picks of them: the node ``Allgather`` of the receive counts,
@@ -1192,7 +1216,9 @@ cdef class CallTable:
         node phase ``mode`` (``shared``: its stage is the node window), run by ``runner``.
         ``make_stats(algorithm, radix, program)``: the ``ExchangeStats`` of such runs (made once
         per algorithm and radix, then kept); ``int64_type``: ``MPI.INT64_T``, the node
-        ``Allgather``'s datatype (``HierComm._hier_plan``'s)."""
+        ``Allgather``'s datatype (``HierComm._hier_plan``'s). Multi-leader: ``planners["leaders"]``
+        maps the leaders per node to the planner (filled on first use), ``leaders`` an explicit call's
+        count; its node ``Allgather`` carries the send and the receive counts."""
         if self._choices is None:
             return
         n = self._size
@@ -1200,6 +1226,9 @@ cdef class CallTable:
         self._mode, self._shared, self._make_stats, self._hier_stats = mode, shared, make_stats, {}
         self._int64 = <uint64_t>int64_type.handle
         self.rc_node = np.zeros((runner.node_peers.size, n), np.int64)
+        self._leaders = leaders
+        self._both = np.zeros(2 * n, np.int64)
+        self._node_both = np.zeros((runner.node_peers.size, 2 * n), np.int64)
         self._sides = tuple(self._parsed[i * n:(i + 1) * n] for i in range(4))
 
     def bruck_path(self, frozenset codes, long radix, once, stats):
@@ -1472,7 +1501,8 @@ cdef class CallTable:
         if self._brucks is not None and code in self._bruck_codes:
             self._pick_radix = self._radix
             return ROUTE_BRUCK
-        return self._route_of(self._hier_algorithms[code], self._radix)
+        algorithm = self._hier_algorithms[code]
+        return self._route_of(algorithm, self._leaders if algorithm.planner == "leaders" else self._radix)
 
     cdef int _route_of(self, algorithm, long radix) except -1:
         """How a run of ``algorithm`` (an ``Algorithm``) at ``radix`` goes here (``ROUTE_PYTHON``:
@@ -1488,7 +1518,10 @@ cdef class CallTable:
             return ROUTE_PYTHON
         if self._runner is not None and planner in self._planners:
             self._route_alg, self._route_planner = algorithm, self._planners[planner]
-            self._route_radix = radix if rounds == ROUNDS_BRUCK else 0
+            self._route_both = planner == "leaders"
+            if self._route_both:  # the planner of that many leaders (a dict: no Python frame on a hit)
+                self._route_planner = self._route_planner[radix]
+            self._route_radix = radix if rounds == ROUNDS_BRUCK or self._route_both else 0
             return ROUTE_HIER
         return ROUTE_PYTHON
 
@@ -1530,14 +1563,23 @@ cdef class CallTable:
         program, then the runner (the sides are in ``_parsed``)."""
         cdef Py_ssize_t n = self._size
         cdef int64_t* sc = <int64_t*>cnp.PyArray_DATA(self._parsed)
+        cdef int64_t* both = <int64_t*>cnp.PyArray_DATA(self._both)
         cdef int err
+        cdef bint two = self._route_both
         with nogil:
-            err = _allgather(sc + 2 * n, <int>n, cnp.PyArray_DATA(self.rc_node), self._int64,
-                             self._runner.node_peers.comm)
+            if two:  # multi-leader: the send counts, then the receive counts
+                memcpy(both, sc, n * sizeof(int64_t))
+                memcpy(both + n, sc + 2 * n, n * sizeof(int64_t))
+                err = _allgather(both, <int>(2 * n), cnp.PyArray_DATA(self._node_both), self._int64,
+                                 self._runner.node_peers.comm)
+            else:
+                err = _allgather(sc + 2 * n, <int>n, cnp.PyArray_DATA(self.rc_node), self._int64,
+                                 self._runner.node_peers.comm)
         if err:
             raise MPI.Exception(err)
-        self._planned = self._route_planner.plan(self._mode, *self._sides, self.rc_node, self._route_alg.rounds,
-                                                 self._route_radix)
+        self._planned = self._route_planner.plan(self._mode, *self._sides,
+                                                 self._node_both if two else self.rc_node,
+                                                 self._route_alg.rounds, self._route_radix)
         return self._run_program(self._planned.words, sa, ra)
 
     cdef int _run_program(self, cnp.ndarray words, cnp.ndarray sa, cnp.ndarray ra) except -1:

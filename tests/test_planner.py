@@ -141,10 +141,13 @@ def test_hierarchical_programs_take_the_steps_in_one_order(name, node_phase):
 def test_every_algorithm_is_a_planner_and_rounds():
     """The ``Algorithm`` of each name: its agreed code, planner, rounds; unknown names refused."""
     from hxmpi.comm.plan import ALGORITHM, ALGORITHM_CHOICES, ALGORITHMS, algorithm_of
-    assert ALGORITHMS == ("flat", "bruck", "hier", "hier_pairwise", "hier_bruck")
+    assert ALGORITHMS == ("flat", "bruck", "hier", "hier_pairwise", "hier_bruck", "hier_leaders")
     assert [ALGORITHM[a].code for a in ALGORITHMS] == [ALGORITHM_CHOICES.index(a) for a in ALGORITHMS]
-    assert [a for a in ALGORITHMS if ALGORITHM[a].hierarchical] == ["hier", "hier_pairwise", "hier_bruck"]
+    assert [a for a in ALGORITHMS if ALGORITHM[a].hierarchical] == ["hier", "hier_pairwise", "hier_bruck",
+                                                                     "hier_leaders"]
     assert [a for a in ALGORITHMS if ALGORITHM[a].radixed] == ["bruck", "hier_bruck"]
+    assert [a for a in ALGORITHMS if ALGORITHM[a].led] == ["hier_leaders"]
+    assert ALGORITHM["hier_leaders"].planner == "leaders" and ALGORITHM["hier_leaders"].cpu_key == "hier"
     assert algorithm_of("hier") is ALGORITHM["hier"] and str(ALGORITHM["hier"]) == "hier"
     with pytest.raises(ValueError, match="algorithm must be one of"):
         algorithm_of("ring")

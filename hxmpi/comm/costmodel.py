@@ -58,7 +58,7 @@ from .plan import (ALGORITHM, ALGORITHMS, HEADER_BYTES, NODE_PHASES, Algorithm, 
 
 __all__ = ["alltoallv_algorithm", "alltoall_algorithm", "CostModel", "fit", "CpuTimes", "fixed_cpu", "Pattern",
            "ProgramPrice", "price_program", "layout_price", "representative_ranks", "AgreementStep",
-           "agreement_steps", "predict_agreement", "predict_call", "choose_call", "pattern_class", "auto_pick",
+           "agreement_steps", "predict_agreement", "predict_call", "settings_of", "choose_call", "pattern_class", "auto_pick",
            "RATE_FIELDS", "COUNT_BYTES"]
 
 ENV_TUNING = "HXMPI_TUNING"
@@ -67,9 +67,9 @@ ENV_OVERHEAD = "HXMPI_OVERHEAD"
 #: hxmpi's measured CPU per call by path, shipped as data of ``hxmpi.comm``: the output of
 #: ``benchmarks/bench_overhead.py --json`` (``--combine-flat/--combine-hier`` on this project's runs).
 CPU_FILE = "overhead.json"
-#: Keys of a CPU file's ``cpu_s_per_call``: per algorithm, a one-shot miss (its name), a one-shot
-#: hit (``_hit``) and a persistent plan (``_plan``).
-CPU_KEYS = tuple(a + kind for a in ALGORITHMS for kind in ("", "_hit", "_plan"))
+#: Keys of a CPU file's ``cpu_s_per_call``: per algorithm with code of its own (``Algorithm.cpu_key``),
+#: a one-shot miss (its name), a one-shot hit (``_hit``) and a persistent plan (``_plan``).
+CPU_KEYS = tuple(a + kind for a in ALGORITHMS if ALGORITHM[a].cpu_key == a for kind in ("", "_hit", "_plan"))
 #: The algorithm of each CPU key.
 _KEY_ALGORITHM = {a + kind: ALGORITHM[a] for a in ALGORITHMS for kind in ("", "_hit", "_plan")}
 
@@ -542,6 +542,28 @@ def _sided(units: list, layout: Layout, rank: int, shift: int = 0) -> list:
     return out
 
 
+def _aligned(per_rank: dict) -> dict:
+    """Each rank's units lined up with the longest program's, by kind in order: a rank that skips
+    a unit (a multi-leader rank that leads nothing has no exchange) idles there."""
+    template = max(per_rank.values(), key=len, default=[])
+    out = {}
+    for r, us in per_rank.items():
+        if len(us) == len(template):
+            out[r] = us
+            continue
+        lined, i = [], 0
+        for t in template:
+            if i < len(us) and us[i]["kind"] == t["kind"]:
+                lined.append(us[i])
+                i += 1
+            else:
+                lined.append({"kind": "idle"})
+        if i < len(us):
+            raise ValueError(f"rank {r}'s program does not line up with the longest one")
+        out[r] = lined
+    return out
+
+
 def price_program(layout: Layout, programs: Mapping[int, StepProgram], learned: bool = True,
                   rule: str = "", shifts: Sequence[int] = ()) -> ProgramPrice:
     """Price step programs of some ranks of ``layout`` (``programs``: rank -> its program), made
@@ -572,6 +594,7 @@ def price_program(layout: Layout, programs: Mapping[int, StepProgram], learned: 
         per_rank = {(r0 + s) % layout.size: _sided(units, layout, r0, s) for s in shifts}
     else:
         per_rank = {r: _sided(_units(layout, r, prog, learned, rule), layout, r) for r, prog in programs.items()}
+    per_rank = _aligned(per_rank)
     units = max((len(u) for u in per_rank.values()), default=0)
     # The node's share of each unit: its given ranks' inter-node bytes and messages, scaled up.
     given: dict = {}
@@ -586,7 +609,7 @@ def price_program(layout: Layout, programs: Mapping[int, StepProgram], learned: 
     rows = _Rows()
     for i in range(units):
         at = [(r, us[i]) for r, us in per_rank.items() if i < len(us)]
-        for kind in {u["kind"] for _, u in at}:
+        for kind in {u["kind"] for _, u in at} - {"idle"}:
             group = [(r, u) for r, u in at if u["kind"] == kind]
             _unit_rows(rows, i, kind, group, layout, load)
     return rows.done(units)
@@ -654,9 +677,13 @@ def representative_ranks(layout: Layout, algorithm: Algorithm) -> tuple:
     message to each peer), as only rounds at distance d cross a node boundary from some of a
     node's ranks and not others. The lanes treat a node's ranks alike, but the nodes differ in
     their copies (an inner node packs its send blocks around its own): the first rank of the
-    first, second and last nodes."""
+    first, second and last nodes. Multi-leader: every rank of those nodes (a node's leaders send, its
+    other ranks do not)."""
     if len(set(layout.node_sizes)) > 1:
         return tuple(range(layout.size))
+    if algorithm.led:  # leaders and the others differ: whole nodes
+        return tuple(int(r) for m in sorted({0, 1 % layout.num_nodes, layout.num_nodes - 1})
+                     for r in layout.members[m])
     if algorithm.hierarchical:
         return tuple(sorted({int(layout.members[m][0]) for m in (0, 1 % layout.num_nodes, layout.num_nodes - 1)}))
     if not algorithm.radixed:
@@ -671,6 +698,8 @@ def layout_price(layout: Layout, algorithm, radix: int = 2, node_phase: str = "s
     rank for the full walk) with 1-byte blocks. ``uniform``: an Alltoall's flat program."""
     algo = layout.runs(algorithm)
     p = layout.size
+    if algo.led and node_phase != "shm":
+        raise ValueError(f"{algo.name} runs with the 'shm' node phase only, not {node_phase!r}")
     if ranks is None and not algo.hierarchical:  # every rank's flat program is rank 0's, shifted
         reps = representative_ranks(layout, algo)
         return price_program(layout, {0: program(algo, _even_sides(p), radix=radix, uniform=uniform)}, learned,
@@ -678,9 +707,8 @@ def layout_price(layout: Layout, algorithm, radix: int = 2, node_phase: str = "s
     progs = {}
     for r in (representative_ranks(layout, algo) if ranks is None else ranks):
         if algo.hierarchical:
-            g = layout.node_sizes[int(layout.node_of[r])]
-            progs[r] = program(algo, _even_sides(p), layout.planner(r), NODE_PHASES[node_phase],
-                               np.ones((g, p), dtype=np.int64), radix).detach()
+            progs[r] = program(algo, _even_sides(p), layout.planner_for(r, algo, radix), NODE_PHASES[node_phase],
+                               layout.node_counts(algo, np.ones((p, p), dtype=np.int64), r), radix).detach()
         else:
             progs[r] = program(algo, _even_sides(p), radix=radix, uniform=uniform)
     return price_program(layout, progs, learned, rule)
@@ -802,7 +830,7 @@ def _predict_call(m: "CostModel", algorithm: str, mode: str, shape: tuple, pat: 
     hier = call != "alltoall" and ALGORITHM[call].hierarchical
     t = predict_agreement(m, n, g, hier, numpy) if mode == "oneshot" else 0.0
     if mode in ("oneshot", "plan"):
-        key = ("flat" if call == "alltoall" else call) + ("_plan" if mode == "plan" else "")
+        key = ("flat" if call == "alltoall" else ALGORITHM[call].cpu_key) + ("_plan" if mode == "plan" else "")
         t += cpu(key) if cpu is not None else fixed_cpu(m, key)
     b = pat.rank_bytes / p                        # effective block
     if call == "alltoall":
@@ -810,7 +838,7 @@ def _predict_call(m: "CostModel", algorithm: str, mode: str, shape: tuple, pat: 
     # Pairwise rounds each wait for the larger of their two blocks (flat: the agreed sum).
     pair = pat.pairwise_bytes / (p * (p - 1)) if pat.pairwise_bytes and p > 1 else None
     frac = min(pat.rank_messages, p - 1.0) / (p - 1) if p > 1 else 1.0
-    k = radix if ALGORITHM[call].radixed else 2
+    k = radix if ALGORITHM[call].radixed or ALGORITHM[call].led else 2
     sk = _skeleton(shape, call, k, node_phase, mode != "oneshot", "")
     return t + sk.price(m, b, pair, frac)
 
@@ -839,6 +867,20 @@ def predict_call(model: "CostModel", algorithm: str, mode: str, nodes: int, per_
                          numpy)
 
 
+def settings_of(algorithm, shape: tuple, radices=RADICES) -> list[int]:
+    """The settings ``choose_call`` tries for ``algorithm`` on nodes of ``shape``: Bruck radices
+    (each of ``radices`` up to the size of the communicator the rounds run on, the world or a lane
+    of one rank per node, and that size: one round to every peer), leaders per node for
+    multi-leader (powers of two below the smallest node: at its size the lanes do better), else [2]."""
+    algo = ALGORITHM[algorithm] if isinstance(algorithm, str) else algorithm
+    if algo.led:
+        return [1 << i for i in range(max(min(shape) - 1, 1).bit_length()) if (1 << i) < min(shape)] or [1]
+    if algo.radixed:
+        size = len(shape) if algo.hierarchical else sum(shape)
+        return sorted({min(k, max(size, 2)) for k in radices} | {max(size, 2)})
+    return [2]
+
+
 def choose_call(model: "CostModel", mode: str, nodes: int, per_node: int, pattern, node_phase: str = "shm",
                 cpu=None, numpy: bool = False, radices=RADICES,
                 sizes: Optional[Sequence[int]] = None) -> tuple[str, int, float]:
@@ -847,18 +889,18 @@ def choose_call(model: "CostModel", mode: str, nodes: int, per_node: int, patter
     Candidates: every algorithm of ``ALGORITHMS`` the layout runs as itself (the hierarchical ones
     where it has a hierarchy), the radixed ones at each radix of ``radices`` up to the size of the
     communicator their rounds run on (the world, or a lane of one rank per node) and at that size
-    (one round to every peer), and MPI_Alltoall for uniform counts. ``sizes``: as ``predict_call``.
+    (one round to every peer), multi-leader (with the "shm" node phase) at every power of two
+    leaders per node below the smallest node's size, and MPI_Alltoall for uniform counts. The
+    radix of the pick is its leaders per node for multi-leader. ``sizes``: as ``predict_call``.
     """
     shape = _shape(nodes, per_node, sizes)
     pat = pattern if isinstance(pattern, Pattern) else Pattern.even(sum(shape), pattern)
     hier_ok = has_hierarchy(len(shape), max(shape))
     cands = []
     for algo in ALGORITHM.values():
-        if runs_as(algo, hier_ok) is not algo:
+        if runs_as(algo, hier_ok) is not algo or (algo.led and node_phase != "shm"):
             continue
-        size = len(shape) if algo.hierarchical else sum(shape)
-        ks = sorted({min(k, max(size, 2)) for k in radices} | {max(size, 2)}) if algo.radixed else [2]
-        cands += [(algo.name, k) for k in ks]
+        cands += [(algo.name, k) for k in settings_of(algo, shape, radices)]
     if pat.uniform:
         cands.append(("alltoall", 2))
     best = min((predict_call(model, a, mode, nodes, per_node, pat, node_phase, k, cpu, numpy, shape), i)

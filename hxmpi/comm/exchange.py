@@ -61,6 +61,7 @@ from .plan import (
     Layout,
     StepProgram,
     bruck_rounds,
+    check_leaders,
     exclusive_cumsum,
     program,
 )
@@ -95,13 +96,16 @@ def _collective(method):
 class HierComm:
     """All-to-all over a Topology: flat (one MPI_Alltoallv) or hierarchical (lanes, then nodes).
 
-    ``algorithm`` is "flat", "hier", "auto", "bruck", "hier_pairwise" or "hier_bruck" (per call
-    overridable); "auto" asks the cost model, read from ``tuning`` (a calibration file) or env
+    ``algorithm`` is "flat", "hier", "auto", "bruck", "hier_pairwise", "hier_bruck" or
+    "hier_leaders" (per call overridable); "auto" asks the cost model, read from ``tuning`` (a calibration file) or env
     HXMPI_TUNING, else built-in defaults, which algorithm and Bruck radix is fastest for each
     call's agreed count pattern (``costmodel.auto_pick``), each path priced with hxmpi's measured
     CPU per call from ``overhead`` (a ``bench_overhead.py --json`` file) or env HXMPI_OVERHEAD,
     else the file packaged with hxmpi: the simulator's prices. Every rank must read the same files. ``radix`` (>= 2) is the Bruck radix of
-    an explicit "bruck" or "hier_bruck".
+    an explicit "bruck" or "hier_bruck"; ``leaders`` (>= 1; above the smallest node's size it acts
+    as that) the leaders per node of an explicit "hier_leaders" (multi-leader: that many ranks of
+    each node carry its traffic to other nodes, through the node's shared window, so it needs the
+    "shm" node phase; "auto" picks the count itself).
     ``node_phase`` is "auto" (shared memory where every node's ranks share memory), "shm" or "mpi";
     env HXMPI_NODE_PHASE sets it when not given. ``cache_entries`` and ``cache_bytes`` bound the
     agreed plan cache of one-shot calls (entries; bytes per rank; 0 entries turns it off).
@@ -137,7 +141,7 @@ class HierComm:
                  node_of=None, algorithm: str = "auto", topology: Optional[Topology] = None,
                  tuning: Optional[str] = None, node_phase: Optional[str] = None,
                  cache_entries: int = DEFAULT_ENTRIES, cache_bytes: int = DEFAULT_BYTES, radix: int = 2,
-                 overhead: Optional[str] = None, progress: str = "request"):
+                 overhead: Optional[str] = None, progress: str = "request", leaders: int = 2):
         # A bad name is agreed below, with the node phase: a rank raising here alone would leave
         # the others waiting in Topology's collectives.
         bad = None if algorithm in ALGORITHM_CHOICES else f"algorithm must be one of {ALGORITHM_CHOICES}, got {algorithm!r}"
@@ -146,6 +150,8 @@ class HierComm:
             bad = f"cache_entries and cache_bytes must be integers >= 0, got {cache_entries!r}, {cache_bytes!r}"
         if bad is None and (type(radix) is not int or radix < 2):
             bad = f"radix must be an integer >= 2, got {radix!r}"
+        if bad is None and (type(leaders) is not int or leaders < 1):
+            bad = f"leaders must be an integer >= 1, got {leaders!r}"
         if bad is None and progress not in PROGRESS_MODES:
             bad = f"progress must be one of {PROGRESS_MODES}, got {progress!r}"
         #: how nonblocking calls move: "request" (inside Test/Wait) or "thread" (``nonblocking.py``)
@@ -154,6 +160,8 @@ class HierComm:
         self.cost_model, self.cpu_times, problem = _pricing(tuning, overhead)
         bad = bad or problem
         self.radix = radix
+        #: the leaders per node of an explicit "hier_leaders"
+        self.leaders = leaders
         self.algorithm = algorithm
         self.topology = topology if topology is not None else Topology(comm, ranks_per_node, node_of)
         self.comm = self.topology.comm
@@ -194,8 +202,11 @@ class HierComm:
                                   transfer, self.comm.rank, key, KIB_CAP, self.comm, MPI.BYTE,
                                   ExchangeStats("flat", flat_counts=np.zeros(self.comm.size, dtype=np.int64)))
         if self._runner is not None and self._hier_possible:  # and hierarchical ones too
-            self._calls.hier_path(hier, radix, self._runner, {"lanes": self._planner}, self._mode,
-                                  self._mode == MODE_SHM, _stats_of, MPI.INT64_T)
+            planners = {"lanes": self._planner}
+            if self._mode == MODE_SHM:  # multi-leader meets in the node window (else it is refused in Python)
+                planners["leaders"] = _LeaderPlanners(self.layout, t.rank)
+            self._calls.hier_path(hier, radix, self._runner, planners, self._mode, self._mode == MODE_SHM,
+                                  _stats_of, MPI.INT64_T, check_leaders(leaders, self.layout.max_leaders))
         size = self.comm.size
         if self._runner is not None:  # and flat Bruck ones, whose first runs the runner keeps
             self._calls.bruck_path(frozenset((_ALGO_CODE["bruck"],)), radix,
@@ -216,7 +227,7 @@ class HierComm:
         #: what a HierComm with this one's layout and settings is built from (the progress thread's)
         self._settings = dict(node_of=list(t.node_of), algorithm=algorithm, tuning=tuning,
                               node_phase=self.node_phase, cache_entries=cache_entries, cache_bytes=cache_bytes,
-                              radix=radix, overhead=overhead, progress=progress)
+                              radix=radix, overhead=overhead, progress=progress, leaders=leaders)
 
     def _agree_settings(self, requested: Optional[str], problem: Optional[str]) -> tuple[str, tuple]:
         """Agree on the constructor's settings; return the node phase every rank uses ("shm" only
@@ -232,13 +243,14 @@ class HierComm:
             probe.Free()
         key = (secrets.randbits(64), secrets.randbits(64))
         pricing = (tuple(self.cost_model.vector().tolist()), tuple(self.cpu_times.seconds.values()))
-        views = self.comm.allgather((requested, shared, problem, key, self.radix, pricing, self.progress))
+        views = self.comm.allgather((requested, shared, problem, key, (self.radix, self.leaders), pricing,
+                                     self.progress))
         if problem is None and len({v[0] for v in views}) > 1:
             problem = f"node_phase {requested!r} differs between ranks"
         if problem is None and len({v[6] for v in views}) > 1:
             problem = f"progress {self.progress!r} differs between ranks"
         if problem is None and len({v[4] for v in views}) > 1:
-            problem = f"radix {self.radix!r} differs between ranks"
+            problem = f"radix {self.radix!r} or leaders {self.leaders!r} differs between ranks"
         if problem is None and len({v[5] for v in views}) > 1:  # "auto" would pick differently
             problem = (f"the cost model or CPU per path differs between ranks (tuning and overhead files; "
                        f"this rank's CPU from {self.cpu_times.source})")
@@ -670,7 +682,14 @@ class HierComm:
         name = ALGORITHM_CHOICES[code]
         if name == "auto":
             return self._pick(agreed, uniform, mode)
-        return self.layout.runs(name), self.radix
+        algo = self.layout.runs(name)
+        if not algo.led:
+            return algo, self.radix
+        if self._mode != MODE_SHM:  # agreed: every rank has this HierComm's node phase
+            raise ExchangeError(f"algorithm {name!r} needs the shared-memory node phase (node_phase='shm'), "
+                                f"and this HierComm's is {self.node_phase!r}"
+                                + (" (nonblocking calls run with 'mpi')" if self._deferred else ""))
+        return algo, check_leaders(self.leaders, self.layout.max_leaders)
 
     def _pick(self, agreed: Agreed, uniform: bool, mode: str) -> tuple[Algorithm, int]:
         """The cost model's pick for the agreed pattern (``costmodel.auto_pick``), memoised by
@@ -694,11 +713,16 @@ class HierComm:
 
     def _hier_plan(self, s: Side, r: Side, algorithm: Algorithm, radix: int) -> StepProgram:
         """The hierarchical program (the planner's own: ``detach`` for one that lasts); the node's
-        receive counts come from the node."""
-        rc_node = np.empty((len(self._members), self.comm.size), dtype=np.int64)
+        receive counts (and for multi-leader its send counts before them) come from the node."""
+        if algorithm.led:
+            mine = np.concatenate([s.counts, r.counts])
+            planner = self.layout.planner_for(self.comm.rank, algorithm, radix)
+        else:
+            mine, planner = r.counts, self._planner
+        node_counts = np.empty((len(self._members), mine.shape[0]), dtype=np.int64)
         # INT64_T, as a miss the compiled path runs gathers them (``CallTable._run_hier``).
-        self.topology.intra.Allgather([r.counts, MPI.INT64_T], [rc_node, MPI.INT64_T])
-        return program(algorithm, (s.counts, s.displs, r.counts, r.displs), self._planner, self._mode, rc_node,
+        self.topology.intra.Allgather([mine, MPI.INT64_T], [node_counts, MPI.INT64_T])
+        return program(algorithm, (s.counts, s.displs, r.counts, r.displs), planner, self._mode, node_counts,
                        radix)
 
     def _bind(self, entry: CacheEntry, s: Side, r: Side, persistent: bool, scratch: Optional[Scratch] = None,
@@ -765,13 +789,13 @@ class HierComm:
     @property
     def last_stats(self) -> dict:
         """Messages and bytes of the last call: per phase, across node boundaries, and copied (bytes);
-        ``algorithm`` (with ``radix`` for the Bruck ones) is what ran, "auto"'s pick included; ``plan_cache``: "hit" (a cached persistent run), "hit-rebound" (a cached plan on new
+        ``algorithm`` (with ``radix`` for the Bruck ones, ``leaders`` for multi-leader) is what ran, "auto"'s pick included; ``plan_cache``: "hit" (a cached persistent run), "hit-rebound" (a cached plan on new
         buffers), "miss" (planned anew), "off" (cache off), "request" (a persistent request)."""
         st = self._calls.stats
         if st is None:
             return {}
         t, me = self.topology, self.comm.rank
-        picked = {"radix": st.radix} if st.radix else {}
+        picked = {("leaders" if ALGORITHM[st.algorithm].led else "radix"): st.radix} if st.radix else {}
         if st.flat_counts is not None:
             counts = st.flat_counts
             live = counts > 0
@@ -781,7 +805,8 @@ class HierComm:
                     "flat": {"messages": int(live.sum()), "bytes": int(counts[live].sum())},
                     "inter_node": {"messages": int(remote.sum()), "bytes": int(counts[remote].sum())},
                     "copy_bytes": 0}
-        own = st.node_bytes.copy()
+        own = st.node_bytes  # None on a multi-leader rank that leads nothing
+        own = np.zeros(t.num_nodes, dtype=np.int64) if own is None else own.copy()
         own[t.node] = 0
         inter = {"messages": int(np.count_nonzero(own)), "bytes": int(own.sum())}
         if st.node_sends is None:
@@ -846,6 +871,18 @@ class CartHierComm(HierComm):
 
 #: HierComm's constructor arguments, which ``HierComm.__new__`` reads the communicator from
 _INIT = inspect.signature(HierComm.__init__)
+
+
+class _LeaderPlanners(dict):
+    """A rank's multi-leader planners by leaders per node, made on first use (``CallTable.hier_path``)."""
+
+    def __init__(self, layout: Layout, rank: int):
+        super().__init__()
+        self.layout, self.rank = layout, rank
+
+    def __missing__(self, leaders: int):
+        planner = self[leaders] = self.layout.planner_for(self.rank, ALGORITHM["hier_leaders"], leaders)
+        return planner
 
 
 def _stats_of(algorithm: Algorithm, radix: int, prog: StepProgram) -> ExchangeStats:

@@ -21,19 +21,20 @@ program's steps into copies and messages between world ranks). So the simulator 
 runs, and a step order is written in one place: the planner's.
 
 An ``Algorithm`` says which planner makes its program and how its exchanges go: ``flat_program``
-(one exchange on the world) or ``HierPlanner`` (pack, the lanes, the node phase; below).
+(one exchange on the world), ``HierPlanner`` (pack, the lanes, the node phase; below) or
+``LeaderPlanner`` (multi-leader: k ranks of each node carry its inter-node traffic).
 
 **Adding an algorithm** is writing its planner: a compiled pass that fills a program's vectors and
 emits its steps (``_copy_step``, ``_exchange_step``, ``_emit`` of a barrier, ``_finish``, in
 ``csrc/_plan.pyx``), then an ``Algorithm`` naming it here. The runners and the simulator need
-nothing new unless a step of a new kind appears. Multi-leader node-aware Alltoallv, for
-instance (k leaders per node), is: every rank copies its blocks for other nodes into the node
-window (a copy ``send`` -> ``stage``); a barrier; leader j of each node exchanges the node's
-aggregated segments with leader j of every other node on lane j's communicator, from the window
-into the window (an exchange ``stage`` -> ``stage`` on lane j, ``linear``; ranks that lead
-nothing have no exchange step); a barrier; every rank copies its blocks out of the window (a copy
-``stage`` -> ``recv``), and a last barrier frees the window. Its planner needs the node's counts,
-as ``HierPlanner`` does (``rc_node``); k travels as the program's parameter like Bruck's radix.
+nothing new unless a step of a new kind appears. ``LeaderPlanner`` was added so: every rank
+copies its blocks for other nodes into the node window (a copy ``send`` -> ``stage``), grouped
+by leader and destination node; a barrier; leader j of each node exchanges its group's segments
+with leader j of every other node on lane j's communicator, from the window into the window (an
+exchange ``stage`` -> ``stage``; ranks that lead nothing have no exchange step); a barrier; every
+rank copies its blocks out of the window (a copy ``stage`` -> ``recv``), and a last barrier frees
+the window. Its planner needs both sides of the node's counts (``node_counts``), and k travels in
+the program's radix slot.
 
 The hierarchical layout rules (see ``docs/method.md``): node ids are renumbered by lowest rank;
 local rank l of node m is the native member of lane l; on a node with fewer than l+1 ranks lane l
@@ -61,6 +62,7 @@ from ._plan import (
     Comm,
     HeaderWord,
     HierPlanner,
+    LeaderPlanner,
     Rounds,
     RowWord,
     StepFlag,
@@ -71,7 +73,7 @@ from ._plan import (
 
 __all__ = ["exclusive_cumsum", "dense_node_ids", "Layout", "Algorithm", "ALGORITHMS", "ALGORITHM", "NODE_PHASES",
            "algorithm_of", "has_hierarchy", "runs_as", "program", "StepProgram", "CopyStep", "ExchangeStep",
-           "BarrierStep", "program_steps", "check_radix", "bruck_rounds"]
+           "BarrierStep", "program_steps", "check_radix", "check_leaders", "bruck_rounds"]
 
 #: The node phase's implementations: shared memory ("shm") or message passing ("mpi").
 NODE_PHASES = {"shm": MODE_SHM, "mpi": MODE_MPI}
@@ -111,6 +113,7 @@ class Layout:
         self.dest_order = np.concatenate(self.members)
         self.node_start = np.concatenate([[0], np.cumsum(self.node_sizes)]).astype(np.int64)
         self.planner = lru_cache(maxsize=None)(self._planner)
+        self._leader_planners = lru_cache(maxsize=None)(self._leader_planner)
 
     @property
     def hier_possible(self) -> bool:
@@ -145,13 +148,41 @@ class Layout:
                            np.asarray(lane_src, dtype=np.int64).reshape(len(lane_src), self.num_nodes),
                            self.served_lanes(rank))
 
+    @property
+    def max_leaders(self) -> int:
+        """The most leaders per node a multi-leader call may have: the smallest node's size."""
+        return min(self.node_sizes)
+
+    def _leader_planner(self, rank: int, leaders: int) -> LeaderPlanner:
+        node = int(self.node_of[rank])
+        return LeaderPlanner(rank, node, int(self.local_of[rank]), self.members[node], self.dest_order,
+                             self.node_start, leaders)
+
+    def planner_for(self, rank: int, algorithm: Union[str, "Algorithm"], radix: int = 2):
+        """The planner of ``rank``'s programs of hierarchical ``algorithm``: ``HierPlanner`` for the
+        lanes, ``LeaderPlanner`` at ``radix`` leaders (``check_leaders``) for multi-leader. Cached."""
+        if algorithm_of(algorithm).planner == "leaders":
+            return self._leader_planners(rank, check_leaders(radix, self.max_leaders))
+        return self.planner(rank)
+
+    def node_counts(self, algorithm: Union[str, "Algorithm"], counts: np.ndarray, rank: int) -> np.ndarray:
+        """What ``algorithm``'s planner takes as ``node_counts`` for ``rank``, from a whole
+        pattern (``counts[src, dst]``, bytes): the receive counts of its node's ranks (node size x
+        world size), and for multi-leader their send counts before them (node size x 2 world size)."""
+        members = self.members[int(self.node_of[rank])]
+        rc_node = counts[:, members].T
+        if algorithm_of(algorithm).planner == "leaders":
+            return np.ascontiguousarray(np.hstack([counts[members, :], rc_node]), dtype=np.int64)
+        return np.ascontiguousarray(rc_node, dtype=np.int64)
+
 
 @dataclass(frozen=True)
 class Algorithm:
     """One of hxmpi's algorithms: which planner makes its program, and how its exchanges go.
 
     ``name``: as calls name it and ``last_stats`` reports it; ``planner``: "flat" (one exchange on
-    the world, ``flat_program``) or "lanes" (pack, the lanes, the node phase: ``HierPlanner``);
+    the world, ``flat_program``), "lanes" (pack, the lanes, the node phase: ``HierPlanner``) or
+    "leaders" (multi-leader through the node window: ``LeaderPlanner``);
     ``rounds``: how its world or lane exchanges run (``ROUNDS_LINEAR``: one MPI all-to-all,
     ``ROUNDS_PAIRWISE``, ``ROUNDS_BRUCK``: radix-k Bruck).
     """
@@ -170,6 +201,17 @@ class Algorithm:
         return self.rounds == Rounds.ROUNDS_BRUCK
 
     @property
+    def led(self) -> bool:
+        """Whether its setting is the leaders per node (multi-leader; carried where a radix is)."""
+        return self.planner == "leaders"
+
+    @property
+    def cpu_key(self) -> str:
+        """Its name in a CPU-per-path table: multi-leader runs the hierarchical paths' code and is
+        charged hier's CPU."""
+        return "hier" if self.led else self.name
+
+    @property
     def code(self) -> int:
         """What the agreement carries for it: its index in ``ALGORITHM_CHOICES``."""
         return ALGORITHM_CHOICES.index(self.name)
@@ -181,9 +223,10 @@ class Algorithm:
 _ALL = (Algorithm("flat", "flat", Rounds.ROUNDS_LINEAR), Algorithm("bruck", "flat", Rounds.ROUNDS_BRUCK),
         Algorithm("hier", "lanes", Rounds.ROUNDS_LINEAR),
         Algorithm("hier_pairwise", "lanes", Rounds.ROUNDS_PAIRWISE),
-        Algorithm("hier_bruck", "lanes", Rounds.ROUNDS_BRUCK))
-#: hxmpi's algorithms by name: flat Alltoallv, flat radix-k Bruck, and hier with linear
-#: (Ialltoallv), pairwise or Bruck lanes.
+        Algorithm("hier_bruck", "lanes", Rounds.ROUNDS_BRUCK),
+        Algorithm("hier_leaders", "leaders", Rounds.ROUNDS_LINEAR))
+#: hxmpi's algorithms by name: flat Alltoallv, flat radix-k Bruck, hier with linear
+#: (Ialltoallv), pairwise or Bruck lanes, and multi-leader (k leaders per node).
 ALGORITHM = {a.name: a for a in _ALL}
 #: Their names.
 ALGORITHMS = tuple(ALGORITHM)
@@ -224,9 +267,11 @@ def program(algorithm: Algorithm, sides: tuple, planner: Optional[HierPlanner] =
     receive counts, receive displacements; int64 bytes, one per rank). A hierarchical algorithm
     needs the rank's ``planner`` (``Layout.planner``), the node phase ``mode`` and
     ``node_counts`` (what every rank of the node receives from every rank, node size x world
-    size); its program is the planner's own (``StepProgram.detach`` for one that lasts).
+    size; for multi-leader, ``Layout.node_counts``'s send and receive counts); its program is the
+    planner's own (``StepProgram.detach`` for one that lasts), ``planner`` the algorithm's
+    (``Layout.planner_for``). ``radix``: the Bruck radix, or multi-leader's leaders per node.
     ``uniform``: an Alltoall's equal blocks (flat: MPI_Alltoall)."""
-    radix = radix if algorithm.radixed else 0
+    radix = radix if algorithm.radixed or algorithm.led else 0
     if algorithm.hierarchical:
         return planner.plan(mode, *sides, node_counts, algorithm.rounds, radix)
     return flat_program(algorithm.rounds, radix, uniform, *sides)
@@ -305,6 +350,14 @@ def program_steps(prog: StepProgram) -> tuple:
         else:
             out.append(BarrierStep())
     return tuple(out)
+
+
+def check_leaders(leaders, most: int) -> int:
+    """The leaders per node to use where nodes have at least ``most`` ranks (values above act as
+    ``most``); ValueError if not an integer >= 1."""
+    if isinstance(leaders, bool) or not isinstance(leaders, (int, np.integer)) or leaders < 1:
+        raise ValueError(f"leaders must be an integer >= 1, got {leaders!r}")
+    return int(min(leaders, max(most, 1)))
 
 
 def check_radix(radix, size: int) -> int:

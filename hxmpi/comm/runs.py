@@ -123,7 +123,8 @@ class ExchangeStats:
 
     ``flat_counts``: bytes to each world rank (flat algorithms); ``program``: the step program of
     a hierarchical run, whose exchanges and copies ``node_bytes``, ``node_sends`` and ``copied``
-    read; ``radix``: the Bruck radix of "bruck" and "hier_bruck" runs (0 for the others).
+    read; ``radix``: the Bruck radix of "bruck" and "hier_bruck" runs, the leaders per node of
+    "hier_leaders" ones (0 for the others).
     """
     __slots__ = ("algorithm", "flat_counts", "program", "radix")
 
@@ -135,11 +136,11 @@ class ExchangeStats:
     def of(cls, algorithm: Algorithm, radix: int, program: Optional[StepProgram] = None,
            flat_counts: Optional[np.ndarray] = None) -> "ExchangeStats":
         """The stats of a run of ``algorithm`` at ``radix`` (kept only where it has one)."""
-        return cls(algorithm.name, flat_counts, program, radix if algorithm.radixed else 0)
+        return cls(algorithm.name, flat_counts, program, radix if algorithm.radixed or algorithm.led else 0)
 
     def _sends(self, lanes: bool) -> Optional[np.ndarray]:
         """Bytes to each peer of the lane exchanges (summed: a rank sends on its own lane only)
-        or of the node phase; None where there is none."""
+        or of the node phase; None where there is none (a multi-leader rank that leads nothing)."""
         found = None
         for step in program_steps(self.program):
             if isinstance(step, (CopyStep, BarrierStep)) or isinstance(step.comm, int) != lanes \
@@ -198,6 +199,16 @@ def _exchange(step, comm, send: Side, recv: Side, big: bool):
     if step.rounds == "linear":
         return Transfer(comm, send, recv, big, step.uniform)
     return (Bruck if step.rounds == "bruck" else Pairwise)(comm, send, recv, big, radix=step.radix)
+
+
+def _apart(buf: np.ndarray, counts: np.ndarray, displs: np.ndarray) -> Side:
+    """The send side of an exchange within one buffer (multi-leader's, in the node window), from
+    the first byte it sends on (at least 1: the planner leaves byte 0 unused): libnbc takes equal
+    send and receive starts for ``MPI_IN_PLACE``, and MPICH refuses them as aliased. An unsent
+    peer's displacement is 0 (as ``_call._apart``)."""
+    sent = counts > 0
+    shift = max(int(displs[sent].min()) if sent.any() else 1, 1)
+    return Side(buf[shift:], counts, np.where(sent, displs - shift, 0).astype(np.int64))
 
 
 def _nothing() -> None:
@@ -261,7 +272,8 @@ class Run:
             elif isinstance(step, BarrierStep):
                 steps.append(("barrier",))
             else:
-                send = Side(bufs[step.src], step.send_counts, step.send_displs)
+                send = Side(bufs[step.src], step.send_counts, step.send_displs) if step.src != step.dst \
+                    else _apart(bufs[step.src], step.send_counts, step.send_displs)
                 recv = Side(bufs[step.dst], step.recv_counts, step.recv_displs)
                 group.append(_Phase(_exchange(step, comms[step.comm], send, recv, big), persistent))
                 self._phases.append(group[-1])

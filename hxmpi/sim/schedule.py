@@ -193,7 +193,7 @@ def rank_schedule(layout: Layout, counts: np.ndarray, rank: int, algorithm: str 
 
     ``counts[src, dst]``: bytes src sends to dst (a (P, P) int64 array); blocks packed in rank order.
     ``algorithm``: one of ``ALGORITHMS`` (degenerate layouts run hier's as flat, as HierComm does);
-    ``radix`` for the Bruck ones; ``learned``: Bruck lengths known from an earlier run (a plan).
+    ``radix`` for the Bruck ones (multi-leader: its leaders per node); ``learned``: Bruck lengths known from an earlier run (a plan).
     """
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     p = layout.size
@@ -203,9 +203,8 @@ def rank_schedule(layout: Layout, counts: np.ndarray, rank: int, algorithm: str 
     sc, rc = counts[rank].copy(), np.ascontiguousarray(counts[:, rank])
     sides = (sc, exclusive_cumsum(sc), rc, exclusive_cumsum(rc))
     if algo.hierarchical:
-        members = layout.members[int(layout.node_of[rank])]
-        prog = program(algo, sides, layout.planner(rank), NODE_PHASES[node_phase],
-                       np.ascontiguousarray(counts[:, members].T), radix)
+        prog = program(algo, sides, layout.planner_for(rank, algo, radix), NODE_PHASES[node_phase],
+                       layout.node_counts(algo, counts, rank), radix)
     else:
         prog = program(algo, sides, radix=radix)
     return program_schedule(prog, layout, rank, counts, learned)

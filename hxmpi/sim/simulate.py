@@ -51,6 +51,7 @@ from ..comm.costmodel import (
     choose_call,
     predict_agreement,
     predict_call,
+    settings_of,
 )
 from ..comm.costmodel import agreement_steps as cost_agreement_steps
 from ..comm.plan import ALGORITHM, ALGORITHMS, Layout
@@ -230,7 +231,7 @@ class Call:
     @property
     def cpu_key(self) -> str:
         """Key of ``cpu_s_per_call`` for hxmpi's own CPU time of this call."""
-        base = "flat" if self.algorithm == "alltoall" else self.algorithm
+        base = "flat" if self.algorithm == "alltoall" else ALGORITHM[self.algorithm].cpu_key
         return base + {"plan": "_plan", "hit": "_hit"}.get(self.mode, "")
 
 
@@ -606,8 +607,9 @@ def needs_hierarchy(algorithm: str) -> bool:
 
 
 def has_radix(algorithm: str) -> bool:
-    """Whether an algorithm takes the Bruck radix (the simulator picks it by the model, per point)."""
-    return algorithm in ALGORITHM and ALGORITHM[algorithm].radixed
+    """Whether an algorithm takes a setting: the Bruck radix, or multi-leader's leaders per node
+    (the simulator picks it by the model, per point)."""
+    return algorithm in ALGORITHM and (ALGORITHM[algorithm].radixed or ALGORITHM[algorithm].led)
 
 
 class ReplayTimeout(SimulateError):
@@ -662,12 +664,14 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
     sizes = layout.node_sizes  # the model prices the layout itself, as HierComm's auto does
     pick = lambda mode: choose_call(model, mode, n, g, pattern, node_phase, cpu, numpy, sizes=sizes)  # noqa: E731
     auto, auto_plan = pick("oneshot"), pick("plan")
-    radix = {a: min(RADICES, key=lambda k: predict_call(model, a, "plan", n, g, pattern, node_phase, k, cpu,
+    tried = lambda a: settings_of(a, layout.node_sizes) if ALGORITHM[a].led else RADICES  # noqa: E731
+    radix = {a: min(tried(a), key=lambda k: predict_call(model, a, "plan", n, g, pattern, node_phase, k, cpu,
                                                         sizes=sizes))
              if has_radix(a) else 2 for a in ALGORITHMS}
     model_s = lambda algo, mode, k=2: predict_call(model, algo, mode, n, g, pattern, node_phase, k, cpu, numpy,  # noqa: E731
                                                    sizes)
-    usable = [a for a in ALGORITHMS if hier_ok or not needs_hierarchy(a)]
+    usable = [a for a in ALGORITHMS if (hier_ok or not needs_hierarchy(a))
+              and not (ALGORITHM[a].led and node_phase != "shm")]
     rec = {"nodes": n, "ranks_per_node": g, "node_sizes": list(layout.node_sizes), "block_bytes": block,
            "uneven": uneven, "by_model": p > max_replay_ranks,
            **{f"{a}_radix": radix[a] for a in ALGORITHMS if has_radix(a)},
