@@ -183,9 +183,10 @@ def auto_expected(comm, hc, send_bytes, uniform=False, mode="oneshot") -> tuple:
 
 
 def ran(hc) -> tuple:
-    """(algorithm, radix) of ``hc``'s last call (radix 2 where the algorithm has none, as ``auto_pick``)."""
+    """(algorithm, radix) of ``hc``'s last call (radix 2 where the algorithm has none, as ``auto_pick``;
+    multi-leader's leaders per node where ``auto_pick`` gives its radix)."""
     stats = hc.last_stats
-    return stats["algorithm"], stats.get("radix", 2)
+    return stats["algorithm"], stats.get("radix", stats.get("leaders", 2))
 
 
 def assert_exchange_works(comm, hc, algorithm="hier"):

@@ -354,6 +354,8 @@ _FAVOURED = {  # per family: a calibration file, and the CPU-per-path keys that 
     "bruck": (dict(msg_overhead=1e-3, alpha_inter=0.0, alpha_intra=0.0), ("bruck",)),
     # latency and message costs balanced: a radix above 2 at 3, 6 and 7 ranks (the radix is the model's too)
     "bruck3": (dict(msg_overhead=1e-3, alpha_inter=3e-3, alpha_intra=3e-3), ("bruck",)),
+    # a node's NIC at 10,000 messages/s: fewest inter-node messages win (one leader per node)
+    "leaders": (dict(nic_msg_rate=1e4), ("hier",)),
 }
 
 
@@ -391,6 +393,9 @@ def test_auto_follows_the_tuning_file(comm, favour, tmp_path_factory):
     if (favour == "hier" and hier) or favour in ("flat", "bruck"):
         family = {"flat": ("flat",), "hier": ("hier", "hier_pairwise", "hier_bruck"), "bruck": ("bruck",)}
         assert hc.last_stats["algorithm"] in family[favour], hc.last_stats
+    if favour == "leaders" and hier and hc.node_phase == "shm":  # with "mpi", multi-leader is never a candidate
+        assert ran(hc) == ("hier_leaders", 1), hc.last_stats
+        assert hc.last_stats["inter"]["messages"] == (hc.topology.num_nodes - 1 if hc.topology.local_rank == 0 else 0)
     if favour == "bruck3" and size in (3, 6, 7):  # latency dear: fewer rounds than radix 2's (3, or all in one at 6)
         assert ran(hc)[0] == "bruck" and ran(hc)[1] >= 3, hc.last_stats
     # New patterns of the same class (receive blocks further in) reuse that pick, and their misses
