@@ -5,7 +5,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from hxmpi.comm.costmodel import CostModel, alltoallv_algorithm, fit
+from hxmpi.comm.costmodel import CostModel, alltoallv_algorithm, fit, fixed_cpu, predict_call
 
 # Linear and pairwise flat worlds, node sizes 2 to 8, one single-node world (intra-node latency
 # apart from the fixed costs): every parameter shows in some feature.
@@ -277,11 +277,21 @@ def test_agreement_steps_are_written_once():
     from hxmpi.sim.simulate import Call
     from hxmpi.sim.simulate import agreement_steps as replayed
     layout = Layout(np.repeat(np.arange(4), 2))
-    for call in (Call("hier"), Call("hier", "hit"), Call("flat", numpy=True), Call("hier_bruck", numpy=True)):
-        steps = agreement_steps(layout.size, call.hier, call.numpy, call.mode != "hit")
+    for call in (Call("hier"), Call("hier", "hit"), Call("flat", numpy=True), Call("hier_bruck", numpy=True),
+                 Call("hier_leaders")):
+        both = call.algorithm == "hier_leaders"
+        steps = agreement_steps(layout.size, call.hier, call.numpy, call.mode != "hit", both)
         assert [(s.kind, s.nbytes) for s in replayed(layout, call)] == [(s.kind, s.nbytes) for s in steps]
     assert [s.kind for s in agreement_steps(8, True, True)] == ["alltoall", "allreduce", "allgather"]
     assert agreement_steps(8, True)[-1].nbytes == COUNT_BYTES * 8
+    # Multi-leader gathers both sides' counts over the node: twice the bytes, priced so.
+    assert agreement_steps(8, True, both=True)[-1].nbytes == 2 * COUNT_BYTES * 8
+    assert replayed(layout, Call("hier_leaders"))[-1].nbytes == 2 * COUNT_BYTES * 8
+    m0 = CostModel()
+    assert predict_agreement(m0, 4, 2, True, both=True) > predict_agreement(m0, 4, 2, True)
+    assert predict_call(m0, "hier_leaders", "oneshot", 4, 2, 64, radix=1) - \
+        predict_call(m0, "hier_leaders", "plan", 4, 2, 64, radix=1) == pytest.approx(
+            predict_agreement(m0, 4, 2, True, both=True) + fixed_cpu(m0, "hier") - fixed_cpu(m0, "hier_plan"))
     # On a layout without a hierarchy no node Allgather is replayed or priced.
     assert [s.kind for s in replayed(Layout([0] * 4), Call("hier"))] == ["allreduce"]
     m = CostModel()
@@ -327,3 +337,23 @@ def test_auto_pick_is_the_models_argmin_on_a_grid():
             want = ("flat" if name == "alltoall" else name, radix)
             assert auto_pick(m, mode, n, g, pat, cpu=cpu, hier_possible=n > 1 and g > 1) == want, \
                 (n, g, block, mode)
+
+
+def test_mpi_alltoall_follows_open_mpis_decision_with_its_cpu():
+    """MPI_Alltoall is priced as Open MPI's tuned decision runs it: its Bruck charges the library's
+    CPU per block and round (``mpi_ddt_block``) and its copies, a bare call (the lower bound) only
+    the copies; linear and pairwise no CPU per block."""
+    from hxmpi.comm.costmodel import alltoall_algorithm, bruck_blocks
+    assert alltoall_algorithm(1024, 8) == "bruck" and alltoall_algorithm(1024, 512) == "linear"
+    assert alltoall_algorithm(512, 1 << 20) == "pairwise" and alltoall_algorithm(2, 8) == "pairwise"
+    assert bruck_blocks(8) == [(1, 4), (2, 4), (4, 4)]
+    base = CostModel()
+    cpu = replace(base, mpi_ddt_block=0.35e-6)
+    k = sum(n for _, n in bruck_blocks(1024))
+    extra = predict_call(cpu, "alltoall", "plan", 32, 32, 8) - predict_call(base, "alltoall", "plan", 32, 32, 8)
+    assert extra == pytest.approx(k * 0.35e-6, rel=1e-9)
+    assert predict_call(cpu, "alltoall", "bare", 32, 32, 8) == predict_call(base, "alltoall", "bare", 32, 32, 8)
+    # 512 B at 1024 ranks runs linear: the CPU per block does not apply.
+    assert predict_call(cpu, "alltoall", "plan", 32, 32, 512) == predict_call(base, "alltoall", "plan", 32, 32, 512)
+    # The Bruck's CPU grows as P log P blocks: at 1024 ranks it is most of the call.
+    assert extra > 0.5 * predict_call(cpu, "alltoall", "plan", 32, 32, 8)

@@ -173,6 +173,42 @@ def test_baselines_carry_their_cpu():
     assert with_cpu["auto_vs_lower_bound"] == pytest.approx(with_cpu["auto_sim_s"] / with_cpu["lower_bound_s"])
 
 
+@pytest.mark.parametrize("mode", ["plan", "bare"])
+def test_mpi_alltoall_calls_run_open_mpis_schedule(mode):
+    """hxmpi's MPI_Alltoall (auto's "alltoall" pick) is traced as Open MPI's tuned decision runs it:
+    point-to-point messages (so they pay the NIC's surcharge), its Bruck with the library's CPU per
+    block unless the call is bare (the lower bound), never SMPI's own collective."""
+    layout = Layout(node_of_sizes([8, 8]))
+    counts = make_counts(16, 8, False)
+    ref = RefCpu(ddt_block=MODEL.mpi_ddt_block) if mode == "plan" else RefCpu()
+    lines = rank_trace(layout, counts, 3, Call("alltoall", mode), "shm", MODEL)
+    assert not any(ln.split()[1] == "alltoall" for ln in lines)
+    body = [ln for ln in lines if ln.split()[1] not in ("init", "finalize")]
+    mine = reference_trace("ompi_tuned", layout, 8, 3, MODEL, ref)[1:-1]
+    assert body[-len(mine):] == mine  # after hxmpi's own CPU (a plan's), the library's schedule
+    assert MODEL.mpi_ddt_block == PRESET["reference_cpu"]["ddt_block"] > 0
+    changed = [(a, b) for a, b in zip(lines, nic_lines(lines, layout, NIC)) if a != b]
+    assert changed and all(int(b.split()[4]) - int(a.split()[4]) == NIC.surcharge for a, b in changed)
+    assert trace_stats(lines)["library"]["messages"] == sum(ln.split()[1] == "isend" for ln in body)
+
+
+@needs_simgrid
+def test_alltoall_pick_replays_slower_than_its_lower_bound():
+    """On the preset (its NIC and Open MPI's Bruck CPU), auto's MPI_Alltoall with the library's
+    CPU replays slower than the CPU-free bare call, and the model prices the difference within 35%."""
+    counts = make_counts(64, 8, False)
+    layout = Layout(node_of_sizes([16] * 4))
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = replay(layout, counts, Call("alltoall", "plan"), "shm", MODEL, Network(), tmp + "/p", nic=NIC)
+        bare = replay(layout, counts, Call("alltoall", "bare"), "shm", MODEL, Network(), tmp + "/b", nic=NIC)
+    from hxmpi.comm.costmodel import CpuTimes, predict_call
+    fixed = CpuTimes.fixed(MODEL)
+    model_gap = predict_call(MODEL, "alltoall", "plan", 4, 16, 8, cpu=fixed) - \
+        predict_call(MODEL, "alltoall", "bare", 4, 16, 8)
+    assert plan > bare
+    assert plan - bare == pytest.approx(model_gap, rel=0.35)
+
+
 def test_leader_family_moves_the_same_bytes():
     """k leaders per node: the node sends k (N - 1) messages carrying the same bytes whatever k."""
     layout = Layout(node_of_sizes([4, 4, 4]))

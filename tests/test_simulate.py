@@ -14,7 +14,7 @@ from hxmpi.comm.costmodel import CPU_KEYS, CostModel, CpuTimes
 from hxmpi.comm.plan import Layout
 from hxmpi.errors import CpuFileError
 from hxmpi.provenance import PROVENANCE_KEYS
-from hxmpi.sim import simulate
+from hxmpi.sim import actions, simulate
 from hxmpi.sim.simulate import (
     PRESETS,
     Call,
@@ -121,9 +121,9 @@ def test_waits_end_when_waitall_ends(tmp_path):
     counts[3, 6] = counts[6, 1] = 100_000
     model = plain_model(alpha_inter=2e-6, beta_inter=1 / 1e9, msg_overhead=0.3e-6)
     times = []
-    for limit in (simulate.WAITALL_MAX, 10**6):
+    for limit in (actions.WAITALL_MAX, 10**6):
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(simulate, "WAITALL_MAX", limit)
+            mp.setattr(actions, "WAITALL_MAX", limit)
             traces = [rank_trace(layout, counts, r, Call("flat", "bare"), "shm", model) for r in range(8)]
         assert any(" waitall" in ln for ln in traces[0]) == (limit > 100)
         times.append(simulate.replay_traces(layout, traces, model, Network(), str(tmp_path / str(limit))))

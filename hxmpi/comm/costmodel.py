@@ -12,7 +12,6 @@ each with alpha-beta-LogP terms; a call costs, per unit, its costliest rank, sum
   linear (all posted at once)   a + 2 m o
   pairwise rounds, in turn      sum over rounds of (a + 2 o), each at its peer's latency
   Bruck round of k messages     max(a + (k + 1) o, 2 k o)
-  MPI_Alltoall's own linear     max(a + (m + 1) o, 2 m o, a + bytes)   (each rank from its next peer)
 
 plus each message phase's bytes: the larger of the node's inter-node bytes (its ranks share its
 link) at B_inter + B_backbone and the rank's own intra-node bytes at B_intra; and, with a NIC
@@ -20,7 +19,8 @@ link) at B_inter + B_backbone and the rank's own intra-node bytes at B_intra; an
 messages and bytes at the NIC's rates. a: the latency, inter-node where any peer is on another
 node; m: peers; o: CPU seconds to post or complete one message; B: seconds per byte. A blocking
 exchange runs as Open MPI's fixed rule says (``alltoallv_algorithm``), a nonblocking one linear
-(libnbc), MPI_Alltoall as Open MPI's decision for it (``alltoall_algorithm``). Even layouts are
+(libnbc), MPI_Alltoall as Open MPI's decision for it (``alltoall_algorithm``), with the library's
+own copies and CPU per block (``mpi_ddt_block``). Even layouts are
 priced from a few representative ranks (``representative_ranks``), checked against the walk of
 every rank in the tests; a layout's prices are made once at 1-byte blocks and cached, so any
 block and pattern is then arithmetic.
@@ -59,7 +59,7 @@ from .plan import (ALGORITHM, ALGORITHMS, HEADER_BYTES, NODE_PHASES, Algorithm, 
 __all__ = ["alltoallv_algorithm", "alltoall_algorithm", "CostModel", "fit", "CpuTimes", "fixed_cpu", "Pattern",
            "ProgramPrice", "price_program", "layout_price", "representative_ranks", "AgreementStep",
            "agreement_steps", "predict_agreement", "predict_call", "settings_of", "choose_call", "pattern_class", "auto_pick",
-           "RATE_FIELDS", "COUNT_BYTES"]
+           "RATE_FIELDS", "COUNT_BYTES", "ALLTOALL_TUNED", "bruck_blocks"]
 
 ENV_TUNING = "HXMPI_TUNING"
 #: Env var naming a CPU-per-path file for ``HierComm``'s "auto" (default: the packaged ``CPU_FILE``).
@@ -100,7 +100,9 @@ class CostModel:
     ``nic_msg_rate`` (messages/s per node) and ``nic_bandwidth`` (bytes/s per node): the node's
     NIC, which every inter-node message of the node's ranks crosses; 0 (the default) leaves it out,
     and the prices are those of per-rank costs alone. Presets give them as ``nic_msg_rate`` and
-    ``nic_bandwidth`` in their ``model`` dict."""
+    ``nic_bandwidth`` in their ``model`` dict. ``mpi_ddt_block``: CPU seconds the MPI library spends
+    per block and round of its Bruck ``MPI_Alltoall`` (Open MPI builds, packs and unpacks an indexed
+    datatype each round); 0 (the default) leaves it out, the ``slingshot`` preset gives its fit."""
     alpha_intra: float = 0.4e-6
     beta_intra: float = 1 / 8e9
     alpha_inter: float = 1.5e-6
@@ -112,6 +114,7 @@ class CostModel:
     beta_backbone: float = 0.0
     nic_msg_rate: float = 0.0
     nic_bandwidth: float = 0.0
+    mpi_ddt_block: float = 0.0
 
     # -- the model is linear in ``vector()`` where the NIC is off: time = features . vector
     @staticmethod
@@ -199,11 +202,12 @@ def fit(samples: list[tuple[str, int, int, float, float]], fixed: Optional[dict]
 
     Each sample is weighted by 1/seconds, so small and large messages count alike (relative error).
     ``fixed`` pins parameters that the samples cannot identify (e.g. inter-node ones on one host);
-    the NIC's rates are not fitted (pinned, by default off); ``node_phase`` is the node phase the
+    the NIC's rates and the library's Bruck CPU (``mpi_ddt_block``: no sample runs MPI_Alltoall)
+    are not fitted (pinned, by default off); ``node_phase`` is the node phase the
     hier samples ran with.
     """
     names = [f.name for f in fields(CostModel)]
-    fixed = {**dict.fromkeys(RATE_FIELDS, 0.0), **dict(fixed or {})}
+    fixed = {**dict.fromkeys(RATE_FIELDS, 0.0), "mpi_ddt_block": 0.0, **dict(fixed or {})}
     A = np.array([CostModel.features(a, n, g, b, node_phase) for a, n, g, b, _ in samples])
     y = np.array([t for *_, t in samples])
     w = 1.0 / y
@@ -576,10 +580,8 @@ def price_program(layout: Layout, programs: Mapping[int, StepProgram], learned: 
       linear (all posted at once):    a + 2 m o
       pairwise rounds (one by one):   sum over rounds of (a + 2 o)
       a Bruck round of k messages:    max(a + (k + 1) o, 2 k o)   (LogP: posting vs arrival)
-      staggered (MPI_Alltoall's own linear, each rank from its next peer on: the CPU and the wire
-      overlap): max(a + (m + 1) o, 2 m o, a + the bytes' time)
 
-    plus (but for staggered) the larger of the node's bytes to other nodes at ``beta_inter +
+    plus the larger of the node's bytes to other nodes at ``beta_inter +
     beta_backbone`` (a node's ranks share its link: the sum over the node's ranks in ``programs``,
     scaled to the whole node where only some are given) and the rank's own to its node at
     ``beta_intra`` (link and loopback run in parallel); with a NIC, a phase costs at least a
@@ -646,9 +648,6 @@ def _unit_rows(rows: _Rows, i: int, kind: str, group: list, layout: Layout, load
         regimes = [lat + ovh(2)]
     elif kind == "pairwise":
         regimes = [_cols(n, alpha_inter=m_inter, alpha_intra=m_intra) + ovh(2)]
-    elif kind == "staggered":  # each rank starts at its next peer: CPU and wire overlap
-        alone = [lat + ovh(1, 1.0), ovh(2)]
-        regimes = [lat]
     else:  # a Bruck round: the wire carries the first messages while the rank posts the rest
         alone = [lat + ovh(1, 1.0), ovh(2)]
         regimes = [lat + _cols(n, msg_overhead=np.where(msgs > 0, 2.0, 0.0))]
@@ -753,17 +752,18 @@ class AgreementStep:
 COUNT_BYTES = 8
 
 
-def agreement_steps(size: int, hier: bool, numpy: bool = False, miss: bool = True) -> tuple:
+def agreement_steps(size: int, hier: bool, numpy: bool = False, miss: bool = True, both: bool = False) -> tuple:
     """The collectives a one-shot call issues before its exchange, in order, on ``size`` ranks:
     the numpy form's counts (one Alltoall of an int64 per peer), the agreement's SUM Allreduce of
     ``AGREEMENT_BYTES``, and, for a hierarchical algorithm on a plan-cache miss, the node's
-    Allgather of every rank's receive counts (``COUNT_BYTES`` per world rank). ``hier``: the call
-    runs a lane algorithm (on a layout with a hierarchy). The one statement of these steps: the
-    simulator replays them and ``predict_agreement`` prices them."""
+    Allgather of every rank's receive counts (``COUNT_BYTES`` per world rank; ``both``: its send
+    counts too, as multi-leader gathers them). ``hier``: the call runs a hierarchical algorithm (on
+    a layout with a hierarchy). The one statement of these steps: the simulator replays them and
+    ``predict_agreement`` prices them."""
     steps = [AgreementStep("alltoall", COUNT_BYTES)] if numpy else []
     steps.append(AgreementStep("allreduce", AGREEMENT_BYTES))
     if hier and miss:
-        steps.append(AgreementStep("allgather", COUNT_BYTES * size))
+        steps.append(AgreementStep("allgather", COUNT_BYTES * size * (2 if both else 1)))
     return tuple(steps)
 
 
@@ -781,12 +781,13 @@ def _allreduce(m: "CostModel", nodes: int, per_node: int, nbytes: int) -> float:
 
 
 def predict_agreement(model: "CostModel", nodes: int, per_node: int, hier: bool, numpy: bool = False,
-                      miss: bool = True) -> float:
+                      miss: bool = True, both: bool = False) -> float:
     """Seconds of a one-shot call's agreement (``agreement_steps``): the Allreduce by recursive
-    doubling, the counts' Alltoall as MPI_Alltoall, the node's Allgather by dissemination rounds."""
+    doubling, the counts' Alltoall as MPI_Alltoall, the node's Allgather by dissemination rounds;
+    ``both``: multi-leader's, of both sides' counts."""
     p = nodes * per_node
     t = 0.0
-    for st in agreement_steps(p, hier and has_hierarchy(nodes, per_node), numpy, miss):
+    for st in agreement_steps(p, hier and has_hierarchy(nodes, per_node), numpy, miss, both):
         if st.kind == "allreduce":
             t += _allreduce(model, nodes, per_node, st.nbytes)
         elif st.kind == "alltoall":
@@ -797,29 +798,65 @@ def predict_agreement(model: "CostModel", nodes: int, per_node: int, hier: bool,
     return t
 
 
-#: Open MPI's fixed decision for MPI_Alltoall (coll/tuned, as SimGrid's ``ompi`` selector replays
-#: it), by communicator size: (sizes below, blocks below which it runs radix-2 Bruck); above the
-#: block it posts every message at once, each rank starting at its next peer.
-ALLTOALL_BRUCK_BELOW = ((16, 0), (64, 512), (512, 1024), (2048, 512), (4096, 1024), (None, 2048))
+#: Open MPI's tuned fixed decision for MPI_Alltoall above 2 ranks: (communicator size below
+#: which the row holds, ((block bytes below which the algorithm holds, algorithm), ...)); the last
+#: row and the last entry of a row hold beyond. "linear" stands for its linear and linear_sync.
+ALLTOALL_TUNED = (
+    (8, ((8192, "linear"), (16384, "linear"), (65536, "linear"), (524288, "linear"), (1048576, "pairwise"),
+         (None, "linear"))),
+    (16, ((None, "linear"),)),
+    (32, ((4, "linear"), (512, "bruck"), (None, "linear"))),
+    (64, ((512, "bruck"), (524288, "linear"), (None, "linear"))),
+    (128, ((1024, "bruck"), (262144, "linear"), (None, "pairwise"))),
+    (256, ((1024, "bruck"), (262144, "linear"), (None, "pairwise"))),
+    (512, ((1024, "bruck"), (32768, "linear"), (None, "pairwise"))),
+    (1024, ((512, "bruck"), (262144, "linear"), (None, "pairwise"))),
+    (2048, ((512, "bruck"), (None, "linear"))),
+    (4096, ((1024, "bruck"), (None, "linear"))),
+    (None, ((2048, "bruck"), (None, "linear"))),
+)
 
 
 def alltoall_algorithm(size: int, block: float) -> str:
-    """Open MPI's (coll/tuned, fixed rules) choice for MPI_Alltoall of ``block``-byte blocks on
-    ``size`` ranks: "bruck" (radix 2) or "staggered" (linear, each rank from its next peer on)."""
-    below = next(b for s, b in ALLTOALL_BRUCK_BELOW if s is None or size < s)
-    return "bruck" if block < below else "staggered"
+    """What Open MPI's tuned component (fixed rules) runs ``MPI_Alltoall`` of ``block``-byte blocks
+    on ``size`` ranks as: "bruck" (its modified Bruck, radix 2), "linear" (every message posted at
+    once) or "pairwise" (one peer per round)."""
+    if size <= 2:
+        return "pairwise"
+    for below, rules in ALLTOALL_TUNED:
+        if below is None or size < below:
+            for limit, algo in rules:
+                if limit is None or block < limit:
+                    return algo
+    raise AssertionError("unreachable: the table's last row holds beyond")
 
 
-def _alltoall(m: "CostModel", shape: tuple, block: float) -> float:
+def bruck_blocks(size: int) -> list[tuple[int, int]]:
+    """(distance, blocks sent) of each round of Open MPI's modified Bruck on ``size`` ranks: round
+    d sends the blocks whose index (1 .. size - 1) has bit d set."""
+    idx = np.arange(1, size)
+    out, d = [], 1
+    while d < size:
+        out.append((d, int(np.count_nonzero(idx & d))))
+        d <<= 1
+    return out
+
+
+def _alltoall(m: "CostModel", shape: tuple, block: float, library: bool = True) -> float:
     """Seconds of MPI_Alltoall of ``block``-byte blocks on nodes of ``shape``, run as
     ``alltoall_algorithm`` says: the flat program's exchange priced as radix-2 Bruck rounds (no
-    headers) or staggered linear. The library's own copies are left out, as the replay's MPI runs
-    them: a CPU-free lower bound."""
-    how = alltoall_algorithm(sum(shape), block)
-    m = replace(m, beta_copy=0.0)
+    headers), linear or pairwise, plus the library's copies (Bruck: the two rotations and each
+    round's pack, unpack and copy back; the others: the own block) and, with ``library``, its CPU
+    per block and Bruck round (``mpi_ddt_block``); without: the CPU-free lower bound."""
+    p = sum(shape)
+    how = alltoall_algorithm(p, block)
+    free = replace(m, beta_copy=0.0)
     if how == "bruck":
-        return _skeleton(shape, "bruck", 2, "shm", True, "").price(m, block)
-    return _skeleton(shape, "flat", 2, "shm", True, how).price(m, block)
+        k = sum(n for _, n in bruck_blocks(p))
+        cpu = k * m.mpi_ddt_block if library else 0.0
+        return _skeleton(shape, "bruck", 2, "shm", True, "").price(free, block) + cpu + (2 * p + 3 * k) * block * \
+            m.beta_copy
+    return _skeleton(shape, "flat", 2, "shm", True, how).price(free, block) + block * m.beta_copy
 
 
 def _predict_call(m: "CostModel", algorithm: str, mode: str, shape: tuple, pat: Pattern, node_phase: str,
@@ -828,13 +865,14 @@ def _predict_call(m: "CostModel", algorithm: str, mode: str, shape: tuple, pat: 
     hier_ok = has_hierarchy(n, g)
     call = "alltoall" if algorithm == "alltoall" else runs_as(algorithm, hier_ok).name
     hier = call != "alltoall" and ALGORITHM[call].hierarchical
-    t = predict_agreement(m, n, g, hier, numpy) if mode == "oneshot" else 0.0
+    both = hier and ALGORITHM[call].led
+    t = predict_agreement(m, n, g, hier, numpy, both=both) if mode == "oneshot" else 0.0
     if mode in ("oneshot", "plan"):
         key = ("flat" if call == "alltoall" else ALGORITHM[call].cpu_key) + ("_plan" if mode == "plan" else "")
         t += cpu(key) if cpu is not None else fixed_cpu(m, key)
     b = pat.rank_bytes / p                        # effective block
     if call == "alltoall":
-        return t + _alltoall(m, shape, b)
+        return t + _alltoall(m, shape, b, library=mode != "bare")
     # Pairwise rounds each wait for the larger of their two blocks (flat: the agreed sum).
     pair = pat.pairwise_bytes / (p * (p - 1)) if pat.pairwise_bytes and p > 1 else None
     frac = min(pat.rank_messages, p - 1.0) / (p - 1) if p > 1 else 1.0

@@ -34,48 +34,26 @@ from typing import Optional
 
 import numpy as np
 
-from ..comm.costmodel import CostModel
+from ..comm.costmodel import CostModel, alltoall_algorithm, bruck_blocks
 from ..comm.plan import Layout
-from .simulate import Coarse, Exchange, coarse_actions, coarsenable, make_counts, wait_lines
+from .actions import Coarse, coarse_actions, coarsenable, wait_lines
+from .schedule import Exchange
 
-__all__ = ["REFERENCES", "RefCpu", "tuned_alltoall", "mbw_mr_trace", "MBW_WINDOW", "bruck_blocks", "ring_partner", "reference_trace", "predict_reference",
-           "reference_features"]
+__all__ = ["REFERENCES", "RefCpu", "tuned_alltoall", "mbw_mr_trace", "MBW_WINDOW", "bruck_blocks", "ring_partner",
+           "reference_trace", "reference_actions", "predict_reference", "reference_features"]
 
 #: The reference schedules this module knows.
 REFERENCES = ("ompi_bruck", "han_alltoall", "ompi_linear", "ompi_pairwise", "ompi_tuned")
 _TAG = {"ompi_bruck": 600000, "han_alltoall": 700000, "ompi_linear": 800000, "allgather": 900000,
-        "mbw_mr": 950000, "ompi_pairwise": 500000}
-
-#: Open MPI's tuned fixed decision for MPI_Alltoall above 2 ranks: (communicator size below
-#: which the row holds, ((block bytes below which the algorithm holds, algorithm), ...)); the last
-#: row and the last entry of a row hold beyond. "linear" stands for its linear and linear_sync.
-_TUNED_ALLTOALL = (
-    (8, ((8192, "linear"), (16384, "linear"), (65536, "linear"), (524288, "linear"), (1048576, "pairwise"),
-         (None, "linear"))),
-    (16, ((None, "linear"),)),
-    (32, ((4, "linear"), (512, "bruck"), (None, "linear"))),
-    (64, ((512, "bruck"), (524288, "linear"), (None, "linear"))),
-    (128, ((1024, "bruck"), (262144, "linear"), (None, "pairwise"))),
-    (256, ((1024, "bruck"), (262144, "linear"), (None, "pairwise"))),
-    (512, ((1024, "bruck"), (32768, "linear"), (None, "pairwise"))),
-    (1024, ((512, "bruck"), (262144, "linear"), (None, "pairwise"))),
-    (2048, ((512, "bruck"), (None, "linear"))),
-    (4096, ((1024, "bruck"), (None, "linear"))),
-    (None, ((2048, "bruck"), (None, "linear"))),
-)
-
+        "mbw_mr": 950000, "ompi_pairwise": 650000}
 
 def tuned_alltoall(size: int, block: int) -> str:
     """The reference schedule Open MPI's tuned component runs ``MPI_Alltoall`` as, on ``size``
-    ranks with ``block``-byte blocks: "ompi_bruck", "ompi_linear" or "ompi_pairwise"."""
-    if size <= 2:
-        return "ompi_pairwise"
-    for below, rules in _TUNED_ALLTOALL:
-        if below is None or size < below:
-            for limit, algo in rules:
-                if limit is None or block < limit:
-                    return f"ompi_{algo}"
-    raise AssertionError("unreachable: the table's last row holds beyond")
+    ranks with ``block``-byte blocks (``costmodel.alltoall_algorithm``): "ompi_bruck",
+    "ompi_linear" or "ompi_pairwise"."""
+    return f"ompi_{alltoall_algorithm(size, block)}"
+
+
 #: Bytes each rank contributes to HAN's node Allgather (three addresses).
 HAN_ALLGATHER_BYTES = 24
 
@@ -88,16 +66,6 @@ class RefCpu:
     (one convertor set up, packed and cleaned up per block, the peer's address looked up)."""
     ddt_block: float = 0.0
     han_block: float = 0.0
-
-
-def bruck_blocks(size: int) -> list[tuple[int, int]]:
-    """(distance, blocks sent) of each round of Open MPI's modified Bruck on ``size`` ranks."""
-    idx = np.arange(1, size)
-    out, d = [], 1
-    while d < size:
-        out.append((d, int(np.count_nonzero(idx & d))))
-        d <<= 1
-    return out
 
 
 def ring_partner(node: int, round_: int, nodes: int) -> int:
@@ -132,10 +100,17 @@ def reference_trace(name: str, layout: Layout, block: int, rank: int, model: Cos
                     coarse: Optional[Coarse] = None) -> list[str]:
     """Time-independent trace of ``rank`` in one call of reference schedule ``name`` with
     ``block``-byte blocks (every block the same); "ompi_tuned": the one ``tuned_alltoall`` picks.
-    ``coarse``: replay a linear exchange coarsely (``simulate.coarse_actions``)."""
+    ``coarse``: replay a linear exchange coarsely (``actions.coarse_actions``)."""
+    return [f"{rank} init"] + reference_actions(name, layout, block, rank, model, cpu, coarse) + [f"{rank} finalize"]
+
+
+def reference_actions(name: str, layout: Layout, block: int, rank: int, model: CostModel, cpu: RefCpu,
+                      coarse: Optional[Coarse] = None) -> list[str]:
+    """The lines of ``reference_trace`` between its init and finalize: one call, to put in a
+    longer trace (the simulator replays hxmpi's ``MPI_Alltoall`` calls as "ompi_tuned")."""
     if name == "ompi_tuned":
         name = tuned_alltoall(layout.size, block)
-    p, lines = layout.size, [f"{rank} init"]
+    p, lines = layout.size, []
     copy = model.beta_copy
     if name == "ompi_bruck":
         tag = _TAG[name]
@@ -165,7 +140,7 @@ def reference_trace(name: str, layout: Layout, block: int, rank: int, model: Cos
         lines += _sleep(rank, block * copy)  # the own block
         step = Exchange("flat", tuple((q, block) for q in others), tuple((q, block) for q in others), "linear")
         if coarse and coarsenable(step, layout, rank):
-            lines += coarse_actions(rank, step, layout, make_counts(p, block, False), coarse)
+            lines += coarse_actions(rank, step, layout, np.full((p, p), block, dtype=np.int64), coarse)
         else:
             posted = [f"{rank} irecv {q} {tag} {block}" for q in others] + \
                      [f"{rank} isend {q} {tag} {block}" for q in others]
@@ -178,7 +153,7 @@ def reference_trace(name: str, layout: Layout, block: int, rank: int, model: Cos
                       f"{rank} waitall"]
     else:
         raise ValueError(f"unknown reference schedule {name!r}; choose one of {REFERENCES}")
-    return lines + [f"{rank} finalize"]
+    return lines
 
 
 #: ``reference_features`` columns beyond CostModel's fields.
