@@ -421,6 +421,14 @@ def _ratio(v) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def _nic_floor(r, nic):
+    """Seconds a node's NIC needs for the bytes its ranks send to other nodes (even nodes), or None."""
+    if not nic or len(set(r["node_sizes"])) != 1 or r["nodes"] < 2:
+        return None
+    g, p = r["ranks_per_node"], sum(r["node_sizes"])
+    return g * (p - g) * r["block_bytes"] / nic["bandwidth"]
+
+
 def render_scale(d):
     """The scale table: hxmpi's one-shot and plan against Open MPI's tuned decision and HAN (each
     replayed with its fitted CPU per block) and the CPU-free lower bound."""
@@ -436,11 +444,15 @@ def render_scale(d):
     for r in d["records"]:
         rows.append((layout(r["node_sizes"]), size(r["block_bytes"]), us(r["auto_s"]), us(r["auto_plan_s"]),
                      f"{us(r['ompi_tuned_s'])} ({r['ompi_tuned_schedule'].replace('ompi_', '')})", us(r["han_s"]),
-                     us(r["lower_bound_s"]), _ratio(r["auto_vs_ompi_tuned"]), _ratio(r["auto_plan_vs_lower_bound"]),
-                     f"{r['auto_pick']} / {r['auto_plan_pick']}", "model" if r["by_model"] else "replay"))
+                     us(r["lower_bound_s"]), us(_nic_floor(r, nic)), _ratio(r["auto_vs_ompi_tuned"]),
+                     _ratio(r["auto_plan_vs_lower_bound"]), f"{r['auto_pick']} / {r['auto_plan_pick']}",
+                     "model" if r["by_model"] else "replay"))
     out.append(table(["layout", "block", "hxmpi one-shot us", "hxmpi plan us", "Open MPI tuned + CPU us (runs)",
-                      "HAN + CPU us", "lower bound us", "one-shot / tuned", "plan / lower bound", "auto picks",
-                      "from"], rows))
+                      "HAN + CPU us", "lower bound us", "NIC floor us", "one-shot / tuned", "plan / lower bound",
+                      "auto picks", "from"], rows))
+    if nic:
+        out.append("NIC floor: the bytes a node's ranks send to other nodes over the NIC's bandwidth, the time "
+                   "no schedule can beat (messages and latency left out).")
     if any(r.get("lower_bound_of") == "MPI_Alltoall" for r in d["records"]):
         out.append("Bare MPI_Alltoallv was not replayed here (`--no-alltoallv`): the lower bound is Open MPI's "
                    "tuned MPI_Alltoall without CPU.")

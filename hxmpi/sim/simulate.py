@@ -685,7 +685,7 @@ def print_layout(records: list[dict], out=sys.stdout) -> None:
         else f"{r0['nodes']} x {r0['ranks_per_node']}"
     how = "BY THE MODEL (not replayed)" if r0["by_model"] else "replayed"
     print(f"# nodes {shape} ({p} ranks), {how}; bare MPI_Alltoallv as Open MPI's {r0['flat_schedule']}, "
-          "MPI_Alltoall by SMPI's ompi selector", file=out)
+          "MPI_Alltoall as Open MPI's tuned decision", file=out)
     cols = (("bare a2av", "bare_alltoallv"), ("bare a2a", "bare_alltoall"), ("agree", "agreement"),
             *((a, a) for a in ALGORITHMS), ("auto", "auto"),
             *((f"{a} plan", f"{a}_plan") for a in ALGORITHMS if a != "flat"), ("auto plan", "auto_plan"))
