@@ -934,13 +934,13 @@ def choose_call(model: "CostModel", mode: str, nodes: int, per_node: int, patter
     shape = _shape(nodes, per_node, sizes)
     pat = pattern if isinstance(pattern, Pattern) else Pattern.even(sum(shape), pattern)
     hier_ok = has_hierarchy(len(shape), max(shape))
-    cands = []
+    # MPI_Alltoall first: on a tie (the same linear exchange) the library's own call, without
+    # count arrays, is the one to run.
+    cands = [("alltoall", 2)] if pat.uniform else []
     for algo in ALGORITHM.values():
         if runs_as(algo, hier_ok) is not algo or (algo.led and node_phase != "shm"):
             continue
         cands += [(algo.name, k) for k in settings_of(algo, shape, radices)]
-    if pat.uniform:
-        cands.append(("alltoall", 2))
     best = min((predict_call(model, a, mode, nodes, per_node, pat, node_phase, k, cpu, numpy, shape), i)
                for i, (a, k) in enumerate(cands))
     algo, radix = cands[best[1]]
