@@ -99,7 +99,7 @@ def _latency_only():
 
 
 def test_whole_call_parts():
-    from hxmpi.comm.costmodel import predict_agreement, predict_call
+    from hxmpi.comm.costmodel import predict_agreement
     m = _latency_only()
     # Bruck pays one latency per round: ceil(log_k 512) rounds.
     for k, rounds in ((2, 9), (8, 3), (16, 3), (512, 1)):
@@ -127,7 +127,7 @@ def test_whole_call_parts():
 def test_pattern_sees_skew_and_sparsity():
     import numpy as np
 
-    from hxmpi.comm.costmodel import Pattern, choose_call, predict_call
+    from hxmpi.comm.costmodel import Pattern, choose_call
     from hxmpi.sim.simulate import make_counts
     even, skew = Pattern.from_counts(make_counts(64, 1024, False)), Pattern.from_counts(make_counts(64, 1024, True))
     assert even.uniform and not skew.uniform
@@ -189,7 +189,7 @@ def _walk_model(**kw):
 
 def test_every_algorithm_is_priced_from_its_program():
     """predict_call's bare price of each algorithm is the walk of the programs its planner makes."""
-    from hxmpi.comm.costmodel import layout_price, predict_call
+    from hxmpi.comm.costmodel import layout_price
     from hxmpi.comm.plan import ALGORITHMS, Layout, algorithm_of
     m = _walk_model()
     layout = Layout(np.repeat(np.arange(4), 3))
@@ -252,7 +252,6 @@ def test_message_passing_node_phase_is_priced_as_it_runs():
 def test_the_nic_is_off_by_default_and_bounds_a_phase_when_given():
     """No NIC: the prices of per-rank costs alone. A NIC: a phase takes at least the node's
     inter-node messages at its message rate, and its bytes at its bandwidth."""
-    from hxmpi.comm.costmodel import predict_call
     base = CostModel()
     assert base.vector()[-2:].tolist() == [0.0, 0.0]
     assert replace(base, nic_msg_rate=0.0).predict("hier", 8, 8, 64) == base.predict("hier", 8, 8, 64)
@@ -314,7 +313,7 @@ def test_auto_pick_is_the_models_argmin_on_a_grid():
     """auto's pick, one-shot and plan, is the cheapest option the model prices (MPI_Alltoall is
     hxmpi's flat on uniform counts): every algorithm the layout runs at every radix of
     ``RADICES`` (capped at its communicator's size), and within 5% of every radix."""
-    from hxmpi.comm.costmodel import CALL_ALGORITHMS, RADICES, CpuTimes, Pattern, auto_pick, predict_call
+    from hxmpi.comm.costmodel import CALL_ALGORITHMS, RADICES, CpuTimes, Pattern, auto_pick
     from hxmpi.comm.plan import ALGORITHM
     cpu = CpuTimes.load()
     for m, n, g, block in _grid():

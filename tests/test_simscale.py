@@ -2,10 +2,9 @@
 full one, Open MPI's tuned decision and the baselines with their CPU, the multi-leader family."""
 import tempfile
 
-import numpy as np
 import pytest
 
-from hxmpi.comm.costmodel import CostModel
+from hxmpi.comm.costmodel import CpuTimes, predict_call
 from hxmpi.comm.plan import Layout
 from hxmpi.sim.mleader import leader_counts, leader_trace, predict_leaders
 from hxmpi.sim.reference import RefCpu, mbw_mr_trace, reference_trace, tuned_alltoall
@@ -201,7 +200,6 @@ def test_alltoall_pick_replays_slower_than_its_lower_bound():
     with tempfile.TemporaryDirectory() as tmp:
         plan = replay(layout, counts, Call("alltoall", "plan"), "shm", MODEL, Network(), tmp + "/p", nic=NIC)
         bare = replay(layout, counts, Call("alltoall", "bare"), "shm", MODEL, Network(), tmp + "/b", nic=NIC)
-    from hxmpi.comm.costmodel import CpuTimes, predict_call
     fixed = CpuTimes.fixed(MODEL)
     model_gap = predict_call(MODEL, "alltoall", "plan", 4, 16, 8, cpu=fixed) - \
         predict_call(MODEL, "alltoall", "bare", 4, 16, 8)

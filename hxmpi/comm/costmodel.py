@@ -850,13 +850,13 @@ def _alltoall(m: "CostModel", shape: tuple, block: float, library: bool = True) 
     per block and Bruck round (``mpi_ddt_block``); without: the CPU-free lower bound."""
     p = sum(shape)
     how = alltoall_algorithm(p, block)
-    free = replace(m, beta_copy=0.0)
-    if how == "bruck":
-        k = sum(n for _, n in bruck_blocks(p))
-        cpu = k * m.mpi_ddt_block if library else 0.0
-        return _skeleton(shape, "bruck", 2, "shm", True, "").price(free, block) + cpu + (2 * p + 3 * k) * block * \
-            m.beta_copy
-    return _skeleton(shape, "flat", 2, "shm", True, how).price(free, block) + block * m.beta_copy
+    free = replace(m, beta_copy=0.0)  # the exchange alone; the library's copies are added below
+    if how != "bruck":
+        return _skeleton(shape, "flat", 2, "shm", True, how).price(free, block) + block * m.beta_copy
+    k = sum(n for _, n in bruck_blocks(p))  # blocks sent over all rounds
+    cpu = k * m.mpi_ddt_block if library else 0.0
+    copies = (2 * p + 3 * k) * block * m.beta_copy
+    return _skeleton(shape, "bruck", 2, "shm", True, "").price(free, block) + cpu + copies
 
 
 def _predict_call(m: "CostModel", algorithm: str, mode: str, shape: tuple, pat: Pattern, node_phase: str,

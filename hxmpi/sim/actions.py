@@ -62,8 +62,8 @@ P2P_VERBS = ("send", "recv", "isend", "irecv")
 
 def nic_lines(lines: Sequence[str], layout: Layout, nic: Optional[Nic]) -> list[str]:
     """``lines`` (one rank's trace) with ``nic.surcharge`` bytes added to each message between two
-    nodes, on both sides (a send and its receive agree); unchanged without a NIC. Collective actions
-    (the agreement's Allreduce and Alltoall, run inside SMPI) are left as they are."""
+    nodes, on both sides (a send and its receive agree); unchanged without a NIC. SMPI's own
+    collective actions (the agreement's Allreduce) are left as they are."""
     if nic is None:
         return list(lines)
     node, extra, out = layout.node_of, nic.surcharge, []
