@@ -75,7 +75,9 @@ from mpi4py import MPI
 
 comm = MPI.COMM_WORLD
 hc = hxmpi.HierComm(comm, ranks_per_node=2, progress=sys.argv[1])
-send = np.arange(comm.size * 1000, dtype=np.float64) + comm.rank
+# 8 MiB blocks: too large to finish inside the call (the transfer needs both ranks' progress), so
+# a request is still in flight at exit; 8 KB blocks sometimes finished at the call on every rank.
+send = np.arange(comm.size * (1 << 20), dtype=np.float64) + comm.rank
 recv = np.empty_like(send)
 requests = [hc.Ialltoall(send, recv)]
 print(f"rank {comm.rank} leaves", flush=True)
