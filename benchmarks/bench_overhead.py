@@ -411,7 +411,7 @@ def stage_times(hc, send_spec, recv_spec, iterations: int) -> dict:
     """Local stages of one call, each timed alone on this rank (us, mean over ranks; see --breakdown)."""
     from hxmpi.comm._agree import fill_record
     from hxmpi.comm._call import spec_unchanged
-    from hxmpi.comm.exchange import _spec_memo
+    from hxmpi.comm.engine import _spec_memo
     from hxmpi.comm.msgspec import parse_alltoallv
     from hxmpi.comm.plan import ALGORITHM, program
     from hxmpi.comm.plancache import CacheEntry
@@ -431,13 +431,13 @@ def stage_times(hc, send_spec, recv_spec, iterations: int) -> dict:
               }
     scratch = Scratch()
     flat = CacheEntry(0, None, (0, True, 0, False), ALGORITHM["flat"], False)
-    stages["bind + free flat run"] = lambda: hc._bind(flat, s, r, False, scratch).free()
+    stages["bind + free flat run"] = lambda: hc._engine.bind(flat, s, r, False, scratch).free()
     if hc.layout.hier_possible:
         planner = hc.layout.planner(comm.rank)
-        plan = program(ALGORITHM["hier"], parts, planner, hc._mode, rc_node).detach()
+        plan = program(ALGORITHM["hier"], parts, planner, hc._engine.mode, rc_node).detach()
         hier = CacheEntry(0, None, (2, True, 0, False), ALGORITHM["hier"], False, plan=plan)
-        stages["plan hier (its program)"] = lambda: program(ALGORITHM["hier"], parts, planner, hc._mode, rc_node)
-        stages["bind + free hier run"] = lambda: hc._bind(hier, s, r, False, scratch).free()
+        stages["plan hier (its program)"] = lambda: program(ALGORITHM["hier"], parts, planner, hc._engine.mode, rc_node)
+        stages["bind + free hier run"] = lambda: hc._engine.bind(hier, s, r, False, scratch).free()
     out = {}
     for name, fn in stages.items():
         for _ in range(20):

@@ -1159,11 +1159,6 @@ cdef class CallTable:
     cdef readonly tuple kept
     cdef object _planned
     cdef public object stats, state
-    #: a deferred table (a request-mode HierComm's, ``exchange._Deferred``) hands a clean hit's
-    #: run over in ``handed`` instead of running it; ``paused``: recognise nothing (every call
-    #: goes to Python: requests are in flight, whose buffers only Python checks)
-    cdef public bint deferred, paused
-    cdef public object handed
     # The miss path (``miss_path``): None until configured.
     cdef object _choices, _codes, _flat_codes, _predefined, _datatype_type, _limits, _miss_stats
     cdef long _auto_code
@@ -1201,8 +1196,6 @@ cdef class CallTable:
         self.tick = self.misses = self.compiled = self.compiled_misses = self.compiled_rebound = 0
         self.stats, self.state = None, "off"
         self._pending_flags, self._pending_entry = -1, None
-        self.deferred = self.paused = False
-        self.handed = None
         self._choices = None
         self._runner = None
         self._brucks = None
@@ -1300,16 +1293,16 @@ cdef class CallTable:
     cdef long long _window_generation(self):
         return self.window.generation if self.window is not None else 0
 
-    def call(self, sendbuf, recvbuf, algorithm, validate, bint uniform, default_algorithm):
+    def call(self, sendbuf, recvbuf, algorithm, validate, bint uniform, default_algorithm, handover):
         """One call's compiled path: ``NOT_FOUND`` (not recognised nor of the form the miss path
         reads; nothing was communicated), ``AGREED`` (agreed, but not a clean hit nor a miss run
         here: ``take_pending``), ``DONE`` or ``KEEP``. ``default_algorithm``: the ``HierComm``'s,
-        for ``algorithm`` None."""
+        for ``algorithm`` None. ``handover``: None, or the call's context (``engine.Call``) of a
+        call that defers: a clean hit's run is handed over in its ``run`` instead of run here (a
+        nonblocking request runs it)."""
         cdef Slot slot
         cdef Record* rec
         cdef int flags, err
-        if self.paused:
-            return NOT_FOUND
         slot = self._find(sendbuf, recvbuf, algorithm, validate, uniform)
         if slot is not None and self._choices is not None and not self._same_buffers(slot):
             # No run bound to these buffers: the miss path runs the entry's plan on them (a hit,
@@ -1331,8 +1324,8 @@ cdef class CallTable:
         self.tick += 1
         self.misses = 0
         self.touch(slot.entry)
-        if self.deferred:
-            self.handed = slot.run
+        if handover is not None:
+            handover.run = slot.run
         elif slot.program is not None:
             slot.program.execute()
         else:

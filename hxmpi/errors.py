@@ -5,11 +5,12 @@ others waiting in the next collective forever.
 """
 from __future__ import annotations
 
+from functools import wraps
 from typing import TYPE_CHECKING, Optional
 
 __all__ = ["HxmpiError", "TopologyError", "ExchangeError", "SettingError", "NonFiniteLoss",
            "ExchangeTypeError", "ExchangeKeyError", "CpuFileError", "PlanStateError", "agree", "raise_gathered",
-           "abort_job"]
+           "abort_job", "guarded"]
 
 if TYPE_CHECKING:  # importing this module does not start MPI
     from mpi4py import MPI
@@ -117,3 +118,20 @@ def abort_job(error: BaseException, where: str) -> None:
     time.sleep(0.5)
     MPI.COMM_WORLD.Abort(1)
     os._exit(1)  # an MPI_Abort that returned (seen with MPICH): this rank must not go on
+
+
+def guarded(method):
+    """Guard a collective method: an error raised on this rank alone (not ``agreed``: every bad
+    spec is agreed, and raised on every rank alike) ends the job (``abort_job``) instead of
+    leaving the other ranks waiting for this one forever."""
+    where = f"HierComm.{method.__name__}"
+
+    @wraps(method)
+    def guard(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except BaseException as exc:
+            if getattr(exc, "agreed", False):
+                raise
+            abort_job(exc, where)
+    return guard

@@ -154,25 +154,25 @@ def test_repeated_calls_run_the_compiled_path(comm, cached, layout, phase, algor
     rng = np.random.default_rng(21 + comm.rank)
     cases = [_case(comm, rng), _case(comm, rng, np.int32)]
     outs = [np.zeros_like(ref) for _, _, _, ref in cases]
-    before = hc._calls.compiled
+    before = hc._engine.calls.compiled
     for call in range(5):
         for (sc, rc, sbuf, ref), out in zip(cases, outs):
             out.fill(0)
             hc.Alltoallv([sbuf, (sc, None)], [out, (rc, None)], algorithm=algorithm)
             assert out.tobytes() == ref.tobytes(), f"call {call}"
-    assert hc._calls.compiled - before == 2 * 3
+    assert hc._engine.calls.compiled - before == 2 * 3
     assert hc.last_stats["plan_cache"] == "hit"
     bound = [e.run for e in hc.plan_cache.entries.values() if e.run is not None]
     assert len(bound) >= 2 and all(run.program() is not None for run in bound)  # no Python between MPI calls
     send = np.arange(2 * comm.size, dtype=np.int64) + 100 * comm.rank
     recv, ref = np.zeros_like(send), np.zeros_like(send)
     comm.Alltoall(send, ref)
-    before = hc._calls.compiled
+    before = hc._engine.calls.compiled
     for _ in range(4):
         recv.fill(0)
         hc.Alltoall(send, recv, algorithm=algorithm)
         assert recv.tobytes() == ref.tobytes()
-    assert hc._calls.compiled - before == 2
+    assert hc._engine.calls.compiled - before == 2
 
 
 @pytest.mark.parametrize("algorithm", ["flat", "hier", "bruck", "hier_pairwise", "hier_bruck", "auto"])
@@ -203,7 +203,7 @@ def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm, node_p
         if runs_here:  # kept by the cache (its first 2 x 4 misses) from what the compiled path read
             assert "_keep_miss" in frames and not any(name.startswith("parse") for name in frames), frames
     if runs_here:
-        assert hc._calls.compiled_misses == 8 and hc.last_stats["algorithm"] == ran
+        assert hc._engine.calls.compiled_misses == 8 and hc.last_stats["algorithm"] == ran
         assert hc.last_stats.get("radix", 0) == (hc.radix if ran.endswith("bruck") else 0)
         # A miss past the ones the cache keeps (its first 2 x 4) runs with no Python frame but the entry's.
         late, late_ref = np.zeros(counts.sum() + 99), np.zeros(counts.sum() + 99)
@@ -211,11 +211,11 @@ def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm, node_p
         comm.Alltoallv(*specs[:1], [late_ref, (counts, displs + 99)])
         frames = _python_frames(lambda: hc.Alltoallv(*specs, algorithm=algorithm))
         assert frames == ["<lambda>", "guarded", "Alltoallv"] and late.tobytes() == late_ref.tobytes()
-        assert hc._calls.compiled_misses == 9
+        assert hc._engine.calls.compiled_misses == 9
         if not ran.startswith("hier"):
             assert hc.last_stats["flat"]["bytes"] == 8 * (2 + 7 % 3) * (size - 1)
         else:  # what crosses node boundaries: this rank's blocks to every rank of another node
-            off = int(np.count_nonzero(hc._node_of != hc._node_of[me]))
+            off = int(np.count_nonzero(hc._engine.node_of != hc._engine.node_of[me]))
             assert hc.last_stats["inter_node"]["bytes"] == 8 * (2 + 7 % 3) * off
         if ran.endswith("bruck") and size > 1:  # the compiled Bruck runs' arenas are counted
             held = hc.scratch_bytes
@@ -250,7 +250,7 @@ def test_a_rank_on_the_python_miss_path_matches_the_compiled_ones(comm, algorith
             spec = ([sbuf, counts, displs, MPI.INT], [out, counts, displs + call, MPI.INT])
         hc.Alltoallv(*spec, algorithm=algorithm)
         assert out.tobytes() == ref.tobytes(), f"call {call}"
-    assert hc._calls.compiled_misses == (0 if me == 0 else 5)
+    assert hc._engine.calls.compiled_misses == (0 if me == 0 else 5)
     hc.Alltoallv(*spec, algorithm=algorithm)  # the last pattern, kept by every rank
     assert out.tobytes() == ref.tobytes() and hc.plan_cache.hits == 1
     hc.free()
@@ -273,14 +273,14 @@ def test_counts_given_as_lists_run_the_compiled_paths(comm, algorithm):
         frames = _python_frames(lambda: hc.Alltoallv(*specs, algorithm=algorithm))
         assert out.tobytes() == ref.tobytes(), f"call {call}"
         assert "count_arrays" not in frames, frames  # the compiled reader takes the lists itself
-    assert hc._calls.compiled_misses == 4
+    assert hc._engine.calls.compiled_misses == 4
     # Lists of numpy integers: made int64 arrays in Python, then offered to the compiled path again.
     numpy_ints = [np.int64(2)] * size  # a pattern not seen above (packed blocks of 2)
     one, one_ref = np.zeros(2 * size, np.int32), np.zeros(2 * size, np.int32)
     comm.Alltoallv([sbuf, [2] * size], [one_ref, [2] * size])
     frames = _python_frames(lambda: hc.Alltoallv([sbuf, numpy_ints], [one, numpy_ints], algorithm=algorithm))
     assert one.tobytes() == one_ref.tobytes() and "count_arrays" in frames
-    assert hc._calls.compiled_misses == 5
+    assert hc._engine.calls.compiled_misses == 5
     out.fill(0)
     hc.Alltoallv([sbuf, (counts, displs)], [out, (counts, [d + call for d in displs])], algorithm=algorithm)
     assert out.tobytes() == ref.tobytes() and hc.plan_cache.hits == 1
@@ -305,9 +305,9 @@ def test_the_compiled_runner_refuses_buffers_its_program_does_not_fit(comm, node
     sc, rc, sbuf, ref = _case(comm, np.random.default_rng(11 + comm.rank))
     send = Side(np.frombuffer(sbuf, np.uint8), sc * 8, exclusive_cumsum(sc) * 8)
     recv = Side(np.zeros(ref.nbytes, np.uint8), rc * 8, exclusive_cumsum(rc) * 8)
-    plan = hc._hier_plan(send, recv, ALGORITHM["hier"], 2).detach()
+    plan = hc._engine.hier_plan(send, recv, ALGORITHM["hier"], 2).detach()
     a, buf = np.zeros(plan.scratch_bytes, np.uint8), np.zeros(plan.stage_bytes, np.uint8)
-    runner = hc._runner
+    runner = hc._engine.runner
     with pytest.raises(ValueError, match="lies outside its buffers"):
         runner.run(plan, send.view, recv.view[:-1], a, buf)
     with pytest.raises(ValueError, match="contiguous uint8"):
@@ -337,7 +337,7 @@ def test_new_alltoall_blocks_run_the_compiled_miss_path(comm, algorithm):
             hc.Alltoall(send, out, algorithm=algorithm)
         assert out.tobytes() == ref.tobytes(), f"call {call}"
     if algorithm == "flat":
-        assert hc._calls.compiled_misses == 6
+        assert hc._engine.calls.compiled_misses == 6
     assert hc.last_stats["plan_cache"] == "miss"
     hc.free()
 
@@ -386,8 +386,8 @@ def test_new_buffers_of_a_cached_pattern_run_compiled(comm, layout, algorithm, n
     assert frames == ["one", "guarded", "Alltoallv"], f"Python frames of a rebound hit: {frames}"
     ran = hc.last_stats["algorithm"]  # a hierarchical one runs flat where the layout has no hierarchy
     assert ran == ("flat" if algorithm.startswith("hier") and not hc.layout.hier_possible else algorithm)
-    assert hc._calls.compiled_misses == 1 and hc._calls.compiled_rebound == 6 and hc.plan_cache.hits == 6
-    before = hc._calls.compiled
+    assert hc._engine.calls.compiled_misses == 1 and hc._engine.calls.compiled_rebound == 6 and hc.plan_cache.hits == 6
+    before = hc._engine.calls.compiled
     for call in range(4):
         out.fill(0)
         frames = _python_frames(one) if call == 3 else one()
@@ -396,18 +396,18 @@ def test_new_buffers_of_a_cached_pattern_run_compiled(comm, layout, algorithm, n
     # The last call above left its entry on these buffers: the first call here binds the
     # persistent run (the general path, which lets the compiled path recognise the specs), the
     # other three run compiled.
-    assert hc._calls.compiled - before == 3
+    assert hc._engine.calls.compiled - before == 3
     assert frames == ["one", "guarded", "Alltoallv"], f"Python frames of a hit: {frames}"
     # Two receive arrays in turn, one of which had the bound run: the first call frees it (in
     # Python), every later one is a rebound hit in compiled code, also where a slot recognises
     # the specs but holds no run bound to them.
-    rebound, second = hc._calls.compiled_rebound, np.zeros_like(ref)
+    rebound, second = hc._engine.calls.compiled_rebound, np.zeros_like(ref)
     for call in range(6):
         target = out if call % 2 else second
         target.fill(0)
         hc.Alltoallv([send, sc], [target, rc], algorithm=algorithm)
         assert target.tobytes() == ref.tobytes() and hc.last_stats["plan_cache"] == "hit-rebound"
-    assert hc._calls.compiled_rebound - rebound == 5
+    assert hc._engine.calls.compiled_rebound - rebound == 5
     hc.free()
 
 
@@ -418,7 +418,7 @@ def test_count_mismatch_on_the_compiled_miss_path_fails_everywhere(comm, cached)
         pytest.skip("a pair needs two ranks")
     hc = _hc(cached, "one_node", "mpi")
     sc, rc, _ = _mismatch(comm, "one_byte")
-    before = hc._calls.compiled_misses
+    before = hc._engine.calls.compiled_misses
     with pytest.raises(ExchangeError, match=r"rank 0 sends 3 B to rank 1, which expects 4 B"):
         hc.Alltoallv([np.zeros(int(sc.sum()), np.uint8), sc], [np.zeros(int(rc.sum()), np.uint8), rc],
                      algorithm="flat")
@@ -426,7 +426,7 @@ def test_count_mismatch_on_the_compiled_miss_path_fails_everywhere(comm, cached)
     send, out, ref = np.full(5 * comm.size, comm.rank, np.uint8), np.zeros(5 * comm.size, np.uint8), np.zeros(5 * comm.size, np.uint8)
     hc.Alltoallv([send, good], [out, good], algorithm="flat")
     comm.Alltoallv([send, good], [ref, good])
-    assert out.tobytes() == ref.tobytes() and hc._calls.compiled_misses == before + 1
+    assert out.tobytes() == ref.tobytes() and hc._engine.calls.compiled_misses == before + 1
 
 
 def test_specs_rebuilt_every_call_are_recognised_by_content(comm, cached):
@@ -436,15 +436,15 @@ def test_specs_rebuilt_every_call_are_recognised_by_content(comm, cached):
     rng = np.random.default_rng(13 + comm.rank)
     sc, rc, sbuf, ref = _case(comm, rng)
     out = np.zeros_like(ref)
-    before = hc._calls.compiled
+    before = hc._engine.calls.compiled
     for _ in range(4):
         out.fill(0)
         hc.Alltoallv([sbuf, (np.array(sc), None)], [out, np.array(rc)])
         assert out.tobytes() == ref.tobytes()
-    assert hc._calls.compiled - before == 2
+    assert hc._engine.calls.compiled - before == 2
     out.fill(0)
     hc.Alltoallv([sbuf, (sc.astype(np.int32), None)], [out, rc.astype(np.int32)])
-    assert out.tobytes() == ref.tobytes() and hc._calls.compiled - before == 2
+    assert out.tobytes() == ref.tobytes() and hc._engine.calls.compiled - before == 2
 
 
 def test_compiled_path_sees_counts_changed_in_place(comm, cached):
@@ -477,12 +477,12 @@ def test_buffer_resized_in_place_is_not_written_through_a_stale_slot(comm, cache
     for _ in range(3):
         hc.Alltoallv([sbuf, sc], spec)
     assert hc.last_stats["plan_cache"] == "hit"
-    before = hc._calls.compiled
+    before = hc._engine.calls.compiled
     out.resize(ref.shape[0] + (1 << 16), refcheck=False)  # moves the data: far larger
     out.fill(0)
     hc.Alltoallv([sbuf, sc], spec)
     assert out[:ref.shape[0]].tobytes() == ref.tobytes()
-    assert hc._calls.compiled == before
+    assert hc._engine.calls.compiled == before
 
 
 def test_changed_pattern_on_one_rank_misses_everywhere(comm, cached):

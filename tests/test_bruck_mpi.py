@@ -165,22 +165,22 @@ def test_programs_with_round_based_exchanges_in_every_runner(comm, layout, node_
 
     hc = HierComm(comm, node_of=LAYOUTS[layout](comm.size), node_phase=node_phase)
     counts = count_matrix(comm.size, "irregular", seed=11)
-    rc_node = np.ascontiguousarray(counts[:, hc._members].T)
+    rc_node = np.ascontiguousarray(counts[:, hc._engine.members].T)
     kinds = [(Rounds.ROUNDS_BRUCK, 2), (Rounds.ROUNDS_BRUCK, 3), (Rounds.ROUNDS_PAIRWISE, 0)]
-    for persistent, runner in ((False, hc._runner), (False, None), (True, None)):
+    for persistent, runner in ((False, hc._engine.runner), (False, None), (True, None)):
         for rounds, radix in kinds:
             for planner in ("lanes", "flat"):
-                if planner == "lanes" and not hc._hier_possible:
+                if planner == "lanes" and not hc._engine.hier_possible:
                     continue
                 algorithm = Algorithm(f"{planner}_{int(rounds)}", planner, rounds)
                 sview, sc, sd, rview, rc, rd, ref = buffers(comm, counts)
                 s, r = Side(sview, sc, sd), Side(rview, rc, rd)
-                prog = program(algorithm, (sc, sd, rc, rd), hc._planner, hc._mode, rc_node, radix)
-                scratch, window = hc._scratch, hc._window
+                prog = program(algorithm, (sc, sd, rc, rd), hc._engine.planner, hc._engine.mode, rc_node, radix)
+                scratch, window = hc._engine.scratch, hc._engine.window
                 if persistent:  # a persistent run owns its program, scratch and window
                     prog, scratch = prog.detach(), Scratch()
-                    window = NodeWindow(hc.topology.intra) if hc._window else None
-                run = Run(prog, algorithm, radix, s, r, False, hc._comms, scratch, window, persistent, runner)
+                    window = NodeWindow(hc.topology.intra) if hc._engine.window else None
+                run = Run(prog, algorithm, radix, s, r, False, hc._engine.comms, scratch, window, persistent, runner)
                 for salt in ((0, 5, 9) if persistent else (0,)):
                     sview[:] = buffers(comm, counts, salt)[0]
                     if persistent:

@@ -117,14 +117,14 @@ def test_repeated_calls_reuse_buffers(comm, hcs):
     for scale in (1, 8, 64, 8, 1):
         rng = np.random.default_rng(scale * 31 + comm.rank)
         sc, rc, sbuf, ref = exchange_case(comm, rng, np.float64, max_count=scale * 4, zero_frac=0.1)
-        before = {k: id(v) for k, v in hc._scratch.buffers.items()}
+        before = {k: id(v) for k, v in hc._engine.scratch.buffers.items()}
         out = np.zeros_like(ref)
         hc.Alltoallv([sbuf, sc], [out, rc], algorithm="hier")
         assert out.tobytes() == ref.tobytes()
         if scale == 64:
-            peak = {k: id(v) for k, v in hc._scratch.buffers.items()}
+            peak = {k: id(v) for k, v in hc._engine.scratch.buffers.items()}
         if scale < 64 and "peak" in locals():
-            assert {k: id(v) for k, v in hc._scratch.buffers.items()} == peak == {**before, **peak}
+            assert {k: id(v) for k, v in hc._engine.scratch.buffers.items()} == peak == {**before, **peak}
 
 
 def test_scratch_memory_bound(comm):
@@ -400,7 +400,7 @@ def test_auto_follows_the_tuning_file(comm, favour, tmp_path_factory):
         assert ran(hc)[0] == "bruck" and ran(hc)[1] >= 3, hc.last_stats
     # New patterns of the same class (receive blocks further in) reuse that pick, and their misses
     # run on the compiled miss path whichever family it is.
-    picked, before = ran(hc), hc._calls.compiled_misses
+    picked, before = ran(hc), hc._engine.calls.compiled_misses
     for shift in (1, 2, 3):
         out, ref = np.zeros(sbuf.size + shift), np.zeros(sbuf.size + shift)
         displs = np.arange(size, dtype=np.int64) * 4 + shift
@@ -408,7 +408,7 @@ def test_auto_follows_the_tuning_file(comm, favour, tmp_path_factory):
         hc.Alltoallv([sbuf, counts], [out, (counts, displs)])
         assert out.tobytes() == ref.tobytes() and hc.last_stats["plan_cache"] == "miss"
         assert ran(hc) == picked, hc.last_stats
-    assert hc._calls.compiled_misses - before == 3
+    assert hc._engine.calls.compiled_misses - before == 3
     hc.free()
 
 

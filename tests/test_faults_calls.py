@@ -36,7 +36,7 @@ def boom(*args, **kwargs):
 for k in range(3):
     if k == 2 and comm.rank == comm.size - 1:
         if call == "blocking":
-            hc._calls = type("Broken", (), {"call": boom})()  # the call path: the others wait in the agreement
+            hc._engine.calls = type("Broken", (), {"call": boom})()  # the call path: the others wait in the agreement
         elif call == "request":
             runs.Run.begin = runs.Run.test = runs.Run.finish = boom  # while the data moves (start, Test, Wait)
         else:

@@ -5,7 +5,7 @@ from mpi4py import MPI
 from support import assert_exchange_works, exchange_case, layouts
 
 from hxmpi import ExchangeError, HierComm
-from hxmpi.comm.exchange import PlanStateError
+from hxmpi.errors import PlanStateError
 
 pytestmark = pytest.mark.mpi
 
@@ -95,7 +95,7 @@ def test_request_reports_its_stats_and_frees_only_its_own_window(comm, phased, p
     req = hc.Alltoallv_init([sbuf, sc, MPI.INT], [out, rc, MPI.INT], algorithm="hier")
     own = req._window
     assert (own is not None) == (phase == "shm" and hc.layout.hier_possible)
-    assert own is None or own is not hc._window
+    assert own is None or own is not hc._engine.window
     hc.Alltoallv([sbuf, sc, MPI.INT], [out, rc, MPI.INT], algorithm="flat")
     assert hc.last_stats["plan_cache"] != "request"
     req.Start()

@@ -36,7 +36,7 @@ def _counts(size: int, pattern: str) -> np.ndarray:
 
 def _world_of(hc, comm_code, peer: int) -> int:
     """World rank of ``peer`` of an exchange's communicator, from the communicators themselves."""
-    group = hc._comms[comm_code].Get_group()
+    group = hc._engine.comms[comm_code].Get_group()
     world = hc.comm.Get_group()
     try:
         return MPI.Group.Translate_ranks(group, [peer], world)[0]
@@ -108,7 +108,7 @@ def test_the_runner_executes_what_the_simulator_replays(comm, layout_name, node_
         if node_phase != "shm":
             raise
         pytest.skip("a node's ranks span hosts here, so there is no shared-memory phase")
-    if hc._runner is None:
+    if hc._engine.runner is None:
         hc.free()
         pytest.skip("this MPI's handles cannot be passed from compiled code: no compiled runner")
     me, size = comm.rank, comm.size
@@ -127,10 +127,10 @@ def test_the_runner_executes_what_the_simulator_replays(comm, layout_name, node_
             # runner); uint64 ones the general path, whose one-shot run the runner runs.
             for dtype in (np.int64, np.uint64):
                 out = np.zeros_like(ref)
-                hc._runner.trace(events)
+                hc._engine.runner.trace(events)
                 hc.Alltoallv([sbuf, sc.astype(dtype)], [out, rc.astype(dtype)], algorithm=algorithm)
-                noted, words = hc._runner.traced, hc._runner.traced_words
-                hc._runner.trace(None)
+                noted, words = hc._engine.runner.traced, hc._engine.runner.traced_words
+                hc._engine.runner.trace(None)
                 assert out.tobytes() == ref.tobytes(), (pattern, algorithm, dtype)
                 ran = hc.last_stats["algorithm"]
                 if words is None:

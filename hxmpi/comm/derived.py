@@ -1,5 +1,6 @@
 """Communicators derived from a HierComm (``Dup``, ``Split``, ``Split_type``, ``Create_cart``,
-``Sub``, ``Create_group``): the checks of their arguments and the node layout they inherit.
+``Sub``, ``Create_group``): the calls (``Deriving``, ``CartDeriving``), the checks of their
+arguments and the node layout they inherit.
 
 A derived communicator keeps its parent's nodes: each of its ranks is on the node its process had
 in the parent (``derived_node_of``), so virtual nodes (``ranks_per_node``/``node_of``) carry over
@@ -15,8 +16,108 @@ from typing import Optional, Sequence
 
 from mpi4py import MPI
 
-__all__ = ["split_problem", "split_type_args", "dup_problem", "cart_args", "sub_args", "group_problem",
-           "derived_node_of", "is_cartesian"]
+from ..errors import TopologyError, agree, guarded
+
+__all__ = ["Deriving", "CartDeriving", "split_problem", "split_type_args", "dup_problem", "cart_args", "sub_args",
+           "group_problem", "derived_node_of", "is_cartesian"]
+
+
+class Deriving:
+    """The calls of a HierComm that make communicators: each returns a HierComm over the new
+    communicator, with this one's settings and each rank on the node its process has here.
+
+    A class using it has ``comm`` (its communicator), ``topology`` (its nodes) and
+    ``_derived(comm, node_of)`` (a HierComm like itself over a duplicate of ``comm``)."""
+
+    @guarded
+    def Dup(self, info: Optional[MPI.Info] = None):
+        """A HierComm over a duplicate of ``comm`` (``info``: its hints), with this one's settings
+        and nodes (``_derive``). Collective."""
+        return self._derive(dup_problem(info), lambda comm: comm.Dup(info))
+
+    def Dup_with_info(self, info: MPI.Info):
+        """``Dup`` with hints."""
+        return self.Dup(info)
+
+    def Clone(self):
+        """``Dup``, under mpi4py's other name for it."""
+        return self.Dup()
+
+    @guarded
+    def Split(self, color: int = 0, key: int = 0):
+        """A HierComm over the ranks that pass this ``color``, ordered by ``key`` then by rank (as
+        ``MPI_Comm_split``); ``MPI.COMM_NULL`` on ranks passing ``MPI.UNDEFINED``. Settings and
+        nodes inherited (``_derive``). Collective."""
+        return self._derive(split_problem(color, key), lambda comm: comm.Split(color, key))
+
+    @guarded
+    def Split_type(self, split_type: int, key: int = 0, info: MPI.Info = MPI.INFO_NULL):
+        """A HierComm over the ranks this one's ``split_type`` (``MPI.COMM_TYPE_SHARED``, ...)
+        groups with this rank, ordered by ``key``; ``MPI.COMM_NULL`` for ``MPI.UNDEFINED``. Its
+        nodes are still this one's, virtual ones included (``_derive``). Collective."""
+        shared, problem = split_type_args(split_type, key, info)
+        return self._derive(problem, lambda comm: comm.Split_type(split_type, key, info), "split_type", shared)
+
+    @guarded
+    def Create_cart(self, dims, periods=None, reorder: bool = False):
+        """A ``CartHierComm`` over a grid of ``dims`` ranks per dimension (``periods``: which
+        wrap around; ``reorder``: MPI may renumber), as ``MPI_Cart_create``; ``MPI.COMM_NULL`` on
+        ranks outside the grid. Settings and nodes inherited (``_derive``). Collective."""
+        args, problem = cart_args(dims, periods, reorder, self.comm.size)
+        return self._derive(problem, lambda comm: comm.Create_cart(*args), "dims, periods and reorder", args)
+
+    @guarded
+    def Create_group(self, group: MPI.Group, tag: int = 0):
+        """A HierComm over ``group``'s processes (a subgroup of ``comm``'s), as
+        ``MPI_Comm_create_group``: collective over the group alone, so a bad argument raises
+        ``TopologyError`` on each rank that passes it, with no communication; ``MPI.COMM_NULL``
+        on a rank outside the group. Settings and nodes inherited (``_derive``)."""
+        problem = group_problem(group, tag, self.comm)
+        if problem:
+            raise TopologyError(problem)
+        return self._derive(None, lambda comm: comm.Create_group(group, tag), collective=False)
+
+    @guarded
+    def Create(self, group: MPI.Group):
+        """A HierComm over ``group``'s processes (a subgroup of ``comm``'s; ranks may pass
+        disjoint groups), as ``MPI_Comm_create``: collective over ``comm``; ``MPI.COMM_NULL`` on a
+        rank outside its group. Settings and nodes inherited (``_derive``)."""
+        return self._derive(group_problem(group, 0, self.comm), lambda comm: comm.Create(group))
+
+    def _derive(self, problem: Optional[str], make, what: Optional[str] = None, shared=None,
+                collective: bool = True):
+        """A HierComm over ``make(comm)`` (the new communicator it duplicates is freed here), with
+        this one's settings and each rank on the node its process has here; what ``make`` gives
+        where it makes none (``MPI.COMM_NULL``).
+
+        ``collective``: first agree over ``comm`` on ``problem`` (this rank's bad argument) and,
+        where ``what`` names them, on ``shared``, the arguments every rank passing one (not None)
+        must pass alike: a ``TopologyError`` on every rank, before the MPI call."""
+        if collective:
+            if what is not None:
+                views = self.comm.allgather(shared)
+                first = next((r for r, v in enumerate(views) if v is not None), None)
+                if problem is None and shared is not None and shared != views[first]:
+                    problem = f"{what} {shared!r} differ from rank {first}'s {views[first]!r}"
+            agree(self.comm, problem, TopologyError)
+        new = make(self.comm)
+        if new == MPI.COMM_NULL:
+            return new
+        try:
+            return self._derived(new, derived_node_of(self.topology.node_of, self.comm, new))
+        finally:
+            new.Free()
+
+
+class CartDeriving(Deriving):
+    """``Deriving`` over a Cartesian communicator: also ``Sub``."""
+
+    @guarded
+    def Sub(self, remain_dims):
+        """The sub-grid of this rank's ranks that differ only along the dimensions ``remain_dims``
+        keeps (as ``MPI_Cart_sub``), with this one's settings and nodes. Collective."""
+        kept, problem = sub_args(remain_dims, self.comm.Get_dim())
+        return self._derive(problem, lambda comm: comm.Sub(kept), "remain_dims", kept)
 
 
 def _integer(value) -> Optional[int]:

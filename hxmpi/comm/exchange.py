@@ -1,99 +1,46 @@
-"""HierComm: Alltoall/Alltoallv, flat or hierarchical (lanes, then nodes), byte-exact with MPI_Alltoallv.
+"""HierComm: the public face of hxmpi's all-to-all, a drop-in for mpi4py's communicator.
 
-The hierarchical algorithm (``docs/method.md``; planner in ``hxmpi/comm/plan.py``, execution in
-``hxmpi/comm/runs.py``)::
+The calls (``Alltoallv``, ``Alltoall``, ``Alltoallw``; their nonblocking ``I...`` and persistent
+``..._init`` forms; the numpy ``alltoallv``) take mpi4py's buffer specs and give what
+``comm.Alltoallv`` gives, byte for byte, moving the bytes flat, hierarchically (lanes, then the
+node phase; ``docs/method.md``) or in log rounds, whichever the call asks for or "auto" picks.
 
-  pack     gather this rank's blocks for other nodes, by destination node        (Cython copy_blocks)
-  phase 1  Alltoallv on every lane this rank serves: one segment per node (inter-node)
-  node     shared memory: phase 1 lands in a node window; each rank copies its blocks out of it.
-           message passing (fallback, env HXMPI_NODE_PHASE=mpi): repack, Alltoallv on the node, unpack.
-
-A one-shot call goes through typed stages: parse the specs (``msgspec``), look the count pattern up
-in the agreed plan cache (``plancache``), agree (``agreement``: one Allreduce of 16 uint64 that also
-fingerprints every pair of counts and carries the sums "auto" prices), then run the cached plan,
-or plan (the hierarchical path learns its node's receive counts from the node) and bind a run
-(``runs``). A call whose specs a cached pattern's slot recognises runs whole in compiled code
-(``csrc/_call.pyx``: recognise, agree, run the bound run as a compiled ``Program``); Python takes
-over only where the verdict is not a clean hit. A persistent request
-(``Alltoallv_init``) agrees and plans once; each ``Start`` then only copies and communicates.
-
-All counts and displacements are int64 bytes. Bad input raises ``ExchangeError`` on every rank.
+What runs a call lives beside this module, one job a module: ``settings`` (the constructor's
+settings, checked and agreed), ``engine`` (a one-shot call's stages over its call context:
+lookup, agreement, conclusion, plan, run), ``persistent`` (planned-once requests),
+``nonblocking`` (requests and their progress), ``alltoallw`` (datatype specs as bytes) and
+``derived`` (the communicators a HierComm makes). Every other attribute of a communicator falls
+through to ``comm``. Bad input raises ``ExchangeError`` on every rank.
 """
 from __future__ import annotations
 
 import inspect
-import os
-import secrets
 import zlib
-from functools import partial, wraps
 from typing import Optional
 
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import CpuFileError, ExchangeError, PlanStateError, TopologyError, abort_job, agree
-from . import transfer
-from ._agree import buffer_id, pattern_key
-from ._call import AGREED, DONE, KEEP, NOT_FOUND, CallTable, Runner, Saved, find_typed
-from .agreement import Agreed, Agreement
-from .alltoallw import TypedSides, composed
-from .bruck import TAG as BRUCK_TAG
-from .costmodel import ENV_TUNING, KIB_CAP, CostModel, CpuTimes, auto_pick, pattern_class
-from .derived import (
-    cart_args,
-    derived_node_of,
-    dup_problem,
-    group_problem,
-    is_cartesian,
-    split_problem,
-    split_type_args,
-    sub_args,
-)
-from .msgspec import PREDEFINED, Side, count_arrays, int_vector, parse_alltoall, parse_alltoallv
-from .nonblocking import PROGRESS_MODES, HierRequest, Progress, Requests
-from .plan import (
-    ALGORITHM,
-    ALGORITHM_CHOICES,
-    COMM_WORLD,
-    MODE_SHM,
-    NODE_PHASES,
-    Algorithm,
-    Layout,
-    StepProgram,
-    bruck_rounds,
-    check_leaders,
-    exclusive_cumsum,
-    program,
-)
-from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES, CacheEntry, PlanCache
-from .runs import ExchangeStats, NodeWindow, Run, Scratch
+from ..errors import guarded
+from ._call import DONE, NOT_FOUND, find_typed
+from .alltoallw import TypedSides
+from .derived import CartDeriving, Deriving, is_cartesian
+from .engine import Call, Engine
+from .msgspec import Side, count_arrays, int_vector, parse_alltoall, parse_alltoallv
+from .nonblocking import HierRequest, Progress, Requests
+from .persistent import ExchangeRequest, make_request
+from .plan import Layout, exclusive_cumsum
+from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES
+from .runs import ExchangeStats
+from .settings import agree_settings, check, pricing
 from .topology import Topology
 
-__all__ = ["PlanStateError", "HierComm", "CartHierComm", "ExchangeRequest", "HierRequest"]
+__all__ = ["HierComm", "CartHierComm", "ExchangeRequest", "HierRequest"]
 
-ENV_NODE_PHASE = "HXMPI_NODE_PHASE"
-_ALGO_CODE = {name: i for i, name in enumerate(ALGORITHM_CHOICES)}
 _KIND_BITS = 20  # row kinds are agreed as a 20-bit code: its square summed over ranks fits in 64 bits
 
 
-def _collective(method):
-    """Guard a collective call: an error raised on this rank alone (not ``agreed``: every bad spec
-    is agreed, and raised on every rank alike) ends the job (``errors.abort_job``) instead of
-    leaving the other ranks waiting for this one forever."""
-    where = f"HierComm.{method.__name__}"
-
-    @wraps(method)
-    def guarded(self, *args, **kwargs):
-        try:
-            return method(self, *args, **kwargs)
-        except BaseException as exc:
-            if getattr(exc, "agreed", False):
-                raise
-            abort_job(exc, where)
-    return guarded
-
-
-class HierComm:
+class HierComm(Deriving):
     """All-to-all over a Topology: flat (one MPI_Alltoallv) or hierarchical (lanes, then nodes).
 
     ``algorithm`` is "flat", "hier", "auto", "bruck", "hier_pairwise", "hier_bruck" or
@@ -142,189 +89,131 @@ class HierComm:
                  tuning: Optional[str] = None, node_phase: Optional[str] = None,
                  cache_entries: int = DEFAULT_ENTRIES, cache_bytes: int = DEFAULT_BYTES, radix: int = 2,
                  overhead: Optional[str] = None, progress: str = "request", leaders: int = 2):
-        # A bad name is agreed below, with the node phase: a rank raising here alone would leave
+        # A bad setting is agreed below, with the node phase: a rank raising here alone would leave
         # the others waiting in Topology's collectives.
-        bad = None if algorithm in ALGORITHM_CHOICES else f"algorithm must be one of {ALGORITHM_CHOICES}, got {algorithm!r}"
-        if bad is None and (type(cache_entries) is not int or cache_entries < 0
-                            or type(cache_bytes) is not int or cache_bytes < 0):
-            bad = f"cache_entries and cache_bytes must be integers >= 0, got {cache_entries!r}, {cache_bytes!r}"
-        if bad is None and (type(radix) is not int or radix < 2):
-            bad = f"radix must be an integer >= 2, got {radix!r}"
-        if bad is None and (type(leaders) is not int or leaders < 1):
-            bad = f"leaders must be an integer >= 1, got {leaders!r}"
-        if bad is None and progress not in PROGRESS_MODES:
-            bad = f"progress must be one of {PROGRESS_MODES}, got {progress!r}"
+        bad = check(algorithm, cache_entries, cache_bytes, radix, leaders, progress)
         #: how nonblocking calls move: "request" (inside Test/Wait) or "thread" (``nonblocking.py``)
         self.progress = progress
         #: the cost model behind "auto" and hxmpi's CPU per path it prices with (the same on every rank)
-        self.cost_model, self.cpu_times, problem = _pricing(tuning, overhead)
-        bad = bad or problem
+        self.cost_model, self.cpu_times, problem = pricing(tuning, overhead)
         self.radix = radix
         #: the leaders per node of an explicit "hier_leaders"
         self.leaders = leaders
         self.algorithm = algorithm
         self.topology = topology if topology is not None else Topology(comm, ranks_per_node, node_of)
         self.comm = self.topology.comm
-        t = self.topology
-        self.layout = Layout(t.node_of)
-        self._hier_possible = self.layout.hier_possible
-        self._planner = self.layout.planner(t.rank) if self._hier_possible else None
+        #: the static node layout (``plan.Layout``): members, lanes, planners
+        self.layout = Layout(self.topology.node_of)
         #: "shm" or "mpi": how the hierarchical path's node phase moves data.
-        self.node_phase, key = self._agree_settings(node_phase, bad)
-        self._mode = NODE_PHASES[self.node_phase]
-        self._window = NodeWindow(t.intra) if self.node_phase == "shm" else None
-        #: each exchange's communicator by its code in a step program (``plan.ExchangeStep.comm``)
-        self._comms = {"world": self.comm, "node": t.intra, **dict(t.served_lanes)}
-        if self._deferred:  # the data's own duplicates: its collectives never interleave with the agreement's
-            self._comms = {code: comm.Dup() for code, comm in self._comms.items()}
-        # One-shot runs are compiled (None where the MPI's handles cannot be passed from compiled
-        # code: their steps are walked in Python then).
-        try:
-            self._runner: Optional[Runner] = None if self._deferred else Runner(
-                self.comm, t.intra, t.served_lanes, MPI.BYTE, BRUCK_TAG, bruck_rounds)
-        except NotImplementedError:
-            self._runner = None
-        self._scratch = Scratch()
-        self._agreement = Agreement(self.comm, key)
+        self.node_phase, key = agree_settings(self.topology, self.layout.hier_possible, node_phase, bad or problem,
+                                              radix, leaders, self.cost_model, self.cpu_times, progress)
+        self._engine = Engine(self.topology, self.layout, self.node_phase, key, algorithm, radix, leaders,
+                              self.cost_model, self.cpu_times, cache_entries, cache_bytes, self._deferred)
         #: the agreed plan cache of one-shot calls (``hxmpi/comm/plancache.py``).
-        self.plan_cache = PlanCache(cache_entries, cache_bytes)
-        # The compiled hit path (``csrc/_call.pyx``); it also counts agreed calls (``tick``, the same
-        # on every rank) and misses since the last hit, and holds the last call's stats and state.
-        self._calls = CallTable(self._agreement, self.plan_cache, self._scratch, self._window, self.comm.size)
-        self._calls.deferred = self._deferred
-        self.plan_cache.on_drop = self._calls.forget
-        self._choices: dict[tuple, tuple[Algorithm, int]] = {}  # auto's picks by pattern class (_pick)
-        # Misses of the common spec form that run flat are parsed, agreed and run compiled too.
-        hier = {a.code: a for a in ALGORITHM.values() if a.hierarchical}
-        flat = frozenset(a.code for a in ALGORITHM.values() if self.layout.runs(a) is ALGORITHM["flat"])
-        if not self._deferred:  # a deferred call's run is handed over, never run here
-            self._calls.miss_path(self._choices, _ALGO_CODE, _ALGO_CODE["auto"], flat, PREDEFINED, MPI.Datatype,
-                                  transfer, self.comm.rank, key, KIB_CAP, self.comm, MPI.BYTE,
-                                  ExchangeStats("flat", flat_counts=np.zeros(self.comm.size, dtype=np.int64)))
-        if self._runner is not None and self._hier_possible:  # and hierarchical ones too
-            planners = {"lanes": self._planner}
-            if self._mode == MODE_SHM:  # multi-leader meets in the node window (else it is refused in Python)
-                planners["leaders"] = _LeaderPlanners(self.layout, t.rank)
-            self._calls.hier_path(hier, radix, self._runner, planners, self._mode, self._mode == MODE_SHM,
-                                  _stats_of, MPI.INT64_T, check_leaders(leaders, self.layout.max_leaders))
-        size = self.comm.size
-        if self._runner is not None:  # and flat Bruck ones, whose first runs the runner keeps
-            self._calls.bruck_path(frozenset((_ALGO_CODE["bruck"],)), radix,
-                                   partial(self._runner.bruck_once, COMM_WORLD),
-                                   ExchangeStats("bruck", flat_counts=np.zeros(size, dtype=np.int64)))
-        self._node_of = np.asarray(t.node_of, dtype=np.int64)
-        self._members = self.layout.members[t.node]
-        self._count_send = np.empty(size, dtype=np.int64)  # alltoallv's count exchange, reused
-        self._count_recv = np.empty(size, dtype=np.int64)
+        self.plan_cache = self._engine.plan_cache
+        self._count_send = np.empty(self.comm.size, dtype=np.int64)  # alltoallv's count exchange, reused
+        self._count_recv = np.empty(self.comm.size, dtype=np.int64)
         self._count_request: Optional[ExchangeRequest] = None
         self._typed: Optional[TypedSides] = None  # Alltoallw's layouts and kept calls, made on first use
-        self._composing = None  # the Alltoallw call (``TypedCall``) under way, whose bound run ``_bind`` composes
         self._progress: Optional[Progress] = None  # the nonblocking calls' thread, made on first use
         self._requests: Optional[Requests] = None  # the nonblocking calls' queue (request mode), likewise
-        # A deferred call's hand-over (``_defer``): its run, what completes it, where it receives,
-        # and why its receive buffer may not be used (a request in flight still receives there).
-        self._ready = self._after = self._ready_recv = self._busy = None
         #: what a HierComm with this one's layout and settings is built from (the progress thread's)
-        self._settings = dict(node_of=list(t.node_of), algorithm=algorithm, tuning=tuning,
+        self._settings = dict(node_of=list(self.topology.node_of), algorithm=algorithm, tuning=tuning,
                               node_phase=self.node_phase, cache_entries=cache_entries, cache_bytes=cache_bytes,
                               radix=radix, overhead=overhead, progress=progress, leaders=leaders)
 
-    def _agree_settings(self, requested: Optional[str], problem: Optional[str]) -> tuple[str, tuple]:
-        """Agree on the constructor's settings; return the node phase every rank uses ("shm" only
-        where every node's ranks share memory) and the fingerprint key (rank 0's draw).
-        ``problem``: this rank's bad setting, if any."""
-        requested = requested if requested is not None else os.environ.get(ENV_NODE_PHASE, "auto")
-        if problem is None and requested not in ("auto", *NODE_PHASES):
-            problem = f"node_phase must be 'auto', 'shm' or 'mpi', got {requested!r}"
-        shared = True
-        if self._hier_possible:  # can the node's ranks map one window? (not if a node spans hosts)
-            probe = self.topology.intra.Split_type(MPI.COMM_TYPE_SHARED)
-            shared = probe.size == self.topology.intra.size
-            probe.Free()
-        key = (secrets.randbits(64), secrets.randbits(64))
-        pricing = (tuple(self.cost_model.vector().tolist()), tuple(self.cpu_times.seconds.values()))
-        views = self.comm.allgather((requested, shared, problem, key, (self.radix, self.leaders), pricing,
-                                     self.progress))
-        if problem is None and len({v[0] for v in views}) > 1:
-            problem = f"node_phase {requested!r} differs between ranks"
-        if problem is None and len({v[6] for v in views}) > 1:
-            problem = f"progress {self.progress!r} differs between ranks"
-        if problem is None and len({v[4] for v in views}) > 1:
-            problem = f"radix {self.radix!r} or leaders {self.leaders!r} differs between ranks"
-        if problem is None and len({v[5] for v in views}) > 1:  # "auto" would pick differently
-            problem = (f"the cost model or CPU per path differs between ranks (tuning and overhead files; "
-                       f"this rank's CPU from {self.cpu_times.source})")
-        agree(self.comm, problem, ExchangeError)
-        everywhere = all(v[1] for v in views)
-        if requested == "shm" and not everywhere:
-            raise ExchangeError("node_phase='shm', but the ranks of a node do not all share memory")
-        return ("shm" if requested != "mpi" and everywhere else "mpi"), views[0][3]
+    _deferred = False  # a ``_Deferred``: calls hand their bound runs over instead of running them
 
     # ------------------------------------------------------------------ public API
-    @_collective
+    @guarded
     def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather Vector, with mpi4py buffer specs (counts and displs in elements)."""
-        done = self._calls.call(sendbuf, recvbuf, algorithm, validate, False, self.algorithm)
-        if done == NOT_FOUND:  # nothing communicated yet: lists the compiled reader does not take (of numpy
-            # integers, say) are read again as int64 arrays
+        # A compiled hit goes from here to its return in compiled code: no call context is made.
+        done = self._engine.calls.call(sendbuf, recvbuf, algorithm, validate, False, self.algorithm, None)
+        if done != DONE:
+            self._alltoallv(sendbuf, recvbuf, Call(algorithm, validate), done)
+
+    def _alltoallv(self, sendbuf, recvbuf, call: Call, done: Optional[int] = None) -> None:
+        """``Alltoallv`` of ``call``; ``done``: what the compiled path returned for these specs
+        (None: not asked yet)."""
+        if done is None:
+            done = self._compiled(sendbuf, recvbuf, call)
+        if done == NOT_FOUND and call.busy is None:  # nothing communicated yet: lists the compiled
+            # reader does not take (of numpy integers, say) are read again as int64 arrays
             s, r = count_arrays(sendbuf), count_arrays(recvbuf)
             if s is not None or r is not None:
                 sendbuf, recvbuf = sendbuf if s is None else s, recvbuf if r is None else r
-                done = self._calls.call(sendbuf, recvbuf, algorithm, validate, False, self.algorithm)
+                done = self._compiled(sendbuf, recvbuf, call)
         if done != DONE:
-            self._general(parse_alltoallv, sendbuf, recvbuf, algorithm, validate, False, done)
+            self._engine.general(call, parse_alltoallv, sendbuf, recvbuf, done)
 
-    @_collective
+    def _compiled(self, sendbuf, recvbuf, call: Call) -> int:
+        """The compiled path's verdict on a call (``CallTable.call``); ``NOT_FOUND`` where a
+        request in flight may still use a buffer (only Python checks that)."""
+        if call.busy is not None:
+            return NOT_FOUND
+        return self._engine.calls.call(sendbuf, recvbuf, call.algorithm, call.validate, call.uniform,
+                                       self.algorithm, call if call.defer else None)
+
+    @guarded
     def Alltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather: equal blocks of ``len(buf) / size`` elements (or a given count).
 
         Flat runs as ``MPI_Alltoall``, so the MPI library's own algorithms for it apply."""
-        done = self._calls.call(sendbuf, recvbuf, algorithm, validate, True, self.algorithm)
+        done = self._engine.calls.call(sendbuf, recvbuf, algorithm, validate, True, self.algorithm, None)
         if done != DONE:
-            self._general(parse_alltoall, sendbuf, recvbuf, algorithm, validate, True, done)
+            self._alltoall(sendbuf, recvbuf, Call(algorithm, validate, uniform=True), done)
 
-    @_collective
+    def _alltoall(self, sendbuf, recvbuf, call: Call, done: Optional[int] = None) -> None:
+        """``Alltoall`` of ``call`` (``done`` as ``_alltoallv``'s)."""
+        if done is None:
+            done = self._compiled(sendbuf, recvbuf, call)
+        if done != DONE:
+            self._engine.general(call, parse_alltoall, sendbuf, recvbuf, done)
+
+    @guarded
     def Alltoallw(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather General, with mpi4py's spec ``[buf, counts, displs, datatypes]``:
         displacements in bytes, one basic or derived datatype per peer (``hxmpi/comm/alltoallw.py``).
 
         Packs what is not contiguous, moves bytes as ``Alltoallv`` does (every algorithm), unpacks;
         receive-buffer bytes outside the receive type maps stay untouched."""
-        typed = self._typed
+        self._alltoallw(sendbuf, recvbuf, Call(algorithm, validate))
+
+    def _alltoallw(self, sendbuf, recvbuf, call: Call) -> None:
+        typed, engine = self._typed, self._engine
         if typed is None:
             typed = self._typed = TypedSides(self.comm.size)
-        call = find_typed(typed.calls, sendbuf, recvbuf, algorithm, validate)  # the specs of a kept call
-        if call is None:
-            call, problem = typed.prepare(sendbuf, recvbuf, algorithm, validate)
+        kept = find_typed(typed.calls, sendbuf, recvbuf, call.algorithm, call.validate)  # a kept call's specs
+        if kept is None:
+            kept, problem = typed.prepare(sendbuf, recvbuf, call.algorithm, call.validate)
             if problem:  # agreed like any call's problem: raises on every rank, before data moves
                 nothing = Side(None, None, None)
-                self._one_shot(nothing, nothing, problem, algorithm, validate, False, False)
+                engine.one_shot(call, nothing, nothing, problem, False)
         # ``Alltoallv`` of byte specs of the common form, its Python frame skipped: a kept call's
         # specs are the objects the compiled path recognised last time. Where a side is packed,
         # the run bound for good to them is composed with the type maps (``alltoallw.composed``):
         # it reads and writes the caller's buffers itself, so that side is neither packed before
         # it nor scattered after (a hit); any other run moves the packed bytes.
-        send, recv, parts = call.send_spec, call.recv_spec, call.parts
-        later = parts is not None and parts[1] is not None and self._calls.ready(send, recv, algorithm, validate)
+        send, recv, parts = kept.send_spec, kept.recv_spec, kept.parts
+        later = parts is not None and parts[1] is not None and engine.calls.ready(send, recv, call.algorithm,
+                                                                                  call.validate)
         # A request in flight still reading this call's packed bytes (the same buffers) keeps them:
         # the call is refused at its agreement (the receive buffer is in use), nothing is packed.
-        may_pack = call.pack is not None and not (self._busy is not None and self._busy(call.recv_spec[0]))
+        may_pack = kept.pack is not None and not (call.busy is not None and call.busy(kept.recv_spec[0]))
         if may_pack and not later:
-            call.pack.run()
-        self._composing = call if parts is not None else None
-        try:
-            done = self._calls.call(send, recv, algorithm, validate, False, self.algorithm)
-            if done != DONE:
-                if later and may_pack:  # agreed, nothing moved yet: the general path may run a plan on the packed bytes
-                    call.pack.run()
-                self._general(parse_alltoallv, send, recv, algorithm, validate, False, done)
-        finally:
-            self._composing = None
-        if call.unpack is not None and (parts is None or self._calls.state != "hit"):
-            if self._deferred:  # scattered once the request's run completed
-                self._after = call.unpack.run
+            kept.pack.run()
+        call.typed = kept if parts is not None else None
+        done = self._compiled(send, recv, call)
+        if done != DONE:
+            if later and may_pack:  # agreed, nothing moved yet: the general path may run a plan on the packed bytes
+                kept.pack.run()
+            engine.general(call, parse_alltoallv, send, recv, done)
+        if kept.unpack is not None and (parts is None or engine.calls.state != "hit"):
+            if call.defer:  # scattered once the request's run completed
+                call.after = kept.unpack.run
             else:
-                call.unpack.run()
+                kept.unpack.run()
 
     def Ialltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> HierRequest:
         """Nonblocking ``Alltoallv``: returns a request whose ``Test``/``Wait`` move the data (or a
@@ -352,21 +241,15 @@ class HierComm:
             self._requests = Requests(_Deferred(self.comm, **{**self._settings, "node_phase": "mpi"}))
         return self._requests.submit(method, sendbuf, recvbuf, algorithm, validate)
 
-    _deferred = False  # a ``_Deferred``: calls hand their bound runs over instead of running them
-
     def _defer(self, method: str, sendbuf, recvbuf, algorithm, validate, busy) -> tuple:
         """Agree and plan one call of ``method`` (collective) without running it: (its run, bound
         and persistent; what completes it after the run, or None; the receive buffer's bytes).
         ``busy(recv)``: why this call may not receive there, or None (an agreed problem); None
         where no request is in flight, and then a recognised call is a compiled hit."""
-        self._busy = busy
-        self._calls.paused = busy is not None
-        try:
-            getattr(self, method)(sendbuf, recvbuf, algorithm=algorithm, validate=validate)
-            run = self._ready if self._ready is not None else self._calls.handed
-            return run, self._after, self._ready_recv if self._ready_recv is not None else run.r.view
-        finally:
-            self._ready = self._after = self._ready_recv = self._busy = self._calls.handed = None
+        call = Call(algorithm, validate, uniform=method == "Alltoall", busy=busy, defer=True)
+        {"Alltoallv": self._alltoallv, "Alltoall": self._alltoall, "Alltoallw": self._alltoallw}[method](
+            sendbuf, recvbuf, call)
+        return call.run, call.after, call.run.r.view
 
     def __getattr__(self, name: str):
         """A public attribute of ``comm`` that HierComm lacks (called only when lookup fails)."""
@@ -376,123 +259,30 @@ class HierComm:
                                  + ("" if name.startswith("_") else " (nor has its MPI communicator)"))
         return getattr(comm, name)
 
-    # ------------------------------------------------------------------ derived communicators
-    @_collective
-    def Dup(self, info: Optional[MPI.Info] = None) -> "HierComm":
-        """A HierComm over a duplicate of ``comm`` (``info``: its hints), with this one's settings
-        and nodes (``_derive``). Collective."""
-        return self._derive(dup_problem(info), lambda comm: comm.Dup(info))
+    def _derived(self, comm: MPI.Intracomm, node_of: list) -> "HierComm":
+        """A HierComm like this one over a duplicate of ``comm``, its ranks on nodes ``node_of``
+        (``derived.Deriving``)."""
+        return HierComm(comm, **{**self._settings, "node_of": node_of})
 
-    def Dup_with_info(self, info: MPI.Info) -> "HierComm":
-        """``Dup`` with hints."""
-        return self.Dup(info)
-
-    def Clone(self) -> "HierComm":
-        """``Dup``, under mpi4py's other name for it."""
-        return self.Dup()
-
-    @_collective
-    def Split(self, color: int = 0, key: int = 0):
-        """A HierComm over the ranks that pass this ``color``, ordered by ``key`` then by rank (as
-        ``MPI_Comm_split``); ``MPI.COMM_NULL`` on ranks passing ``MPI.UNDEFINED``. Settings and
-        nodes inherited (``_derive``). Collective."""
-        return self._derive(split_problem(color, key), lambda comm: comm.Split(color, key))
-
-    @_collective
-    def Split_type(self, split_type: int, key: int = 0, info: MPI.Info = MPI.INFO_NULL):
-        """A HierComm over the ranks this one's ``split_type`` (``MPI.COMM_TYPE_SHARED``, ...)
-        groups with this rank, ordered by ``key``; ``MPI.COMM_NULL`` for ``MPI.UNDEFINED``. Its
-        nodes are still this one's, virtual ones included (``_derive``). Collective."""
-        shared, problem = split_type_args(split_type, key, info)
-        return self._derive(problem, lambda comm: comm.Split_type(split_type, key, info), "split_type", shared)
-
-    @_collective
-    def Create_cart(self, dims, periods=None, reorder: bool = False):
-        """A ``CartHierComm`` over a grid of ``dims`` ranks per dimension (``periods``: which
-        wrap around; ``reorder``: MPI may renumber), as ``MPI_Cart_create``; ``MPI.COMM_NULL`` on
-        ranks outside the grid. Settings and nodes inherited (``_derive``). Collective."""
-        args, problem = cart_args(dims, periods, reorder, self.comm.size)
-        return self._derive(problem, lambda comm: comm.Create_cart(*args), "dims, periods and reorder", args)
-
-    @_collective
-    def Create_group(self, group: MPI.Group, tag: int = 0):
-        """A HierComm over ``group``'s processes (a subgroup of ``comm``'s), as
-        ``MPI_Comm_create_group``: collective over the group alone, so a bad argument raises
-        ``TopologyError`` on each rank that passes it, with no communication; ``MPI.COMM_NULL``
-        on a rank outside the group. Settings and nodes inherited (``_derive``)."""
-        problem = group_problem(group, tag, self.comm)
-        if problem:
-            raise TopologyError(problem)
-        return self._derive(None, lambda comm: comm.Create_group(group, tag), collective=False)
-
-    @_collective
-    def Create(self, group: MPI.Group):
-        """A HierComm over ``group``'s processes (a subgroup of ``comm``'s; ranks may pass
-        disjoint groups), as ``MPI_Comm_create``: collective over ``comm``; ``MPI.COMM_NULL`` on a
-        rank outside its group. Settings and nodes inherited (``_derive``)."""
-        return self._derive(group_problem(group, 0, self.comm), lambda comm: comm.Create(group))
-
-    def _derive(self, problem: Optional[str], make, what: Optional[str] = None, shared=None,
-                collective: bool = True):
-        """A HierComm over ``make(comm)`` (the new communicator it duplicates is freed here), with
-        this one's settings and each rank on the node its process has here; what ``make`` gives
-        where it makes none (``MPI.COMM_NULL``).
-
-        ``collective``: first agree over ``comm`` on ``problem`` (this rank's bad argument) and,
-        where ``what`` names them, on ``shared``, the arguments every rank passing one (not None)
-        must pass alike: a ``TopologyError`` on every rank, before the MPI call."""
-        if collective:
-            if what is not None:
-                views = self.comm.allgather(shared)
-                first = next((r for r, v in enumerate(views) if v is not None), None)
-                if problem is None and shared is not None and shared != views[first]:
-                    problem = f"{what} {shared!r} differ from rank {first}'s {views[first]!r}"
-            agree(self.comm, problem, TopologyError)
-        new = make(self.comm)
-        if new == MPI.COMM_NULL:
-            return new
-        try:
-            return HierComm(new, **{**self._settings, "node_of": derived_node_of(self.topology.node_of, self.comm,
-                                                                                  new)})
-        finally:
-            new.Free()
-
-    def _general(self, parse, sendbuf, recvbuf, algorithm, validate, uniform: bool, done: int) -> None:
-        """A call that the compiled path (``csrc/_call.pyx``) did not finish (``done``: what it
-        returned). A miss it ran whose pattern the cache keeps is kept here; one it agreed, a
-        recognised call that is not a clean hit or a miss it does not run, is concluded here; any
-        other is parsed and agreed."""
-        slot, flags, entry = self._calls.take_pending() if done == AGREED else (None, None, None)
-        if slot is not None:
-            s, r, entry = slot.s, slot.r, slot.entry
-            agreed = self._agreement.conclude(flags, None, 2 * self._code(algorithm) + uniform, bool(validate), "",
-                                              s.counts, r.counts, slot.no)
-            self._conclude(agreed, s, r, entry, entry.key, entry.settings, True, (sendbuf, recvbuf), algorithm)
-            return
-        if done == KEEP:
-            self._keep_miss(algorithm, validate, uniform)
-            return
-        s, r, problem = parse(sendbuf, recvbuf, self.comm.size)  # the same sides the compiled path read
-        if self._busy is not None and problem is None:
-            problem = self._busy(r.view)
-        self._one_shot(s, r, problem, algorithm, validate, uniform, sendbuf is not MPI.IN_PLACE,
-                       specs=(sendbuf, recvbuf), agreed_as=None if flags is None else (flags, entry))
-
-    @_collective
-    def Alltoallv_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
+    @guarded
+    def Alltoallv_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> ExchangeRequest:
         """Persistent All to All Scatter/Gather Vector (MPI-4 style): validate, agree and plan once.
 
         Each ``Start()``/``Wait()`` of the returned request moves what the same buffers hold then
         (with ``MPI.IN_PLACE``, what the receive buffer holds at ``Start``).
         """
-        return self._init(parse_alltoallv, False, sendbuf, recvbuf, algorithm)
+        return make_request(self._engine, parse_alltoallv, False, sendbuf, recvbuf, algorithm, self._request_done)
 
-    @_collective
-    def Alltoall_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> "ExchangeRequest":
+    @guarded
+    def Alltoall_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> ExchangeRequest:
         """Persistent All to All Scatter/Gather (equal blocks); see ``Alltoallv_init``."""
-        return self._init(parse_alltoall, True, sendbuf, recvbuf, algorithm)
+        return make_request(self._engine, parse_alltoall, True, sendbuf, recvbuf, algorithm, self._request_done)
 
-    @_collective
+    def _request_done(self, stats: ExchangeStats) -> None:
+        """A persistent request of this communicator completed: its stats are ``last_stats``'s."""
+        self._engine.calls.stats, self._engine.calls.state = stats, "request"
+
+    @guarded
     def alltoallv(self, array, counts, algorithm: Optional[str] = None,
                   validate: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Send ``counts[d]`` consecutive rows of ``array`` (axis 0) to rank d; return (rows, recv counts).
@@ -522,18 +312,9 @@ class HierComm:
         r = Side(out.reshape(-1).view(np.uint8) if out.nbytes else np.empty(0, np.uint8),
                  rcounts * row_bytes, exclusive_cumsum(rcounts) * row_bytes)
         # The counts came from their senders; the fingerprint still checks the bytes (row sizes).
-        self._one_shot(s, r, problem, algorithm, validate, False, True, kind, kind_text)
+        self._engine.one_shot(Call(algorithm, validate, kind=kind, kind_text=kind_text), s, r, problem, True)
         return out, rcounts
 
-    @property
-    def scratch_bytes(self) -> int:
-        """Scratch memory of one-shot calls on this rank: private buffers, the compiled runner's
-        Bruck send buffers and arenas, plus its share of the window (bytes)."""
-        window = self._window.view.shape[0] // self.topology.intra.size if self._window else 0
-        runner = self._runner.scratch_bytes if self._runner is not None else 0
-        return self._scratch.nbytes + runner + window
-
-    # ------------------------------------------------------------------ core
     def _exchange_counts(self, counts: Optional[np.ndarray]) -> np.ndarray:
         """Every rank learns what each sender sends it (int64 per peer; -1 from a rank with a problem),
         by a persistent ``Alltoall`` of 8-byte blocks, its algorithm the cost model's pick."""
@@ -548,275 +329,19 @@ class HierComm:
         self._count_request.Wait()
         return recv.copy()
 
-    def _code(self, algorithm) -> int:
-        return _ALGO_CODE.get(algorithm if algorithm is not None else self.algorithm, -1)
-
-    def _agree_call(self, s: Side, r: Side, problem, code: int, algorithm, validate, slot: int, same: bool,
-                    kind: int, kind_text: str, uniform: bool) -> Agreed:
-        """The call's agreement (``same``: this rank's cached run is bound to these buffers)."""
-        if problem is None and code < 0:
-            problem = f"algorithm must be one of {ALGORITHM_CHOICES}, got {algorithm!r}"
-        big = not problem and transfer.needs_big(max(s.view.shape[0], r.view.shape[0]), s.total, self.comm.size)
-        # The call's kind goes with the algorithm: an Alltoall never matches an Alltoallv.
-        return self._agreement.agree(problem, 2 * code + uniform, validate, kind, slot, same,
-                                     self.plan_cache.over_budget, big,
-                                     None if problem else s.counts, None if problem else r.counts,
-                                     bool(validate), kind_text)
-
-    def _one_shot(self, s: Side, r: Side, problem, algorithm, validate, uniform: bool, cacheable: bool,
-                  kind: int = 0, kind_text: str = "", specs=None, agreed_as: Optional[tuple] = None) -> None:
-        """Look the pattern up, agree, then run the cached plan or plan a new one (``_conclude``).
-
-        ``specs``: the (send, receive) specs the sides were parsed from, which the compiled path
-        learns to recognise once the pattern is seen again (None: nothing to recognise);
-        ``agreed_as``: (verdict bits, the cache entry this rank agreed with or None) of the
-        agreement the compiled path already made for this call."""
-        cache = self.plan_cache
-        entry = key = None
-        settings = (self._code(algorithm), bool(validate), kind, uniform)
-        parts = (s.counts, s.displs, r.counts, r.displs)
-        findable = problem is None and cacheable and cache.max_entries
-        if agreed_as is not None:  # no second lookup: the entry is the one this rank agreed with
-            flags, entry = agreed_as
-            key = pattern_key(parts) if findable else None
-            agreed = self._agreement.conclude(flags, problem, 2 * settings[0] + uniform, bool(validate), kind_text,
-                                              s.counts, r.counts, entry.slot if entry is not None else 0)
-            self._conclude(agreed, s, r, entry, key, settings, cacheable, specs, algorithm)
-            return
-        if findable:
-            entry, key = cache.lookup(parts, settings)
-        same = entry is not None and entry.bound == self._identity(s, r)
-        agreed = self._agree_call(s, r, problem, settings[0], algorithm, validate, entry.slot if entry else 0,
-                                  same, kind, kind_text, uniform)
-        self._conclude(agreed, s, r, entry, key, settings, cacheable, specs, algorithm)
-
-    def _conclude(self, agreed: Agreed, s: Side, r: Side, entry: Optional[CacheEntry], key, settings: tuple,
-                  cacheable: bool, specs, algorithm) -> None:
-        """The rest of an agreed one-shot call: evict where some rank is over budget, then run the
-        entry every rank hit, or plan and run a new one (cached for next time)."""
-        cache, calls = self.plan_cache, self._calls
-        calls.tick += 1
-        # Over budget somewhere: every rank drops its least recently used entry, or, when the entry
-        # of this call is the only one, that entry after the call.
-        drop_after = agreed.over_budget and not cache.evict_one(keep=agreed.slot)
-        if agreed.slot:
-            calls.touch(entry)
-            calls.misses = 0
-            try:
-                self._run_entry(entry, s, r, agreed.same_buffers)
-            finally:
-                if drop_after:
-                    cache.drop(entry.slot)
-            if specs is not None and not drop_after:
-                self._remember(entry, s, r, specs, algorithm)
-            return
-        algo, radix = self._resolve(settings[0], agreed, settings[3])
-        fresh = CacheEntry(0, (s.counts, s.displs, r.counts, r.displs) if cacheable else None, settings, algo,
-                           agreed.big, key=key or 0, radix=radix)
-        if algo.hierarchical:
-            fresh.plan = self._hier_plan(s, r, algo, radix)
-            if self._deferred:  # it runs after the planner's next plan
-                fresh.plan = fresh.plan.detach()
-        calls.state = "miss" if cache.max_entries else "off"
-        self._run_once(fresh, s, r)
-        if calls.count_miss() and cache.max_entries:  # on every rank at this agreed miss, findable or not
-            self._keep(fresh, s, r)
-
-    def _keep_miss(self, algorithm, validate, uniform: bool) -> None:
-        """Cache the pattern of a miss the compiled path ran and kept (``KEEP``), from the sides it
-        read and, for a hierarchical run, the program it ran: nothing is parsed or planned again."""
-        send, recv, planned = self._calls.kept
-        parts = tuple(self._calls.parsed.reshape(4, self.comm.size).copy())  # the next miss overwrites them
-        s = Side(send.reshape(-1).view(np.uint8), parts[0], parts[1])
-        r = Side(recv.reshape(-1).view(np.uint8), parts[2], parts[3])
-        settings = (self._code(algorithm), bool(validate), 0, uniform)
-        agreed = Agreed(self._calls.last_flags, 0, self._agreement.sums)
-        algo, radix = self._resolve(settings[0], agreed, uniform)
-        fresh = CacheEntry(0, parts, settings, algo, agreed.big, key=pattern_key(parts), radix=radix)
-        if algo.hierarchical:
-            fresh.plan = planned
-        self._keep(fresh, s, r)
-
-    def _keep(self, fresh: CacheEntry, s: Side, r: Side) -> None:
-        """Cache the entry of an agreed miss that ran on these sides (collective by construction)."""
-        if fresh.plan is not None:
-            fresh.plan = fresh.plan.detach()  # it outlives the planner's next plan
-        fresh.bound = self._identity(s, r)
-        self.plan_cache.insert(fresh, self._calls.tick)
-
-    def _remember(self, entry: CacheEntry, s: Side, r: Side, specs: tuple, algorithm) -> None:
-        """Let the compiled path recognise these specs as ``entry``'s from the next call on, with the
-        persistent run bound to their buffers if there is one (after a hit, once the pattern is
-        seen again: a new pattern every call does not pay for it)."""
-        memo = _spec_memo(*specs)
-        if memo is None:
-            return
-        run = entry.run if entry.run is not None and entry.bound == self._identity(s, r) else None
-        self._calls.remember(entry.slot, memo, entry, s, r, algorithm, entry.settings[1], entry.settings[3], run,
-                             run.program() if run is not None else None)
-
-    def _run_entry(self, entry: CacheEntry, s: Side, r: Side, same_buffers: bool) -> None:
-        """Run a cached entry that every rank hit: its persistent run when every rank's buffers are
-        the ones it is bound to (bound on the second such call), else its plan on these buffers."""
-        cache = self.plan_cache
-        if same_buffers:
-            if entry.run is None:  # the same buffers twice in a row everywhere: bind for good
-                entry.run = self._bind(entry, s, r, persistent=True)
-                cache.pin(entry, s.view.nbytes + r.view.nbytes)
-                entry.bound = self._identity(s, r)
-            self._calls.state = "hit"
-            self._execute(entry.run)
-            return
-        if entry.run is not None:
-            self._calls.forget(entry.slot)  # its bound run is freed
-            entry.run.free()
-            entry.run = None
-            cache.pin(entry, 0)
-        self._calls.state = "hit-rebound"
-        self._run_once(entry, s, r)
-        entry.bound = self._identity(s, r)
-
-    def _resolve(self, code: int, agreed: Agreed, uniform: bool, mode: str = "oneshot") -> tuple[Algorithm, int]:
-        """(algorithm, radix) a call runs, from agreed numbers only: "auto" asks the cost model
-        (``_pick``); the hierarchical ones run flat where the layout has no hierarchy."""
-        name = ALGORITHM_CHOICES[code]
-        if name == "auto":
-            return self._pick(agreed, uniform, mode)
-        algo = self.layout.runs(name)
-        if not algo.led:
-            return algo, self.radix
-        if self._mode != MODE_SHM:  # agreed: every rank has this HierComm's node phase
-            raise ExchangeError(f"algorithm {name!r} needs the shared-memory node phase (node_phase='shm'), "
-                                f"and this HierComm's is {self.node_phase!r}"
-                                + (" (nonblocking calls run with 'mpi')" if self._deferred else ""))
-        return algo, check_leaders(self.leaders, self.layout.max_leaders)
-
-    def _pick(self, agreed: Agreed, uniform: bool, mode: str) -> tuple[Algorithm, int]:
-        """The cost model's pick for the agreed pattern (``costmodel.auto_pick``), memoised by
-        pattern class: one decision per class, however many patterns of it come."""
-        pat = agreed.pattern(self.comm.size, uniform)
-        key = (mode,) + pattern_class(pat)
-        pick = self._choices.get(key)
-        if pick is None:
-            if len(self._choices) > 4096:
-                self._choices.clear()
-            t = self.topology
-            name, radix = auto_pick(self.cost_model, mode, t.num_nodes, t.max_node_size, pat, self.node_phase,
-                                    self._hier_possible, self.cpu_times, self.layout.node_sizes)
-            pick = self._choices[key] = (ALGORITHM[name], radix)
-        return pick
-
-    def _identity(self, s: Side, r: Side) -> tuple:
-        """What a bound run depends on: the caller's buffers and the scratch it was bound to."""
-        return buffer_id(s.view, r.view) + (self._scratch.generation,
-                                            self._window.generation if self._window else 0)
-
-    def _hier_plan(self, s: Side, r: Side, algorithm: Algorithm, radix: int) -> StepProgram:
-        """The hierarchical program (the planner's own: ``detach`` for one that lasts); the node's
-        receive counts (and for multi-leader its send counts before them) come from the node."""
-        if algorithm.led:
-            mine = np.concatenate([s.counts, r.counts])
-            planner = self.layout.planner_for(self.comm.rank, algorithm, radix)
-        else:
-            mine, planner = r.counts, self._planner
-        node_counts = np.empty((len(self._members), mine.shape[0]), dtype=np.int64)
-        # INT64_T, as a miss the compiled path runs gathers them (``CallTable._run_hier``).
-        self.topology.intra.Allgather([mine, MPI.INT64_T], [node_counts, MPI.INT64_T])
-        return program(algorithm, (s.counts, s.displs, r.counts, r.displs), planner, self._mode, node_counts,
-                       radix)
-
-    def _bind(self, entry: CacheEntry, s: Side, r: Side, persistent: bool, scratch: Optional[Scratch] = None,
-              window: Optional[NodeWindow] = None) -> Run:
-        """A run of ``entry``'s program on these buffers (one-shot scratch unless others are given):
-        its hierarchical program, or a flat one made here."""
-        algo = entry.algorithm
-        prog = entry.plan if algo.hierarchical else program(
-            algo, (s.counts, s.displs, r.counts, r.displs), radix=entry.radix, uniform=entry.settings[3])
-        typed = self._composing
-        if persistent and typed is not None:  # an Alltoallw's run bound for good: on the caller's buffers
-            prog, s, r = composed(typed, prog, s, r)
-        run = Run(prog, algo, entry.radix, s, r, entry.big, self._comms, scratch or self._scratch,
-                  window or self._window, persistent, runner=self._runner)
-        if persistent and typed is not None:
-            # The byte buffers it stands for stay alive: its entry knows the binding by their addresses.
-            run.stands_for = (typed.send_spec, typed.recv_spec)
-        return run
-
-    def _run_once(self, entry: CacheEntry, s: Side, r: Side) -> None:
-        if self._deferred:  # its own persistent run, freed once its request completed; on the
-            # byte buffers (not composed with an Alltoallw's type maps: the call scatters them after)
-            composing, self._composing = self._composing, None
-            try:
-                run = self._bind(entry, s, r, persistent=True)
-            finally:
-                self._composing = composing
-            self._execute(run)
-            run.free_when_done()
-            return
-        run = self._bind(entry, s, r, persistent=False)
-        try:
-            self._execute(run)
-        finally:
-            run.free()
-
-    def _execute(self, run) -> None:
-        if self._deferred:
-            self._ready = run
-        else:
-            run.run()
-        self._calls.stats = run.stats
-
-    def _init(self, parse, uniform: bool, sendbuf, recvbuf, algorithm) -> "ExchangeRequest":
-        s, r, problem = parse(sendbuf, recvbuf, self.comm.size)
-        code = self._code(algorithm)
-        agreed = self._agree_call(s, r, problem, code, algorithm, True, 0, False, 0, "", uniform)
-        algo, radix = self._resolve(code, agreed, uniform, "plan")
-        entry = CacheEntry(0, None, (code, True, 0, uniform), algo, agreed.big, radix=radix)
-        window = None
-        if algo.hierarchical:
-            entry.plan = self._hier_plan(s, r, algo, radix).detach()
-            window = NodeWindow(self.topology.intra) if self._window else None
-        # A request owns its scratch and window: it may be started while one-shot calls run.
-        run = self._bind(entry, s, r, True, Scratch(), window)
-        # In place, the send side is a copy of the receive blocks: refreshed at every Start.
-        return ExchangeRequest(run, self._request_done, (r.view, s.view) if sendbuf is MPI.IN_PLACE else None,
-                               window)
-
-    def _request_done(self, stats: ExchangeStats) -> None:
-        """A persistent request of this communicator completed: its stats are ``last_stats``'s."""
-        self._calls.stats, self._calls.state = stats, "request"
+    @property
+    def scratch_bytes(self) -> int:
+        """Scratch memory of one-shot calls on this rank: private buffers, the compiled runner's
+        Bruck send buffers and arenas, plus its share of the window (bytes)."""
+        return self._engine.scratch_bytes
 
     @property
     def last_stats(self) -> dict:
         """Messages and bytes of the last call: per phase, across node boundaries, and copied (bytes);
-        ``algorithm`` (with ``radix`` for the Bruck ones, ``leaders`` for multi-leader) is what ran, "auto"'s pick included; ``plan_cache``: "hit" (a cached persistent run), "hit-rebound" (a cached plan on new
+        ``algorithm`` (with ``radix`` for the Bruck ones, ``leaders`` for multi-leader) is what ran, "auto"'s
+        pick included; ``plan_cache``: "hit" (a cached persistent run), "hit-rebound" (a cached plan on new
         buffers), "miss" (planned anew), "off" (cache off), "request" (a persistent request)."""
-        st = self._calls.stats
-        if st is None:
-            return {}
-        t, me = self.topology, self.comm.rank
-        picked = {("leaders" if ALGORITHM[st.algorithm].led else "radix"): st.radix} if st.radix else {}
-        if st.flat_counts is not None:
-            counts = st.flat_counts
-            live = counts > 0
-            live[me] = False
-            remote = live & (self._node_of != self._node_of[me])
-            return {"algorithm": st.algorithm, **picked, "plan_cache": self._calls.state,
-                    "flat": {"messages": int(live.sum()), "bytes": int(counts[live].sum())},
-                    "inter_node": {"messages": int(remote.sum()), "bytes": int(counts[remote].sum())},
-                    "copy_bytes": 0}
-        own = st.node_bytes  # None on a multi-leader rank that leads nothing
-        own = np.zeros(t.num_nodes, dtype=np.int64) if own is None else own.copy()
-        own[t.node] = 0
-        inter = {"messages": int(np.count_nonzero(own)), "bytes": int(own.sum())}
-        if st.node_sends is None:
-            intra = {"messages": 0, "bytes": 0}
-        else:
-            p2_out = st.node_sends.copy()
-            p2_out[t.local_rank] = 0
-            intra = {"messages": int(np.count_nonzero(p2_out)), "bytes": int(p2_out.sum())}
-        return {"algorithm": st.algorithm, **picked, "plan_cache": self._calls.state, "node_phase": self.node_phase,
-                "inter": inter, "intra": intra, "inter_node": dict(inter), "copy_bytes": int(st.copied)}
+        return self._engine.stats()
 
     def free(self) -> None:
         """Free cached runs, the node window and the Topology's communicators (collective); the
@@ -833,14 +358,7 @@ class HierComm:
         if self._count_request is not None:
             self._count_request.Free()
             self._count_request = None
-        self._calls.clear()
-        self.plan_cache.clear()
-        self._agreement.free()
-        if self._window is not None:
-            self._window.free()
-        if self._deferred:
-            for comm in self._comms.values():
-                comm.Free()
+        self._engine.free()
         self.topology.free()
 
     def Free(self) -> None:
@@ -855,148 +373,12 @@ class _Deferred(HierComm):
     _deferred = True
 
 
-class CartHierComm(HierComm):
+class CartHierComm(CartDeriving, HierComm):
     """A HierComm over a Cartesian communicator (``HierComm.Create_cart``): mpi4py's ``Cartcomm``
     calls (``Get_coords``, ``Get_cart_rank``, ``Shift``, ``Get_topo``, ``dims``, ``periods``,
     ``coords``, ``ndim``, ``topo``, the neighbour collectives) fall through to ``comm``; ``Sub``
     returns a CartHierComm."""
 
-    @_collective
-    def Sub(self, remain_dims) -> "CartHierComm":
-        """The sub-grid of this rank's ranks that differ only along the dimensions ``remain_dims``
-        keeps (as ``MPI_Cart_sub``), with this one's settings and nodes. Collective."""
-        kept, problem = sub_args(remain_dims, self.comm.Get_dim())
-        return self._derive(problem, lambda comm: comm.Sub(kept), "remain_dims", kept)
-
 
 #: HierComm's constructor arguments, which ``HierComm.__new__`` reads the communicator from
 _INIT = inspect.signature(HierComm.__init__)
-
-
-class _LeaderPlanners(dict):
-    """A rank's multi-leader planners by leaders per node, made on first use (``CallTable.hier_path``)."""
-
-    def __init__(self, layout: Layout, rank: int):
-        super().__init__()
-        self.layout, self.rank = layout, rank
-
-    def __missing__(self, leaders: int):
-        planner = self[leaders] = self.layout.planner_for(self.rank, ALGORITHM["hier_leaders"], leaders)
-        return planner
-
-
-def _stats_of(algorithm: Algorithm, radix: int, prog: StepProgram) -> ExchangeStats:
-    """The stats of a hierarchical run (``CallTable.hier_path``)."""
-    return ExchangeStats.of(algorithm, radix, program=prog)
-
-
-def _pricing(tuning: Optional[str], overhead: Optional[str]) -> tuple[CostModel, CpuTimes, Optional[str]]:
-    """(cost model, CPU per path, problem) for "auto". A file that cannot be read is this rank's
-    problem, agreed by the constructor (a rank raising alone would leave the others waiting); the
-    defaults stand in until then."""
-    problem = None
-    try:
-        model = CostModel.from_env_or_default(tuning)
-    except (OSError, ValueError, TypeError) as exc:
-        path = tuning or os.environ.get(ENV_TUNING)
-        problem = str(exc) if path in str(exc) else f"tuning file {path}: {exc}"
-        model = CostModel()
-    try:
-        cpu = CpuTimes.from_env_or_default(overhead)
-    except CpuFileError as exc:
-        problem = problem or str(exc)
-        cpu = CpuTimes.fixed(model)
-    return model, cpu, problem
-
-
-_SIMPLE_LEAVES = (int, str, type(None), MPI.Datatype)
-
-
-def _spec_memo(sendbuf, recvbuf) -> Optional[tuple]:
-    """(send, receive): what ``_call.CallTable`` needs to recognise these specs in a later call, a
-    copy of their lists and tuples with count and displacement arrays held by content
-    (``_call.Saved``); None where a leaf could change unseen. Only ndarray data buffers, and counts,
-    displacements and datatypes that are ints, strings, datatypes or contiguous ndarrays."""
-    if sendbuf is MPI.IN_PLACE:
-        return None
-
-    def copy(spec):
-        items = spec if type(spec) in (list, tuple) else [spec]
-        if type(items[0]) is not np.ndarray:
-            raise TypeError
-        out = [items[0]]
-        for item in items[1:]:
-            inner = item if type(item) in (list, tuple) else None
-            leaves = []
-            for leaf in (inner if inner is not None else (item,)):
-                if type(leaf) is np.ndarray:
-                    leaf = Saved(leaf)  # TypeError if not contiguous
-                elif type(leaf) not in _SIMPLE_LEAVES:
-                    raise TypeError
-                leaves.append(leaf)
-            out.append(type(inner)(leaves) if inner is not None else leaves[0])
-        return type(spec)(out) if type(spec) in (list, tuple) else spec
-
-    try:
-        return copy(sendbuf), copy(recvbuf)
-    except (TypeError, IndexError):
-        return None
-
-
-class ExchangeRequest:
-    """A persistent all-to-all (as mpi4py's ``Prequest``): ``Start()``, ``Wait()``, ``Free()``.
-
-    Agreed, validated and planned once by ``HierComm.Alltoallv_init``; each Start/Wait moves what
-    the bound buffers hold at Start. Collective: every rank starts, waits and frees its requests in
-    the same order. Usable as a context manager (frees on exit).
-    """
-
-    def __init__(self, run, done, in_place: Optional[tuple] = None, window: Optional[NodeWindow] = None):
-        self._run, self._done, self._active = run, done, False
-        self._in_place = in_place  # (receive view, send copy) for MPI.IN_PLACE
-        self._window = window  # the node window this request owns (freed with it), if any
-
-    @property
-    def algorithm(self) -> str:
-        """The algorithm this request runs (one of ``plan.ALGORITHMS``)."""
-        return self._run.stats.algorithm
-
-    def Start(self) -> None:
-        """Start one exchange of the bound buffers' current contents."""
-        if self._run is None:
-            raise PlanStateError("this persistent exchange was freed; create a new one with Alltoallv_init")
-        if self._active:
-            raise PlanStateError("Start() called twice without Wait(); call Wait() first")
-        if self._in_place is not None:
-            recv, send = self._in_place
-            send[:] = recv[:send.shape[0]]
-        self._run.start()
-        self._active = True
-
-    def Wait(self) -> None:
-        """Complete the exchange started by ``Start()``."""
-        if self._run is None:
-            raise PlanStateError("this persistent exchange was freed; create a new one with Alltoallv_init")
-        if not self._active:
-            raise PlanStateError("Wait() without Start(); call Start() first")
-        self._active = False
-        self._run.wait()
-        self._done(self._run.stats)  # the owning HierComm's last_stats
-
-    def Free(self) -> None:
-        """Release the request's MPI requests, datatypes and buffers (waits for an active exchange first)."""
-        if self._run is None:
-            return
-        if self._active:
-            self.Wait()
-        self._run.free()
-        if self._window is not None:
-            self._window.free()
-            self._window = None
-        self._run = None
-
-    def __enter__(self) -> "ExchangeRequest":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.Free()

@@ -1,0 +1,103 @@
+"""Persistent all-to-alls (``HierComm.Alltoallv_init``, ``Alltoall_init``): agreed and planned once.
+
+``make_request`` agrees and plans one call on an ``Engine`` (``engine.py``) and binds its run, for
+good, to the caller's buffers, a scratch and a node window of its own (a request may be started
+while one-shot calls run); ``ExchangeRequest`` is what the caller gets: each ``Start``/``Wait``
+moves what the bound buffers hold at ``Start``, with nothing agreed or planned again.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from mpi4py import MPI
+
+from ..errors import PlanStateError
+from .engine import Call, Engine
+from .plancache import CacheEntry
+from .runs import ExchangeStats, NodeWindow, Run, Scratch
+
+__all__ = ["ExchangeRequest", "make_request"]
+
+
+def make_request(engine: Engine, parse, uniform: bool, sendbuf, recvbuf, algorithm,
+                 done: Callable[[ExchangeStats], None]) -> "ExchangeRequest":
+    """Agree and plan one persistent call (collective; ``parse``: ``msgspec.parse_alltoallv`` or
+    ``parse_alltoall``, ``uniform`` for the latter); its request. ``done(stats)``: called at each
+    completed ``Wait`` (the owning HierComm's ``last_stats``)."""
+    s, r, problem = parse(sendbuf, recvbuf, engine.comm.size)
+    call = Call(algorithm, True, uniform)
+    code = engine.code(algorithm)
+    agreed = engine.agree(call, s, r, problem, code, 0, False)
+    algo, radix = engine.resolve(code, agreed, uniform, "plan")
+    entry = CacheEntry(0, None, (code, True, 0, uniform), algo, agreed.big, radix=radix)
+    window = None
+    if algo.hierarchical:
+        entry.plan = engine.hier_plan(s, r, algo, radix).detach()
+        window = NodeWindow(engine.topology.intra) if engine.window else None
+    # A request owns its scratch and window: it may be started while one-shot calls run.
+    run = engine.bind(entry, s, r, True, Scratch(), window)
+    # In place, the send side is a copy of the receive blocks: refreshed at every Start.
+    return ExchangeRequest(run, done, (r.view, s.view) if sendbuf is MPI.IN_PLACE else None, window)
+
+
+class ExchangeRequest:
+    """A persistent all-to-all (as mpi4py's ``Prequest``): ``Start()``, ``Wait()``, ``Free()``.
+
+    Agreed, validated and planned once by ``HierComm.Alltoallv_init``; each Start/Wait moves what
+    the bound buffers hold at Start. Collective: every rank starts, waits and frees its requests in
+    the same order. Usable as a context manager (frees on exit).
+    """
+
+    def __init__(self, run: Run, done: Callable[[ExchangeStats], None], in_place: Optional[tuple] = None,
+                 window: Optional[NodeWindow] = None):
+        self._run, self._done, self._active = run, done, False
+        self._in_place = in_place  # (receive view, send copy) for MPI.IN_PLACE
+        self._window = window  # the node window this request owns (freed with it), if any
+
+    @property
+    def algorithm(self) -> str:
+        """The algorithm this request runs (one of ``plan.ALGORITHMS``)."""
+        return self._run.stats.algorithm
+
+    def _live(self) -> Run:
+        if self._run is None:
+            raise PlanStateError("this persistent exchange was freed; create a new one with Alltoallv_init")
+        return self._run
+
+    def Start(self) -> None:
+        """Start one exchange of the bound buffers' current contents."""
+        run = self._live()
+        if self._active:
+            raise PlanStateError("Start() called twice without Wait(); call Wait() first")
+        if self._in_place is not None:
+            recv, send = self._in_place
+            send[:] = recv[:send.shape[0]]
+        run.start()
+        self._active = True
+
+    def Wait(self) -> None:
+        """Complete the exchange started by ``Start()``."""
+        run = self._live()
+        if not self._active:
+            raise PlanStateError("Wait() without Start(); call Start() first")
+        self._active = False
+        run.wait()
+        self._done(run.stats)  # the owning HierComm's last_stats
+
+    def Free(self) -> None:
+        """Release the request's MPI requests, datatypes and buffers (waits for an active exchange first)."""
+        if self._run is None:
+            return
+        if self._active:
+            self.Wait()
+        self._run.free()
+        if self._window is not None:
+            self._window.free()
+            self._window = None
+        self._run = None
+
+    def __enter__(self) -> "ExchangeRequest":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.Free()
