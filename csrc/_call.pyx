@@ -1293,13 +1293,11 @@ cdef class CallTable:
     cdef long long _window_generation(self):
         return self.window.generation if self.window is not None else 0
 
-    def call(self, sendbuf, recvbuf, algorithm, validate, bint uniform, default_algorithm, handover):
+    def call(self, sendbuf, recvbuf, algorithm, validate, bint uniform, default_algorithm):
         """One call's compiled path: ``NOT_FOUND`` (not recognised nor of the form the miss path
         reads; nothing was communicated), ``AGREED`` (agreed, but not a clean hit nor a miss run
         here: ``take_pending``), ``DONE`` or ``KEEP``. ``default_algorithm``: the ``HierComm``'s,
-        for ``algorithm`` None. ``handover``: None, or the call's context (``engine.Call``) of a
-        call that defers: a clean hit's run is handed over in its ``run`` instead of run here (a
-        nonblocking request runs it)."""
+        for ``algorithm`` None."""
         cdef Slot slot
         cdef Record* rec
         cdef int flags, err
@@ -1324,9 +1322,7 @@ cdef class CallTable:
         self.tick += 1
         self.misses = 0
         self.touch(slot.entry)
-        if handover is not None:
-            handover.run = slot.run
-        elif slot.program is not None:
+        if slot.program is not None:
             slot.program.execute()
         else:
             slot.run.run()

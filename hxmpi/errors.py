@@ -1,7 +1,10 @@
 """Error types and the collective error agreement every hxmpi collective uses.
 
 An error found on one rank must surface on every rank: a rank that raised alone would leave the
-others waiting in the next collective forever.
+others waiting in the next collective forever. So every error is either agreed (raised on every
+rank alike; the raise site marks it, ``agreed_error``, and a program may catch it and go on) or this
+rank's alone (``one_rank_error``: the job ends, as MPI's ``ERRORS_ARE_FATAL`` has it, unless the
+communicator returns errors by the user's choice).
 """
 from __future__ import annotations
 
@@ -9,8 +12,8 @@ from functools import wraps
 from typing import TYPE_CHECKING, Optional
 
 __all__ = ["HxmpiError", "TopologyError", "ExchangeError", "SettingError", "NonFiniteLoss",
-           "ExchangeTypeError", "ExchangeKeyError", "CpuFileError", "PlanStateError", "agree", "raise_gathered",
-           "abort_job", "guarded"]
+           "ExchangeTypeError", "ExchangeKeyError", "CpuFileError", "PlanStateError", "agree", "raise_gathered", "gathered_error", "agreed_error",
+           "abort_job", "one_rank_error", "returns_errors", "guarded"]
 
 if TYPE_CHECKING:  # importing this module does not start MPI
     from mpi4py import MPI
@@ -21,13 +24,11 @@ class HxmpiError(Exception):
 
 
 class TopologyError(HxmpiError, ValueError):
-    """Bad node layout (node_of, ranks_per_node): raised on every rank."""
-    agreed = True
+    """Bad node layout (node_of, ranks_per_node) or derived communicator's argument: raised on every rank."""
 
 
 class ExchangeError(HxmpiError, ValueError):
     """Bad all-to-all input (counts, displacements, buffers): raised on every rank, before data moves."""
-    agreed = True  # always raised on every rank alike: a program may exit cleanly
 
 
 class SettingError(HxmpiError, ValueError):
@@ -54,7 +55,6 @@ class PlanStateError(HxmpiError, RuntimeError):
 
 class NonFiniteLoss(HxmpiError, ArithmeticError):
     """The training loss became NaN or infinite (raised on every rank, after an agreement)."""
-    agreed = True
 
 
 class ExchangeTypeError(ExchangeError, TypeError):
@@ -85,13 +85,25 @@ def raise_gathered(comm: MPI.Comm, problem: Optional[str], error: type = HxmpiEr
     A problem may carry a subclass of ``error`` in its ``error`` attribute (``msgspec.Problem``); the
     first failing rank's choice is raised, so every rank raises the same type.
     """
-    problems = comm.allgather(problem)
+    raise gathered_error(comm.allgather(problem), error)
+
+
+def gathered_error(problems: list, error: type = HxmpiError) -> HxmpiError:
+    """The error naming every rank's problem (``problems``: one per rank, None where it has none),
+    of the first failing rank's type (a problem's ``error`` attribute, a subclass of ``error``),
+    marked agreed: what ``raise_gathered`` raises on every rank."""
     lines = [f"rank {r}: {p}" for r, p in enumerate(problems) if p]
     shown = lines[:8] + ([f"... and {len(lines) - 8} more ranks"] if len(lines) > 8 else [])
     kind = next((getattr(p, "error", error) for p in problems if p), error)
-    err = (kind if isinstance(kind, type) and issubclass(kind, error) else error)("; ".join(shown))
-    err.agreed = True  # raised on every rank: a program may exit cleanly, no abort needed
-    raise err
+    return agreed_error((kind if isinstance(kind, type) and issubclass(kind, error) else error)("; ".join(shown)))
+
+
+def agreed_error(error: BaseException) -> BaseException:
+    """Mark ``error`` as raised on every rank alike (returned): a caller may catch it and go on,
+    and no guard ends the job for it (``guarded``). Only a raise site that every rank reaches
+    with the same error marks it."""
+    error.agreed = True
+    return error
 
 
 def abort_job(error: BaseException, where: str) -> None:
@@ -120,18 +132,50 @@ def abort_job(error: BaseException, where: str) -> None:
     os._exit(1)  # an MPI_Abort that returned (seen with MPICH): this rank must not go on
 
 
-def guarded(method):
-    """Guard a collective method: an error raised on this rank alone (not ``agreed``: every bad
-    spec is agreed, and raised on every rank alike) ends the job (``abort_job``) instead of
-    leaving the other ranks waiting for this one forever."""
-    where = f"HierComm.{method.__name__}"
+def returns_errors(comm: MPI.Comm) -> bool:
+    """Whether the user asked ``comm`` to return errors rather than end the job: its error handler
+    is ``MPI.ERRORS_RETURN`` and mpi4py did not install it (mpi4py installs it on the predefined
+    communicators, and so on their duplicates, under its default ``mpi4py.rc.errors =
+    "exception"``; that default does not count as the user's choice)."""
+    import mpi4py
+    from mpi4py import MPI
+    if mpi4py.rc.errors == "exception":
+        return False
+    handler = comm.Get_errhandler()
+    try:
+        return handler == MPI.ERRORS_RETURN
+    finally:
+        handler.Free()
+
+
+def one_rank_error(error: BaseException, where: str, comm: Optional[MPI.Comm] = None) -> None:
+    """What becomes of an error this rank alone met inside a collective (``where``), which the
+    other ranks cannot learn of: the job ends (``abort_job``), as MPI's ``ERRORS_ARE_FATAL`` has
+    it, unless ``comm``'s error handler returns errors by the user's choice (``returns_errors``):
+    then it is raised again, on this rank, as MPI's ``ERRORS_RETURN`` has it. ``KeyboardInterrupt``
+    and ``SystemExit`` are raised again too: they stop this rank, they are not a fault."""
+    if isinstance(error, (KeyboardInterrupt, SystemExit)) or (comm is not None and returns_errors(comm)):
+        raise error
+    abort_job(error, where)
+
+
+def guarded(method=None, *, owner: Optional[str] = None):
+    """Guard a public collective method of an object with a ``comm`` (``@guarded``, or
+    ``@guarded(owner="HierComm")`` to name its class so in messages): an error raised on this rank
+    alone (not ``agreed``: every bad spec is agreed, and raised on every rank alike) goes to
+    ``one_rank_error`` (the job ends) instead of leaving the other ranks waiting for this one
+    forever."""
+    if method is None:
+        return lambda m: guarded(m, owner=owner)
+    where = f"{owner}.{method.__name__}" if owner else method.__qualname__
 
     @wraps(method)
     def guard(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
         except BaseException as exc:
-            if getattr(exc, "agreed", False):
+            # A request used out of order is refused before it communicates: it leaves no rank waiting.
+            if getattr(exc, "agreed", False) or isinstance(exc, PlanStateError):
                 raise
-            abort_job(exc, where)
+            one_rank_error(exc, where, self.__dict__.get("comm"))
     return guard

@@ -6,6 +6,7 @@ communicator's byte for byte, on every layout. Ranks the MPI call leaves out get
 a bad argument raises the same ``TopologyError`` on every rank."""
 from __future__ import annotations
 
+import mpi4py
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -194,7 +195,7 @@ def _raises_everywhere(comm, call, text: str) -> None:
     assert comm.allgather(message) == [message] * comm.size
 
 
-def test_a_bad_argument_raises_the_same_error_on_every_rank(parents, comm):
+def test_a_bad_argument_raises_the_same_error_on_every_rank(parents, comm, monkeypatch):
     hc = parents["irregular"]
     size, last = comm.size, comm.size - 1
     odd = comm.rank == last
@@ -220,7 +221,11 @@ def test_a_bad_argument_raises_the_same_error_on_every_rank(parents, comm):
         _raises_everywhere(comm, lambda: cart.Sub([True, False]), "remain_dims has 2 entries but the grid has 1")
     finally:
         cart.Free()
-    # Create_group is collective over the group alone: each caller raises without communicating.
+    # Create_group is collective over the group alone: a bad argument is the passing rank's alone,
+    # raised there (no communication) where the communicator returns errors by the user's choice
+    # (``errors.returns_errors``; else the job ends: tests/test_faults_calls.py).
+    monkeypatch.setattr(mpi4py.rc, "errors", "default")
+    assert hc.comm.Get_errhandler() == MPI.ERRORS_RETURN
     _raises_everywhere(comm, lambda: hc.Create_group("everyone"), "group must be an MPI.Group, got 'everyone'")
     half = hc.Split(comm.rank % 2)
     whole = comm.Get_group()

@@ -137,3 +137,33 @@ def test_request_mode_needs_no_thread_level(tmp_path, n):
     assert proc.stdout.count(" ok") == n
     assert proc.stdout.count("needs MPI_THREAD_MULTIPLE") == n
     assert "use progress='request'" in proc.stdout
+
+
+CREATE_GROUP = """
+import numpy as np
+import hxmpi
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+hc = hxmpi.HierComm(comm, ranks_per_node=2)
+whole = comm.Get_group()
+# The last rank alone passes a bad tag: the others would wait for it in MPI_Comm_create_group.
+sub = hc.Create_group(whole, tag=-1 if comm.rank == comm.size - 1 else 5)
+print(f"rank {comm.rank} finished", flush=True)
+"""
+
+
+@needs_mpirun
+@pytest.mark.watchdog(240)
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_bad_create_group_on_one_rank_ends_the_job(tmp_path, n):
+    """Create_group is collective over its group alone, so one rank's bad argument cannot be agreed:
+    under mpi4py's default error handling it ends the job, naming the rank, instead of a hang."""
+    script = tmp_path / "job.py"
+    script.write_text(CREATE_GROUP)
+    proc = run_job(MPIRUN + ["-n", str(n), sys.executable, str(script)], timeout=120)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert f"hxmpi: rank {n - 1}: TopologyError: tag must be an integer from 0 to MPI.TAG_UB" in proc.stderr, \
+        proc.stderr
+    assert "in HierComm.Create_group, on this rank alone" in proc.stderr
+    assert "finished" not in proc.stdout

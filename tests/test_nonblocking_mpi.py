@@ -98,8 +98,9 @@ def test_bad_input_raises_at_wait_on_every_rank(comm, comms, layout):
 
 
 def test_request_semantics_of_mpi4py(comm, comms):
-    """Wait and Test return True once done, and again after; Free waits for an active exchange;
-    Cancel is refused (MPI cancels no collective)."""
+    """Wait and Test return True once done, and again after (an inactive request, as MPI's null
+    request); Free waits for an active exchange, and a freed request is refused; Cancel is refused
+    (MPI cancels no collective)."""
     hc = comms["irregular"]
     sc, rc, sbuf, ref = exchange_case(comm, np.random.default_rng(9 + comm.rank), np.int64)
     out = np.zeros_like(ref)
@@ -108,10 +109,11 @@ def test_request_semantics_of_mpi4py(comm, comms):
         req.Cancel()
     req.Free()  # waits first
     assert out.tobytes() == ref.tobytes()
-    assert req.Test() and req.Wait() and req.Test()
+    with pytest.raises(PlanStateError, match="this request was freed"):
+        req.Test()
     out[:] = 0
     req = hc.Ialltoallv([sbuf, sc], [out, rc])
-    assert req.Wait() is True and req.Wait() is True and out.tobytes() == ref.tobytes()
+    assert req.Wait() is True and req.Wait() is True and req.Test() is True and out.tobytes() == ref.tobytes()
 
 
 def test_waitall_mixes_hxmpi_and_mpi4py_requests(comm, comms):

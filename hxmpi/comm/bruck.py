@@ -45,6 +45,8 @@ from .transfer import Transfer
 __all__ = ["Bruck", "Pairwise"]
 
 TAG = 0x4878  # "Hx"
+#: The tag of the slot lengths a request's first run exchanges before its data (``Bruck.headers``).
+HEADER_TAG = TAG + 1
 
 
 class _Rounds:
@@ -107,6 +109,7 @@ class Bruck(_Rounds):
         p = comm.size
         super().__init__()
         self.radix = check_radix(radix, p)
+        self._header_state = None  # a ``headers`` program's requests and buffers, until ``learn``
         if big:
             self._fallback_init(comm, send, recv)
             return
@@ -130,6 +133,58 @@ class Bruck(_Rounds):
             self.program().run()
             return
         self.once.run(self.sview, self.rview, *self.sides)
+        self.learned = True
+
+    def headers(self):
+        """The rounds of the slots' lengths alone, as a compiled ``Program`` of fixed-size messages
+        (tag ``HEADER_TAG``): what a nonblocking request runs, as a state machine, before its first
+        data (where the blocking first run learns the lengths from ``Mprobe``, which waits); then
+        ``learn``. None where there is nothing to learn (learned already, or the large-count path).
+
+        Each round copies the current lengths of the slots each message carries into a send
+        header, exchanges the headers, and writes the received ones (``once.learned``) back as
+        those slots' lengths: every offset is fixed, so the program is copies and persistent
+        ``Send_init``/``Recv_init`` requests."""
+        if self.fallback is not None or self.learned:
+            return None
+        once, p, q = self.once, self.comm.size, self.comm.rank
+        sc = self.sides[0]
+        length = np.ascontiguousarray(sc[(q + np.arange(p)) % p], dtype=np.int64)  # slot i: the block for q + i
+        start, rounds = once.slot_start, once.round_start
+        out = np.zeros(max(int(start[-1]), 1), dtype=np.int64)  # every message's header, in message order
+        lbytes, obytes, ibytes = length.view(np.uint8), out.view(np.uint8), once.learned.view(np.uint8)
+        eight = np.full(max(int(start[-1]), 1), 8, dtype=np.int64)
+        steps, requests = [], []
+        for x in range(rounds.shape[0] - 1):
+            first, last = int(start[rounds[x]]), int(start[rounds[x + 1]])
+            slots = once.slots[first:last]
+            at = 8 * np.arange(first, last, dtype=np.int64)
+            if last > first:
+                steps.append(("copy", lbytes, 8 * slots, obytes, at, eight[:last - first]))
+            reqs = []
+            for mi in range(int(rounds[x]), int(rounds[x + 1])):
+                a, b = int(start[mi]), int(start[mi + 1])
+                reqs.append(self.comm.Send_init([out[a:b], MPI.INT64_T], int(once.dest[mi]), HEADER_TAG))
+                reqs.append(self.comm.Recv_init([once.learned[a:b], MPI.INT64_T], int(once.src[mi]), HEADER_TAG))
+            steps.append(("mpi", reqs))
+            requests += reqs
+            if last > first:
+                steps.append(("copy", ibytes, at, lbytes, 8 * slots, eight[:last - first]))
+        self._header_state = (requests, length, out)  # what the program points into, kept alive
+        return Program(steps)
+
+    def learn(self) -> None:
+        """After ``headers`` ran: lay the arena out from the learned lengths (each message's bytes
+        in message order) so that ``program`` compiles the exchange."""
+        once = self.once
+        start = once.slot_start
+        for mi in range(once.nbytes.shape[0]):
+            once.nbytes[mi] = int(once.learned[start[mi]:start[mi + 1]].sum())
+        once.base[:] = exclusive_cumsum(once.nbytes)
+        once.arena = np.empty(max(int(once.nbytes.sum()), 1), dtype=np.uint8)
+        for req in self._header_state[0]:
+            req.Free()
+        self._header_state = None
         self.learned = True
 
     def _compile(self):
@@ -193,6 +248,10 @@ class Bruck(_Rounds):
         return steps
 
     def _free_scratch(self) -> None:
+        if self._header_state is not None:
+            for req in self._header_state[0]:
+                req.Free()
+            self._header_state = None
         if self.fallback is None:
             self.once.sendbuf = self.once.arena = np.empty(0, dtype=np.uint8)
         self.sendbuf = self.arena = np.empty(0, dtype=np.uint8)

@@ -29,7 +29,7 @@ class Deriving:
     A class using it has ``comm`` (its communicator), ``topology`` (its nodes) and
     ``_derived(comm, node_of)`` (a HierComm like itself over a duplicate of ``comm``)."""
 
-    @guarded
+    @guarded(owner="HierComm")
     def Dup(self, info: Optional[MPI.Info] = None):
         """A HierComm over a duplicate of ``comm`` (``info``: its hints), with this one's settings
         and nodes (``_derive``). Collective."""
@@ -43,14 +43,14 @@ class Deriving:
         """``Dup``, under mpi4py's other name for it."""
         return self.Dup()
 
-    @guarded
+    @guarded(owner="HierComm")
     def Split(self, color: int = 0, key: int = 0):
         """A HierComm over the ranks that pass this ``color``, ordered by ``key`` then by rank (as
         ``MPI_Comm_split``); ``MPI.COMM_NULL`` on ranks passing ``MPI.UNDEFINED``. Settings and
         nodes inherited (``_derive``). Collective."""
         return self._derive(split_problem(color, key), lambda comm: comm.Split(color, key))
 
-    @guarded
+    @guarded(owner="HierComm")
     def Split_type(self, split_type: int, key: int = 0, info: MPI.Info = MPI.INFO_NULL):
         """A HierComm over the ranks this one's ``split_type`` (``MPI.COMM_TYPE_SHARED``, ...)
         groups with this rank, ordered by ``key``; ``MPI.COMM_NULL`` for ``MPI.UNDEFINED``. Its
@@ -58,7 +58,7 @@ class Deriving:
         shared, problem = split_type_args(split_type, key, info)
         return self._derive(problem, lambda comm: comm.Split_type(split_type, key, info), "split_type", shared)
 
-    @guarded
+    @guarded(owner="HierComm")
     def Create_cart(self, dims, periods=None, reorder: bool = False):
         """A ``CartHierComm`` over a grid of ``dims`` ranks per dimension (``periods``: which
         wrap around; ``reorder``: MPI may renumber), as ``MPI_Cart_create``; ``MPI.COMM_NULL`` on
@@ -66,7 +66,7 @@ class Deriving:
         args, problem = cart_args(dims, periods, reorder, self.comm.size)
         return self._derive(problem, lambda comm: comm.Create_cart(*args), "dims, periods and reorder", args)
 
-    @guarded
+    @guarded(owner="HierComm")
     def Create_group(self, group: MPI.Group, tag: int = 0):
         """A HierComm over ``group``'s processes (a subgroup of ``comm``'s), as
         ``MPI_Comm_create_group``: collective over the group alone, so a bad argument raises
@@ -77,7 +77,7 @@ class Deriving:
             raise TopologyError(problem)
         return self._derive(None, lambda comm: comm.Create_group(group, tag), collective=False)
 
-    @guarded
+    @guarded(owner="HierComm")
     def Create(self, group: MPI.Group):
         """A HierComm over ``group``'s processes (a subgroup of ``comm``'s; ranks may pass
         disjoint groups), as ``MPI_Comm_create``: collective over ``comm``; ``MPI.COMM_NULL`` on a
@@ -112,7 +112,7 @@ class Deriving:
 class CartDeriving(Deriving):
     """``Deriving`` over a Cartesian communicator: also ``Sub``."""
 
-    @guarded
+    @guarded(owner="HierComm")
     def Sub(self, remain_dims):
         """The sub-grid of this rank's ranks that differ only along the dimensions ``remain_dims``
         keeps (as ``MPI_Cart_sub``), with this one's settings and nodes. Collective."""

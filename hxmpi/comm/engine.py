@@ -21,12 +21,12 @@ the common spec form it runs, goes from entry to return in compiled code; Python
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import ExchangeError
+from ..errors import ExchangeError, agreed_error
 from . import transfer
 from ._agree import buffer_id, pattern_key
 from ._call import AGREED, KEEP, CallTable, Runner, Saved
@@ -109,8 +109,12 @@ class Engine:
         self.window = NodeWindow(t.intra) if node_phase == "shm" else None
         #: each exchange's communicator by its code in a step program (``plan.ExchangeStep.comm``)
         self.comms = {"world": self.comm, "node": t.intra, **dict(t.served_lanes)}
-        if deferred:  # the data's own duplicates: its collectives never interleave with the agreement's
+        #: where a hierarchical miss gathers its node's counts
+        self.gather_comm = t.intra
+        if deferred:  # the data's and the gathers' own duplicates: their collectives, started as
+            # requests move, never interleave with each other or with the agreement's
             self.comms = {code: comm.Dup() for code, comm in self.comms.items()}
+            self.gather_comm = t.intra.Dup()
         # One-shot runs are compiled (None where the MPI's handles cannot be passed from compiled
         # code: their steps are walked in Python then).
         try:
@@ -174,8 +178,6 @@ class Engine:
             self.keep_miss(call)
             return
         s, r, problem = parse(sendbuf, recvbuf, self.comm.size)  # the same sides the compiled path read
-        if call.busy is not None and problem is None:
-            problem = call.busy(r.view)
         self.one_shot(call, s, r, problem, sendbuf is not MPI.IN_PLACE, specs=(sendbuf, recvbuf),
                       agreed_as=None if flags is None else (flags, entry))
 
@@ -187,39 +189,72 @@ class Engine:
         learns to recognise once the pattern is seen again (None: nothing to recognise);
         ``agreed_as``: (verdict bits, the cache entry this rank agreed with or None) of the
         agreement the compiled path already made for this call."""
-        cache = self.plan_cache
-        entry = key = None
-        settings = (self.code(call.algorithm), bool(call.validate), call.kind, call.uniform)
-        parts = (s.counts, s.displs, r.counts, r.displs)
-        findable = problem is None and cacheable and cache.max_entries
         if agreed_as is not None:  # no second lookup: the entry is the one this rank agreed with
             flags, entry = agreed_as
-            key = pattern_key(parts) if findable else None
+            findable = problem is None and cacheable and self.plan_cache.max_entries
+            key = pattern_key((s.counts, s.displs, r.counts, r.displs)) if findable else None
+            settings = self.settings(call)
             agreed = self.agreement.conclude(flags, problem, 2 * settings[0] + call.uniform, bool(call.validate),
                                              call.kind_text, s.counts, r.counts,
                                              entry.slot if entry is not None else 0)
         else:
-            if findable:
-                entry, key = cache.lookup(parts, settings)
-            same = entry is not None and entry.bound == self.identity(s, r)
-            agreed = self.agree(call, s, r, problem, settings[0], entry.slot if entry else 0, same)
+            entry, key, settings = found = self.lookup(call, s, r, problem, cacheable)
+            agreed = self.agree(call, s, r, problem, found)
         self.conclude(call, agreed, s, r, entry, key, settings, cacheable, specs)
 
-    def agree(self, call: Call, s: Side, r: Side, problem, code: int, slot: int, same: bool) -> Agreed:
-        """The call's agreement (``same``: this rank's cached run is bound to these buffers)."""
+    def settings(self, call: Call) -> tuple:
+        """What a call's cache entry is made for besides its pattern: (algorithm code, validate,
+        row kind, uniform)."""
+        return (self.code(call.algorithm), bool(call.validate), call.kind, call.uniform)
+
+    def lookup(self, call: Call, s: Side, r: Side, problem, cacheable: bool) -> tuple:
+        """(this rank's cache entry for the call's pattern, or None; its key; the call's settings).
+        Local."""
+        settings = self.settings(call)
+        if problem is None and cacheable and self.plan_cache.max_entries:
+            return self.plan_cache.lookup((s.counts, s.displs, r.counts, r.displs), settings) + (settings,)
+        return None, None, settings
+
+    def fill(self, call: Call, s: Side, r: Side, problem, found: tuple) -> Optional[str]:
+        """Write this rank's agreement record of the call (``found``: ``lookup``'s); the call's
+        problem on this rank, a bad algorithm name included (what a diagnosis names). Local."""
+        entry, _, settings = found
+        code = settings[0]
         if problem is None and code < 0:
             problem = f"algorithm must be one of {ALGORITHM_CHOICES}, got {call.algorithm!r}"
+        same = entry is not None and entry.bound == self.identity(s, r)
         big = not problem and transfer.needs_big(max(s.view.shape[0], r.view.shape[0]), s.total, self.comm.size)
         # The call's kind goes with the algorithm: an Alltoall never matches an Alltoallv.
-        return self.agreement.agree(problem, 2 * code + call.uniform, call.validate, call.kind, slot, same,
-                                    self.plan_cache.over_budget, big,
-                                    None if problem else s.counts, None if problem else r.counts,
-                                    bool(call.validate), call.kind_text)
+        self.agreement.fill(problem, 2 * code + call.uniform, call.validate, call.kind,
+                            entry.slot if entry is not None else 0, same, self.plan_cache.over_budget, big,
+                            None if problem else s.counts, None if problem else r.counts, bool(call.validate))
+        return problem
+
+    def agree(self, call: Call, s: Side, r: Side, problem, found: tuple) -> Agreed:
+        """The call's agreement, blocking (``found``: ``lookup``'s): what every rank agreed on, or
+        the same ``ExchangeError`` on every rank."""
+        problem = self.fill(call, s, r, problem, found)
+        self.agreement.exchange()
+        entry, _, settings = found
+        return self.agreement.conclude(self.agreement.verdict(), problem, 2 * settings[0] + call.uniform,
+                                       bool(call.validate), call.kind_text, None if problem else s.counts,
+                                       None if problem else r.counts, entry.slot if entry is not None else 0)
 
     def conclude(self, call: Call, agreed: Agreed, s: Side, r: Side, entry: Optional[CacheEntry], key,
                  settings: tuple, cacheable: bool, specs) -> None:
-        """The rest of an agreed one-shot call: evict where some rank is over budget, then run the
-        entry every rank hit, or plan and run a new one (cached for next time)."""
+        """The rest of an agreed one-shot call: ``settle`` it, then plan (the node's counts gathered,
+        blocking) and run a miss (``run_miss``)."""
+        fresh = self.settle(call, agreed, s, r, entry, key, settings, cacheable, specs)
+        if fresh is not None:
+            if fresh.algorithm.hierarchical:
+                fresh.plan = self.hier_plan(s, r, fresh.algorithm, fresh.radix)
+            self.run_miss(call, fresh, s, r)
+
+    def settle(self, call: Call, agreed: Agreed, s: Side, r: Side, entry: Optional[CacheEntry], key,
+               settings: tuple, cacheable: bool, specs) -> Optional[CacheEntry]:
+        """An agreed call's decision, from agreed numbers only: evict where some rank is over budget,
+        then run the entry every rank hit (None), or return a new entry for a miss, its algorithm
+        resolved, to plan (a hierarchical one) and run (``run_miss``)."""
         cache, calls = self.plan_cache, self.calls
         calls.tick += 1
         # Over budget somewhere: every rank drops its least recently used entry, or, when the entry
@@ -235,17 +270,19 @@ class Engine:
                     cache.drop(entry.slot)
             if specs is not None and not drop_after:
                 self.remember(call, entry, s, r, specs)
-            return
+            return None
         algo, radix = self.resolve(settings[0], agreed, settings[3])
-        fresh = CacheEntry(0, (s.counts, s.displs, r.counts, r.displs) if cacheable else None, settings, algo,
-                           agreed.big, key=key or 0, radix=radix)
-        if algo.hierarchical:
-            fresh.plan = self.hier_plan(s, r, algo, radix)
-            if self.deferred:  # it runs after the planner's next plan
-                fresh.plan = fresh.plan.detach()
-        calls.state = "miss" if cache.max_entries else "off"
+        return CacheEntry(0, (s.counts, s.displs, r.counts, r.displs) if cacheable else None, settings, algo,
+                          agreed.big, key=key or 0, radix=radix)
+
+    def run_miss(self, call: Call, fresh: CacheEntry, s: Side, r: Side) -> None:
+        """Run an agreed miss's new entry (planned, if hierarchical) and cache it where the cache
+        keeps its pattern."""
+        if fresh.plan is not None and self.deferred:  # it runs after the planner's next plan
+            fresh.plan = fresh.plan.detach()
+        self.calls.state = "miss" if self.plan_cache.max_entries else "off"
         self.run_once(call, fresh, s, r)
-        if calls.count_miss() and cache.max_entries:  # on every rank at this agreed miss, findable or not
+        if self.calls.count_miss() and self.plan_cache.max_entries:  # on every rank at this agreed miss
             self.keep(fresh, s, r)
 
     def keep_miss(self, call: Call) -> None:
@@ -312,9 +349,9 @@ class Engine:
         if not algo.led:
             return algo, self.radix
         if self.mode != MODE_SHM:  # agreed: every rank has this HierComm's node phase
-            raise ExchangeError(f"algorithm {name!r} needs the shared-memory node phase (node_phase='shm'), "
-                                f"and this HierComm's is {self.node_phase!r}"
-                                + (" (nonblocking calls run with 'mpi')" if self.deferred else ""))
+            raise agreed_error(ExchangeError(f"algorithm {name!r} needs the shared-memory node phase (node_phase='shm'), "
+                                       f"and this HierComm's is {self.node_phase!r}"
+                                       + (" (nonblocking calls run with 'mpi')" if self.deferred else "")))
         return algo, check_leaders(self.leaders, self.layout.max_leaders)
 
     def pick(self, agreed: Agreed, uniform: bool, mode: str) -> tuple[Algorithm, int]:
@@ -337,16 +374,23 @@ class Engine:
         return buffer_id(s.view, r.view) + (self.scratch.generation, self.window.generation if self.window else 0)
 
     def hier_plan(self, s: Side, r: Side, algorithm: Algorithm, radix: int) -> StepProgram:
-        """The hierarchical program (the planner's own: ``detach`` for one that lasts); the node's
-        receive counts (and for multi-leader its send counts before them) come from the node."""
-        if algorithm.led:
-            mine = np.concatenate([s.counts, r.counts])
-            planner = self.layout.planner_for(self.comm.rank, algorithm, radix)
-        else:
-            mine, planner = r.counts, self.planner
-        node_counts = np.empty((len(self.members), mine.shape[0]), dtype=np.int64)
+        """The hierarchical program (the planner's own: ``detach`` for one that lasts), the node's
+        counts gathered (blocking, collective on the node)."""
+        mine, node_counts = self.node_counts(s, r, algorithm)
         # INT64_T, as a miss the compiled path runs gathers them (``CallTable._run_hier``).
-        self.topology.intra.Allgather([mine, MPI.INT64_T], [node_counts, MPI.INT64_T])
+        self.gather_comm.Allgather([mine, MPI.INT64_T], [node_counts, MPI.INT64_T])
+        return self.plan_with(s, r, algorithm, radix, node_counts)
+
+    def node_counts(self, s: Side, r: Side, algorithm: Algorithm) -> tuple[np.ndarray, np.ndarray]:
+        """(what this rank gives, where the node's go): what ``algorithm``'s planner needs of the
+        node, to be gathered over ``gather_comm`` (int64): every node rank's receive counts (node
+        size x world size), and for multi-leader its send counts before them (x 2 world size)."""
+        mine = np.concatenate([s.counts, r.counts]) if algorithm.led else r.counts
+        return mine, np.empty((len(self.members), mine.shape[0]), dtype=np.int64)
+
+    def plan_with(self, s: Side, r: Side, algorithm: Algorithm, radix: int, node_counts: np.ndarray) -> StepProgram:
+        """The hierarchical program of this call from the node's gathered counts (``node_counts``)."""
+        planner = self.layout.planner_for(self.comm.rank, algorithm, radix) if algorithm.led else self.planner
         return program(algorithm, (s.counts, s.displs, r.counts, r.displs), planner, self.mode, node_counts, radix)
 
     def bind(self, entry: CacheEntry, s: Side, r: Side, persistent: bool, scratch: Optional[Scratch] = None,
@@ -378,8 +422,10 @@ class Engine:
             run.free()
 
     def execute(self, call: Call, run: Run) -> None:
-        """Run ``run``, or hand it over in ``call.run`` where the call defers."""
+        """Run ``run``, or hand it over in ``call.run`` where the call defers: it then belongs to
+        the call's request until it completes (``Run.hold``; the request releases it)."""
         if call.defer:
+            run.hold()
             call.run = run
         else:
             run.run()
@@ -431,7 +477,7 @@ class Engine:
         if self.window is not None:
             self.window.free()
         if self.deferred:
-            for comm in self.comms.values():
+            for comm in (*self.comms.values(), self.gather_comm):
                 comm.Free()
 
 

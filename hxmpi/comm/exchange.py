@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import inspect
 import zlib
+from functools import partial
 from typing import Optional
 
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import guarded
+from ..errors import guarded, one_rank_error
 from ._call import DONE, NOT_FOUND, find_typed
 from .alltoallw import TypedSides
 from .derived import CartDeriving, Deriving, is_cartesian
 from .engine import Call, Engine
 from .msgspec import Side, count_arrays, int_vector, parse_alltoall, parse_alltoallv
-from .nonblocking import HierRequest, Progress, Requests
+from .nonblocking import HierRequest, Progress, Requests, StepRequest
 from .persistent import ExchangeRequest, make_request
 from .plan import Layout, exclusive_cumsum
 from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES
@@ -84,6 +85,7 @@ class HierComm(Deriving):
                 cls = CartHierComm
         return super().__new__(cls)
 
+    @guarded
     def __init__(self, comm: MPI.Intracomm = MPI.COMM_WORLD, ranks_per_node: Optional[int] = None,
                  node_of=None, algorithm: str = "auto", topology: Optional[Topology] = None,
                  tuning: Optional[str] = None, node_phase: Optional[str] = None,
@@ -107,8 +109,8 @@ class HierComm(Deriving):
         #: "shm" or "mpi": how the hierarchical path's node phase moves data.
         self.node_phase, key = agree_settings(self.topology, self.layout.hier_possible, node_phase, bad or problem,
                                               radix, leaders, self.cost_model, self.cpu_times, progress)
-        self._engine = Engine(self.topology, self.layout, self.node_phase, key, algorithm, radix, leaders,
-                              self.cost_model, self.cpu_times, cache_entries, cache_bytes, self._deferred)
+        engine_args = (algorithm, radix, leaders, self.cost_model, self.cpu_times, cache_entries, cache_bytes)
+        self._engine = Engine(self.topology, self.layout, self.node_phase, key, *engine_args)
         #: the agreed plan cache of one-shot calls (``hxmpi/comm/plancache.py``).
         self.plan_cache = self._engine.plan_cache
         self._count_send = np.empty(self.comm.size, dtype=np.int64)  # alltoallv's count exchange, reused
@@ -116,60 +118,44 @@ class HierComm(Deriving):
         self._count_request: Optional[ExchangeRequest] = None
         self._typed: Optional[TypedSides] = None  # Alltoallw's layouts and kept calls, made on first use
         self._progress: Optional[Progress] = None  # the nonblocking calls' thread, made on first use
-        self._requests: Optional[Requests] = None  # the nonblocking calls' queue (request mode), likewise
+        # Request mode's queue and engine, made here (collective) so that a nonblocking call stays
+        # local: its agreement, gathers and data move on duplicates of this HierComm's
+        # communicators, with the node phase by message passing (a window's barriers would need
+        # every rank of the node inside the library at once).
+        self._requests: Optional[Requests] = None
+        if progress == "request":
+            engine = Engine(self.topology.duplicate(), self.layout, "mpi", key, *engine_args, deferred=True)
+            self._requests = Requests(engine, partial(one_rank_error, comm=self.comm))
+        self._request_types: Optional[TypedSides] = None  # Ialltoallw's layouts and kept calls
         #: what a HierComm with this one's layout and settings is built from (the progress thread's)
         self._settings = dict(node_of=list(self.topology.node_of), algorithm=algorithm, tuning=tuning,
                               node_phase=self.node_phase, cache_entries=cache_entries, cache_bytes=cache_bytes,
                               radix=radix, overhead=overhead, progress=progress, leaders=leaders)
-
-    _deferred = False  # a ``_Deferred``: calls hand their bound runs over instead of running them
 
     # ------------------------------------------------------------------ public API
     @guarded
     def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather Vector, with mpi4py buffer specs (counts and displs in elements)."""
         # A compiled hit goes from here to its return in compiled code: no call context is made.
-        done = self._engine.calls.call(sendbuf, recvbuf, algorithm, validate, False, self.algorithm, None)
-        if done != DONE:
-            self._alltoallv(sendbuf, recvbuf, Call(algorithm, validate), done)
-
-    def _alltoallv(self, sendbuf, recvbuf, call: Call, done: Optional[int] = None) -> None:
-        """``Alltoallv`` of ``call``; ``done``: what the compiled path returned for these specs
-        (None: not asked yet)."""
-        if done is None:
-            done = self._compiled(sendbuf, recvbuf, call)
-        if done == NOT_FOUND and call.busy is None:  # nothing communicated yet: lists the compiled
-            # reader does not take (of numpy integers, say) are read again as int64 arrays
+        calls = self._engine.calls
+        done = calls.call(sendbuf, recvbuf, algorithm, validate, False, self.algorithm)
+        if done == NOT_FOUND:  # nothing communicated yet: lists the compiled reader does not take (of
+            # numpy integers, say) are read again as int64 arrays
             s, r = count_arrays(sendbuf), count_arrays(recvbuf)
             if s is not None or r is not None:
                 sendbuf, recvbuf = sendbuf if s is None else s, recvbuf if r is None else r
-                done = self._compiled(sendbuf, recvbuf, call)
+                done = calls.call(sendbuf, recvbuf, algorithm, validate, False, self.algorithm)
         if done != DONE:
-            self._engine.general(call, parse_alltoallv, sendbuf, recvbuf, done)
-
-    def _compiled(self, sendbuf, recvbuf, call: Call) -> int:
-        """The compiled path's verdict on a call (``CallTable.call``); ``NOT_FOUND`` where a
-        request in flight may still use a buffer (only Python checks that)."""
-        if call.busy is not None:
-            return NOT_FOUND
-        return self._engine.calls.call(sendbuf, recvbuf, call.algorithm, call.validate, call.uniform,
-                                       self.algorithm, call if call.defer else None)
+            self._engine.general(Call(algorithm, validate), parse_alltoallv, sendbuf, recvbuf, done)
 
     @guarded
     def Alltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather: equal blocks of ``len(buf) / size`` elements (or a given count).
 
         Flat runs as ``MPI_Alltoall``, so the MPI library's own algorithms for it apply."""
-        done = self._engine.calls.call(sendbuf, recvbuf, algorithm, validate, True, self.algorithm, None)
+        done = self._engine.calls.call(sendbuf, recvbuf, algorithm, validate, True, self.algorithm)
         if done != DONE:
-            self._alltoall(sendbuf, recvbuf, Call(algorithm, validate, uniform=True), done)
-
-    def _alltoall(self, sendbuf, recvbuf, call: Call, done: Optional[int] = None) -> None:
-        """``Alltoall`` of ``call`` (``done`` as ``_alltoallv``'s)."""
-        if done is None:
-            done = self._compiled(sendbuf, recvbuf, call)
-        if done != DONE:
-            self._engine.general(call, parse_alltoall, sendbuf, recvbuf, done)
+            self._engine.general(Call(algorithm, validate, uniform=True), parse_alltoall, sendbuf, recvbuf, done)
 
     @guarded
     def Alltoallw(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
@@ -178,15 +164,12 @@ class HierComm(Deriving):
 
         Packs what is not contiguous, moves bytes as ``Alltoallv`` does (every algorithm), unpacks;
         receive-buffer bytes outside the receive type maps stay untouched."""
-        self._alltoallw(sendbuf, recvbuf, Call(algorithm, validate))
-
-    def _alltoallw(self, sendbuf, recvbuf, call: Call) -> None:
-        typed, engine = self._typed, self._engine
+        typed, engine, call = self._typed, self._engine, Call(algorithm, validate)
         if typed is None:
             typed = self._typed = TypedSides(self.comm.size)
-        kept = find_typed(typed.calls, sendbuf, recvbuf, call.algorithm, call.validate)  # a kept call's specs
+        kept = find_typed(typed.calls, sendbuf, recvbuf, algorithm, validate)  # a kept call's specs
         if kept is None:
-            kept, problem = typed.prepare(sendbuf, recvbuf, call.algorithm, call.validate)
+            kept, problem = typed.prepare(sendbuf, recvbuf, algorithm, validate)
             if problem:  # agreed like any call's problem: raises on every rank, before data moves
                 nothing = Side(None, None, None)
                 engine.one_shot(call, nothing, nothing, problem, False)
@@ -196,24 +179,17 @@ class HierComm(Deriving):
         # it reads and writes the caller's buffers itself, so that side is neither packed before
         # it nor scattered after (a hit); any other run moves the packed bytes.
         send, recv, parts = kept.send_spec, kept.recv_spec, kept.parts
-        later = parts is not None and parts[1] is not None and engine.calls.ready(send, recv, call.algorithm,
-                                                                                  call.validate)
-        # A request in flight still reading this call's packed bytes (the same buffers) keeps them:
-        # the call is refused at its agreement (the receive buffer is in use), nothing is packed.
-        may_pack = kept.pack is not None and not (call.busy is not None and call.busy(kept.recv_spec[0]))
-        if may_pack and not later:
+        later = parts is not None and parts[1] is not None and engine.calls.ready(send, recv, algorithm, validate)
+        if kept.pack is not None and not later:
             kept.pack.run()
         call.typed = kept if parts is not None else None
-        done = self._compiled(send, recv, call)
+        done = engine.calls.call(send, recv, algorithm, validate, False, self.algorithm)
         if done != DONE:
-            if later and may_pack:  # agreed, nothing moved yet: the general path may run a plan on the packed bytes
-                kept.pack.run()
+            if later and kept.pack is not None:  # agreed, nothing moved yet: the general path may run a
+                kept.pack.run()                   # plan on the packed bytes
             engine.general(call, parse_alltoallv, send, recv, done)
         if kept.unpack is not None and (parts is None or engine.calls.state != "hit"):
-            if call.defer:  # scattered once the request's run completed
-                call.after = kept.unpack.run
-            else:
-                kept.unpack.run()
+            kept.unpack.run()
 
     def Ialltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> HierRequest:
         """Nonblocking ``Alltoallv``: returns a request whose ``Test``/``Wait`` move the data (or a
@@ -229,27 +205,31 @@ class HierComm(Deriving):
         """Nonblocking ``Alltoallw`` (see ``Ialltoallv``)."""
         return self._nonblocking("Alltoallw", sendbuf, recvbuf, algorithm, validate)
 
+    @guarded
     def _nonblocking(self, method: str, sendbuf, recvbuf, algorithm, validate) -> HierRequest:
-        # The first call sets its way of progress up, collectively: every rank makes it alike.
+        """A nonblocking call of ``method``: parsed here and queued (request mode: local, nothing
+        waits for another rank; a bad spec is this request's error, raised by its Wait/Test on
+        every rank) or handed to the progress thread."""
         if self.progress == "thread":
+            # The first call sets the thread up, collectively: every rank makes it alike.
             if self._progress is None:
                 self._progress = Progress(lambda: HierComm(self.comm, **self._settings))
             return self._progress.submit(method, sendbuf, recvbuf, algorithm, validate)
-        if self._requests is None:
-            # The node phase by message passing: a window's barriers would need every rank of the
-            # node inside the library at once.
-            self._requests = Requests(_Deferred(self.comm, **{**self._settings, "node_phase": "mpi"}))
-        return self._requests.submit(method, sendbuf, recvbuf, algorithm, validate)
-
-    def _defer(self, method: str, sendbuf, recvbuf, algorithm, validate, busy) -> tuple:
-        """Agree and plan one call of ``method`` (collective) without running it: (its run, bound
-        and persistent; what completes it after the run, or None; the receive buffer's bytes).
-        ``busy(recv)``: why this call may not receive there, or None (an agreed problem); None
-        where no request is in flight, and then a recognised call is a compiled hit."""
-        call = Call(algorithm, validate, uniform=method == "Alltoall", busy=busy, defer=True)
-        {"Alltoallv": self._alltoallv, "Alltoall": self._alltoall, "Alltoallw": self._alltoallw}[method](
-            sendbuf, recvbuf, call)
-        return call.run, call.after, call.run.r.view
+        call = Call(algorithm, validate, uniform=method == "Alltoall", defer=True)
+        typed = None
+        if method == "Alltoallw":
+            if self._request_types is None:
+                self._request_types = TypedSides(self.comm.size)
+            typed = find_typed(self._request_types.calls, sendbuf, recvbuf, algorithm, validate)
+            if typed is None:
+                typed, problem = self._request_types.prepare(sendbuf, recvbuf, algorithm, validate)
+                if problem:
+                    nothing = Side(None, None, None)
+                    return self._requests.submit(StepRequest(self._requests, call, nothing, nothing, problem, None))
+            sendbuf, recvbuf = typed.send_spec, typed.recv_spec
+        s, r, problem = (parse_alltoall if call.uniform else parse_alltoallv)(sendbuf, recvbuf, self.comm.size)
+        specs = (sendbuf, recvbuf) if sendbuf is not MPI.IN_PLACE else None
+        return self._requests.submit(StepRequest(self._requests, call, s, r, problem, specs, typed))
 
     def __getattr__(self, name: str):
         """A public attribute of ``comm`` that HierComm lacks (called only when lookup fails)."""
@@ -343,6 +323,7 @@ class HierComm(Deriving):
         buffers), "miss" (planned anew), "off" (cache off), "request" (a persistent request)."""
         return self._engine.stats()
 
+    @guarded
     def free(self) -> None:
         """Free cached runs, the node window and the Topology's communicators (collective); the
         nonblocking calls still queued complete first."""
@@ -351,8 +332,11 @@ class HierComm(Deriving):
             self._progress = None
         if self._requests is not None:
             self._requests.close()
-            self._requests.hc.free()
+            self._requests.engine.free()
+            self._requests.engine.topology.free()
             self._requests = None
+        if self._request_types is not None:
+            self._request_types.clear()
         if self._typed is not None:
             self._typed.clear()
         if self._count_request is not None:
@@ -364,13 +348,6 @@ class HierComm(Deriving):
     def Free(self) -> None:
         """``free``, under the name a communicator's is called."""
         self.free()
-
-
-class _Deferred(HierComm):
-    """The HierComm a request-mode ``HierComm``'s nonblocking calls are agreed and planned on: its
-    calls bind their runs (persistent, on data communicators of its own) and hand them over
-    (``_defer``) for a request to run; no compiled call path."""
-    _deferred = True
 
 
 class CartHierComm(CartDeriving, HierComm):

@@ -2,37 +2,49 @@
 
 Two ways to move a request, chosen by ``HierComm(progress=...)``:
 
-  request  (default) the request is a state machine over the call's step program: each message
-           phase is MPI's own nonblocking call (a persistent ``MPI_Alltoallv_init`` on the lane or
-           node communicator, or the Bruck and pairwise rounds' ``Send_init``/``Recv_init``), and
-           the copies between phases run inside ``Test``/``Wait`` as soon as the phase before them
-           completed. No thread, any MPI thread level; whatever progress the MPI library (or a
-           NIC that offloads it) makes moves the exchange between the caller's ``Test`` calls.
+  request  (default) the call is local: it parses the spec and queues a request, and returns
+           without waiting for any other rank. The request is a state machine whose steps are
+           MPI's own nonblocking operations, moved by any ``Test``/``Wait`` of the process (one
+           progress engine, ``ProgressEngine``); no thread, any MPI thread level.
   thread   a progress thread of the HierComm's own runs each call as the blocking call; it needs
            ``MPI_THREAD_MULTIPLE`` and pays two thread hand-offs per request, and moves the data
            while the caller stays out of MPI only where the thread has a core of its own.
 
-Request mode (``Requests``): the call itself agrees the spec with every rank (one small
-``Allreduce``, as a blocking call does; a repeated pattern then runs its cached, bound program),
-so it returns once every rank has made it. Its data moves afterwards, on communicators of its own
-(duplicates kept for this: the agreement's collectives and the data's never interleave). Requests
-of one HierComm run one after another in call order; ``Test``/``Wait`` of any of them moves the
-earliest ones first, so every rank starts every MPI collective in the same order whatever order it
-waits in. The node phase goes by message passing (an ``MPI_Alltoallv`` on the node), not the shared
-window: a window's barriers would need every rank of the node inside the library at once.
-Between phases an exchange needs its rank's next ``Test``/``Wait`` (or ``waitall``; a ``Wait``
-polls every HierComm's requests meanwhile): MPI moves the phase in flight on its own, but a rank
-blocked in another collective does not start the next phase. So every rank completes its requests
-before a blocking collective that another rank may enter only after its own ``Wait``, as codes
-do when all ranks wait in the same order; where that cannot hold, use ``progress="thread"``.
+A request in request mode goes through the stages of a one-shot call (``engine.py``), each on
+communicators of the HierComm's request engine, which nothing else uses::
 
-Errors: a bad spec is agreed at the call and raised by ``Wait``/``Test`` on every rank alike (the
-call itself never raises for bad input; a receive buffer still in use by an earlier request of the
-same HierComm is such a bad spec). An error that one rank alone meets while the data moves (an MPI
-error, an exception in a copy) cannot reach the others, which would wait forever: it ends the job
-with a message naming the rank and the cause (``errors.abort_job``), as ``MPI_ERRORS_ARE_FATAL``
-does. Requests still in flight when the interpreter exits are completed, and reported on stderr,
-before ``MPI_Finalize``; progress threads are stopped then too.
+  agree     this rank's plan-cache lookup and agreement record, then the agreement's Allreduce,
+            started nonblocking (a persistent ``MPI_Allreduce_init`` where the library has one)
+  diagnose  after a failed verdict: every rank's row gathered (``MPI_Iallgather``), the error
+            composed from them, the same on every rank, raised by the request's ``Wait``/``Test``
+  plan      a hierarchical miss: the node's counts gathered (``MPI_Iallgather``), then planned
+  move      the run bound to the buffers, moved as a state machine over its step program: each
+            message phase MPI's own nonblocking call (persistent ``MPI_Alltoallv_init``,
+            ``Send_init``/``Recv_init`` rounds), each copy as soon as the phase before it completed
+
+The requests of one HierComm pass each stage one at a time, in call order: the agreement of one
+starts once the one before it concluded (so every rank's plan cache changes in the same order),
+its run once the one before it completed. So every rank starts every MPI collective of a
+communicator in the same order, whichever request it waits for, and requests of different
+HierComms (different communicators) may be started and completed in any order, as MPI allows.
+
+The progress engine moves every in-flight request of the process at every ``Test``/``Wait`` of
+any of them: a rank waiting for one request moves what the others need of it. ``Test`` never
+blocks; ``Wait`` polls. At ``MPI_THREAD_MULTIPLE`` several threads may test and wait on different
+requests: a lock (not the GIL) lets one thread move the engine at a time, and a ``Test`` that finds
+it moved by another thread returns at once. Two threads on one request is erroneous in MPI: the
+second gets ``PlanStateError``.
+
+A run handed to a request belongs to it until the request completes (``Run.hold``): a later call
+that rebinds or evicts its cache entry only marks it to be freed then.
+
+Errors: a bad spec raises the same ``ExchangeError`` on every rank, at that request's
+``Wait``/``Test`` (the call itself never raises for bad input). An error one rank alone meets while
+the data moves (an MPI error, an exception in a copy) cannot reach the others, which would wait
+forever: it ends the job (``errors.abort_job``), unless the communicator's error handler is
+``MPI.ERRORS_RETURN`` set by the user. Requests still in flight when the interpreter exits are
+completed, in call order, and reported on stderr, before ``MPI_Finalize``; progress threads are
+stopped then too, each given a bounded time.
 
 The buffers, and the counts, displacements and datatypes of the specs, must stay untouched until the
 request completes, as MPI requires.
@@ -43,7 +55,6 @@ import atexit
 import queue
 import sys
 import threading
-import weakref
 from _thread import allocate_lock
 from collections import deque
 from typing import Callable, Optional
@@ -51,28 +62,36 @@ from typing import Callable, Optional
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import HxmpiError, PlanStateError, abort_job
+from ..errors import HxmpiError, PlanStateError, agreed_error, one_rank_error
+from .agreement import Diagnosis
 
-__all__ = ["HierRequest", "StepRequest", "ThreadRequest", "Progress", "Requests", "waitall", "PROGRESS_MODES"]
+__all__ = ["HierRequest", "StepRequest", "ThreadRequest", "Progress", "Requests", "ProgressEngine", "waitall",
+           "PROGRESS_MODES", "ENGINE"]
 
 #: ``HierComm(progress=...)``'s choices: a state machine driven by the request, or a thread
 PROGRESS_MODES = ("request", "thread")
+#: seconds a progress thread may take to finish its queue at exit before it is left behind
+EXIT_JOIN_S = 60.0
 
 
 class HierRequest:
     """The request of a nonblocking hxmpi all-to-all, with mpi4py's ``Request`` methods.
 
-    ``Test()`` moves the exchange on as far as it can without waiting and returns whether it
-    completed; ``Wait()`` completes it (both raise the call's error, on every rank alike); a
-    completed request is inactive, so waiting again returns at once (as MPI's null request).
-    ``Free()`` completes the exchange first (MPI forbids freeing an active collective);
-    ``Cancel()`` raises (collectives cannot be cancelled). ``HierRequest.Waitall`` and
+    ``Test()`` moves every in-flight request of the process as far as it can without waiting and
+    returns whether this one completed; ``Wait()`` completes it (both raise the call's error, on
+    every rank alike); a completed request is inactive, so waiting again returns at once (as MPI's
+    null request). ``Free()`` completes the exchange first (MPI forbids freeing an active
+    collective); ``Cancel()`` raises (collectives cannot be cancelled). ``HierRequest.Waitall`` and
     ``hxmpi.waitall`` wait for a list of them, mpi4py requests mixed in; mpi4py's own
-    ``MPI.Request.Waitall`` takes mpi4py requests only (it raises ``TypeError``).
+    ``MPI.Request.Waitall`` takes mpi4py requests only (it raises ``TypeError``). A freed request
+    cannot be used again (``PlanStateError``); two threads in one request's calls at once are
+    refused (``PlanStateError``), as MPI forbids it.
     """
 
     def __init__(self):
         self._error: Optional[BaseException] = None
+        self._inside = allocate_lock()  # held by the thread in this request's Test/Wait/Free
+        self._freed = False
 
     # What a way of progress provides: whether the exchange ended (moving it on where it can
     # without waiting), and a wait for its end.
@@ -82,28 +101,50 @@ class HierRequest:
     def _sleep_until_done(self) -> None:
         raise NotImplementedError
 
+    def _enter(self) -> None:
+        if self._freed:
+            raise PlanStateError("this request was freed; a freed request cannot be tested, waited for or freed "
+                                 "again")
+        if not self._inside.acquire(blocking=False):
+            raise PlanStateError("another thread is in Test/Wait/Free of this request (MPI forbids two threads "
+                                 "completing one request); wait for it in one thread")
+
     def _raise(self) -> None:
         error, self._error = self._error, None  # raised once: the request is inactive after that
         if error is not None:
             raise error
 
     def Test(self, status: Optional[MPI.Status] = None) -> bool:
-        """Whether the exchange completed (moving it on first; raises its error if it failed)."""
-        if not self._done():
-            return False
-        self._raise()
-        return True
+        """Whether the exchange completed (moving every request on first; raises its error if it
+        failed). Never waits."""
+        self._enter()
+        try:
+            if not self._done():
+                return False
+            self._raise()
+            return True
+        finally:
+            self._inside.release()
 
     def Wait(self, status: Optional[MPI.Status] = None) -> bool:
         """Wait for the exchange to complete (raises its error if it failed); returns True."""
-        self._sleep_until_done()
-        self._raise()
-        return True
+        self._enter()
+        try:
+            self._sleep_until_done()
+            self._raise()
+            return True
+        finally:
+            self._inside.release()
 
     def Free(self) -> None:
         """Release the request; an active exchange is completed first (its error is dropped)."""
-        self._sleep_until_done()
-        self._error = None
+        self._enter()
+        try:
+            self._sleep_until_done()
+            self._error = None
+            self._freed = True
+        finally:
+            self._inside.release()
 
     def Cancel(self) -> None:
         """Refused: MPI does not cancel collective operations."""
@@ -134,8 +175,8 @@ def waitall(requests) -> bool:
     first error among them is raised. Returns True."""
     theirs = [r for r in requests if isinstance(r, MPI.Request)]
     first: Optional[BaseException] = None
-    # hxmpi's first: each completes whatever of its HierComm's was called before it, and the
-    # requests of a thread sleep meanwhile.
+    # hxmpi's first: every Wait moves every in-flight request of the process, and the requests of a
+    # thread sleep meanwhile.
     for r in requests:
         if not isinstance(r, MPI.Request):
             try:
@@ -150,26 +191,71 @@ def waitall(requests) -> bool:
 
 
 # --------------------------------------------------------------------------- request mode
-class StepRequest(HierRequest):
-    """A request of request mode: the call's bound run, moved on by ``Test``/``Wait`` through its
-    HierComm's ``Requests`` (see the module docstring)."""
+class ProgressEngine:
+    """The process's one progress engine of request mode: every HierComm's ``Requests``, in the
+    order they were made (the same on every rank: construction is collective), moved together by
+    any request's ``Test``/``Wait``. ``lock`` lets one thread move them at a time."""
 
-    def __init__(self, requests: "Requests", run, after: Optional[Callable], recv: Optional[np.ndarray]):
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.queues: list["Requests"] = []
+
+    def poll(self) -> None:
+        """Move every request as far as it goes without waiting (hold ``lock``)."""
+        for requests in self.queues:
+            requests.advance()
+
+    def test(self, request: "StepRequest") -> bool:
+        """Move everything once, unless another thread is moving it; whether ``request`` ended."""
+        if not request.ended and self.lock.acquire(blocking=False):
+            try:
+                self.poll()
+            finally:
+                self.lock.release()
+        return request.ended
+
+    def wait(self, request: "StepRequest") -> None:
+        """Move everything until ``request`` ended."""
+        while not self.test(request):
+            pass
+
+    def settle(self) -> int:
+        """Complete every request in flight (at exit; collective, as each is); how many there were."""
+        with self.lock:
+            pending = sum(q.in_flight for q in self.queues)
+            while any(q.in_flight for q in self.queues):
+                self.poll()
+        return pending
+
+
+#: the progress engine of this process
+ENGINE = ProgressEngine()
+
+
+class StepRequest(HierRequest):
+    """A request of request mode: one call moving through the stages of its ``Requests`` (see the
+    module docstring). ``ended``: it completed (its error, if any, is raised by Test/Wait)."""
+
+    def __init__(self, requests: "Requests", call, s, r, problem, specs, typed=None):
         super().__init__()
-        self._requests, self.run, self.after, self.recv = requests, run, after, recv
-        self.ended = run is None
+        self._requests, self.call, self.s, self.r, self.problem = requests, call, s, r, problem
+        self.specs, self.typed = specs, typed
+        self.stage = "queued"
+        self.ended = False
+        self.run = None
+        self._pending = None  # the MPI request of a stage in flight (a diagnosis's, a node gather's)
+        self._found = None  # what the agreement stage looked up: (entry, key, settings)
+        self._fresh = None  # a miss's new cache entry, planned once the node's counts came
+        self._work = None  # what the stage in flight keeps (a diagnosis, the node's counts)
 
     def _done(self) -> bool:
-        if not self.ended:
-            self._requests.progress(self, block=False)
-        return self.ended
+        return ENGINE.test(self)
 
     def _sleep_until_done(self) -> None:
-        if not self.ended:
-            self._requests.progress(self, block=True)
+        ENGINE.wait(self)
 
 
-def _span(view: np.ndarray) -> tuple:
+def _span(view: Optional[np.ndarray]) -> tuple:
     """[first, last) address of a buffer's bytes ((0, 0) for an empty one)."""
     if view is None or view.nbytes == 0:
         return (0, 0)
@@ -178,91 +264,160 @@ def _span(view: np.ndarray) -> tuple:
 
 
 class Requests:
-    """The requests of one HierComm in request mode, in call order.
+    """The requests of one HierComm in request mode, in call order, and their stages.
 
-    ``hc``: the HierComm the calls are agreed and planned on (``HierComm._deferred_of``: the same
-    layout and settings over a duplicate communicator, its runs bound but not run); ``submit``
-    agrees one call and returns its request; ``progress`` moves the queue on from its head.
+    ``engine``: the HierComm's request engine (``engine.Engine``, deferred: communicators of its
+    own, runs handed over); ``fail``: what to do with an error this rank alone meets (end the job,
+    or raise where the communicator returns errors). ``agreeing``: requests whose agreement has
+    not concluded, the head's in flight; ``moving``: concluded ones whose runs move, the head's in
+    flight.
     """
 
-    def __init__(self, hc):
-        self.hc = hc
-        self.queue: deque = deque()  # requests not completed, in call order; the head is the one moving
-        _LIVE.add(self)
+    def __init__(self, engine, fail: Callable[[BaseException, str], None]):
+        self.engine, self.fail = engine, fail
+        self.agreeing: deque = deque()
+        self.moving: deque = deque()
+        with ENGINE.lock:
+            ENGINE.queues.append(self)
 
-    def busy_problem(self, recv: np.ndarray) -> Optional[str]:
-        """Why a new call may not receive into ``recv`` (bytes): a request in flight still does."""
-        lo, hi = _span(recv)
-        for k, req in enumerate(self.queue):
-            start, end = _span(req.recv)  # only here: a call with nothing in flight never asks
-            if lo < end and start < hi:
-                return (f"the receive buffer overlaps that of a nonblocking all-to-all still in flight "
-                        f"({k + 1} of {len(self.queue)} in call order); Wait() for it first")
-        return None
+    @property
+    def in_flight(self) -> int:
+        """Requests not completed."""
+        return len(self.agreeing) + len(self.moving)
 
-    def submit(self, method: str, sendbuf, recvbuf, algorithm, validate) -> StepRequest:
-        """Agree and plan one call (collective), queue its run; its request. An agreed error is
-        the request's, raised by its ``Wait``/``Test``."""
-        try:
-            run, after, recv = self.hc._defer(method, sendbuf, recvbuf, algorithm, validate,
-                                              self.busy_problem if self.queue else None)
-        except BaseException as exc:
-            if not getattr(exc, "agreed", False):
-                abort_job(exc, f"HierComm.I{method[0].lower()}{method[1:]}")
-            request = StepRequest(self, None, None, None)
-            request._error = exc
-            return request
-        request = StepRequest(self, run, after, recv)
-        self.queue.append(request)
-        if len(self.queue) == 1:
-            try:
-                self._begin_head()
-            except BaseException as exc:
-                abort_job(exc, "a nonblocking all-to-all's start")
+    def submit(self, request: StepRequest) -> StepRequest:
+        """Queue a parsed call (local: nothing waits for another rank) and start what it can."""
+        with ENGINE.lock:
+            self.agreeing.append(request)
+            self.advance()
         return request
 
-    def progress(self, target: Optional[StepRequest], block: bool) -> None:
-        """Move the queue on from its head: until ``target`` completed (``block``; None: every
-        request), or as far as it goes without waiting. A wait while another HierComm's requests
-        are in flight too polls theirs as well: a rank waiting here may be what the ranks waiting
-        for those need. An error here is this rank's alone: it ends the job."""
+    def advance(self) -> None:
+        """Move this HierComm's requests as far as they go without waiting (the engine's lock is
+        held). An error of this rank alone here ends the job (``fail``)."""
         try:
-            while self.queue and (target is None or not target.ended):
-                if not block:
-                    if not self.queue[0].run.test():
-                        return
-                    self._complete()
-                    continue
-                others = [q for q in _LIVE if q is not self and isinstance(q, Requests) and q.queue]
-                if not others:  # nothing else to move meanwhile: MPI_Wait each step
-                    self.queue[0].run.finish()
-                    self._complete()
-                    continue
-                for q in (self, *others):
-                    while q.queue and q.queue[0].run.test():
-                        q._complete()
-        except BaseException as exc:
-            abort_job(exc, "a nonblocking all-to-all's Test/Wait")
+            while self.agreeing:
+                request = self.agreeing[0]
+                if not self._agree(request):
+                    break
+                self.agreeing.popleft()
+                if request._error is None:
+                    self.moving.append(request)
+                else:
+                    self._end(request)
+            while self.moving:
+                request = self.moving[0]
+                if not self._move(request):
+                    break
+                self.moving.popleft()
+                self._end(request)
+        except BaseException as exc:  # noqa: BLE001 - this rank's alone: the others cannot learn of it
+            self.fail(exc, "a nonblocking all-to-all's Test/Wait")
 
-    def _complete(self) -> None:
-        """The head's run ended: unpack what it received, then start the next ones'."""
-        self._end(self.queue.popleft())
-        self._begin_head()
+    # ------------------------------------------------------------------ the agreement stage
+    def _agree(self, request: StepRequest) -> bool:
+        """Move ``request``'s agreement stage on; whether it concluded (its run bound, or its error set)."""
+        engine, call = self.engine, request.call
+        if request.stage == "queued":
+            problem = request.problem
+            if problem is None:
+                problem = self._busy(request)
+            request.problem = problem
+            request._found = engine.lookup(call, request.s, request.r, problem, request.specs is not None)
+            engine.fill(call, request.s, request.r, problem, request._found)
+            engine.agreement.start()
+            request.stage = "agreeing"
+        if request.stage == "agreeing":
+            if not engine.agreement.test():
+                return False
+            self._verdict(request)
+        if request.stage in ("diagnosing", "gathering"):
+            if not request._pending.Test():
+                return False
+            if request.stage == "diagnosing":
+                request._error = request._work.error()
+                return True
+            fresh, s, r = request._fresh, request.s, request.r
+            fresh.plan = engine.plan_with(s, r, fresh.algorithm, fresh.radix, request._work)
+            engine.run_miss(call, fresh, s, r)
+            request.stage = "bound"
+        request._pending = request._work = request._fresh = request._found = None
+        request.run = call.run
+        return True
 
-    def _begin_head(self) -> None:
-        while self.queue and self.queue[0].run.begin():  # a run may end at its begin (all local)
-            self._end(self.queue.popleft())
+    def _verdict(self, request: StepRequest) -> None:
+        """The agreement came: a diagnosis to gather, a miss to plan, or the run bound."""
+        engine, call, s, r = self.engine, request.call, request.s, request.r
+        flags = engine.agreement.verdict()
+        if engine.agreement.failed(flags):
+            request._work = Diagnosis(engine.comm, flags, engine.agreement.sums, request.problem,
+                                      2 * engine.code(call.algorithm) + call.uniform, bool(call.validate),
+                                      call.kind_text, None if request.problem else s.counts,
+                                      None if request.problem else r.counts)
+            request._pending = request._work.start()
+            request.stage = "diagnosing"
+            return
+        entry, key, settings = request._found
+        try:
+            fresh = engine.settle(call, engine.agreement.agreed(flags, entry.slot if entry is not None else 0),
+                                  s, r, entry, key, settings, request.specs is not None, None)
+        except HxmpiError as exc:
+            if not getattr(exc, "agreed", False):
+                raise
+            request._error = exc  # decided from agreed numbers: every rank raises it at its Wait
+            request.stage = "failed"
+            return
+        if fresh is not None and fresh.algorithm.hierarchical:
+            mine, request._work = engine.node_counts(s, r, fresh.algorithm)
+            request._pending = engine.gather_comm.Iallgather([mine, MPI.INT64_T], [request._work, MPI.INT64_T])
+            request._fresh = fresh
+            request.stage = "gathering"
+            return
+        if fresh is not None:
+            engine.run_miss(call, fresh, s, r)
+        request.stage = "bound"
 
-    @staticmethod
-    def _end(request: StepRequest) -> None:
-        request.ended, request.run, request.recv = True, None, None
-        if request.after is not None:
-            request.after()
+    def _busy(self, request: StepRequest) -> Optional[str]:
+        """Why ``request`` may not receive where it does: a request before it, not completed, still
+        receives there (the same check on every rank: an agreed problem)."""
+        lo, hi = _span(request.r.view)
+        ahead = [q for q in (*self.moving, *self.agreeing) if q is not request]
+        for k, other in enumerate(ahead):
+            start, end = _span(other.r.view if other.r is not None else None)
+            if lo < end and start < hi:
+                return (f"the receive buffer overlaps that of a nonblocking all-to-all still in flight "
+                        f"({k + 1} of {len(ahead)} in call order); Wait() for it first")
+        return None
+
+    # ------------------------------------------------------------------ the moving stage
+    def _move(self, request: StepRequest) -> bool:
+        """Move ``request``'s run on; whether it completed."""
+        run = request.run
+        if request.stage == "bound":
+            if request.typed is not None and request.typed.pack is not None:
+                request.typed.pack.run()
+            request.stage = "moving"
+            return run.begin()
+        return run.test()
+
+    def _end(self, request: StepRequest) -> None:
+        """The request completed: its run given back, the received bytes scattered (Alltoallw)."""
+        run, request.run = request.run, None
+        if run is not None:
+            run.release()
+            if request.typed is not None and request.typed.unpack is not None:
+                request.typed.unpack.run()
+        request.ended, request.stage = True, "ended"
+        request.s = request.r = request.specs = request.typed = request.call = None
 
     def close(self) -> int:
-        """Complete every request still in flight (collective, as each is); how many there were."""
-        pending = len(self.queue)
-        self.progress(None, block=True)
+        """Complete every request still in flight (collective, as each is) and leave the engine;
+        how many there were."""
+        with ENGINE.lock:
+            pending = self.in_flight
+            while self.in_flight:
+                self.advance()
+            ENGINE.queues.remove(self)
         return pending
 
 
@@ -303,16 +458,17 @@ class Progress:
 
     def __init__(self, make: Callable):
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-            error = HxmpiError(
+            # The level is the job's: every rank raises alike.
+            raise agreed_error(HxmpiError(
                 "progress='thread' needs MPI_THREAD_MULTIPLE (mpi4py's default: mpi4py.rc.thread_level = "
-                f"'multiple'); this MPI runs at level {MPI.Query_thread()}: use progress='request'")
-            error.agreed = True  # the level is the job's: every rank raises alike
-            raise error
+                f"'multiple'); this MPI runs at level {MPI.Query_thread()}: use progress='request'"))
         self.hc = make()
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name="hxmpi-progress", daemon=True)
+        self._thread: Optional[threading.Thread] = threading.Thread(target=self._serve, name="hxmpi-progress",
+                                                                    daemon=True)
         self._thread.start()
-        _LIVE.add(self)
+        with ENGINE.lock:
+            _THREADS.append(self)
 
     def submit(self, method: str, sendbuf, recvbuf, algorithm, validate) -> ThreadRequest:
         """Queue ``method`` (the blocking method's name) of the thread's HierComm; its request."""
@@ -329,26 +485,32 @@ class Progress:
             error = None
             try:
                 getattr(self.hc, method)(sendbuf, recvbuf, algorithm=algorithm, validate=validate)
-            except BaseException as exc:
+            except Exception as exc:  # noqa: BLE001 - agreed ones go to the caller, others end the job
                 if not getattr(exc, "agreed", False):
-                    abort_job(exc, f"the progress thread's {method}")
+                    one_rank_error(exc, f"the progress thread's {method}", self.hc.comm)
                 error = exc  # handed to the caller's Wait/Test, on every rank alike
             request._finish(error)
 
-    def close(self) -> int:
-        """Finish the queued calls, stop the thread and free its HierComm (collective); 0 (what is
-        queued is not counted)."""
+    def close(self, timeout: Optional[float] = None) -> bool:
+        """Finish the queued calls, stop the thread and free its HierComm (collective); False where
+        the thread did not stop within ``timeout`` seconds (None: no limit; it is then left behind,
+        its HierComm not freed)."""
         if self._thread is None:
-            return 0
+            return True
         self._jobs.put(None)
-        self._thread.join()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            return False
         self._thread = None
         self.hc.free()
-        return 0
+        with ENGINE.lock:
+            if self in _THREADS:
+                _THREADS.remove(self)
+        return True
 
 
-#: every live ``Requests`` and ``Progress``: completed and stopped at exit, before MPI_Finalize
-_LIVE: "weakref.WeakSet" = weakref.WeakSet()
+#: every live ``Progress``, in the order they were made: stopped at exit, before MPI_Finalize
+_THREADS: list = []
 
 
 @atexit.register
@@ -357,9 +519,11 @@ def _close_at_exit() -> None:
     runs this first: it was registered after mpi4py's import), saying so on stderr."""
     if not MPI.Is_initialized() or MPI.Is_finalized():
         return
-    pending = 0
-    for live in list(_LIVE):
-        pending += live.close()
+    pending = ENGINE.settle()
+    for progress in list(_THREADS):
+        if not progress.close(EXIT_JOIN_S):
+            print(f"hxmpi: rank {MPI.COMM_WORLD.rank}: a progress thread did not finish its queue within "
+                  f"{EXIT_JOIN_S:.0f} s at exit; left behind", file=sys.stderr, flush=True)
     if pending:
         print(f"hxmpi: rank {MPI.COMM_WORLD.rank}: {pending} nonblocking all-to-all(s) were still in flight at "
               f"exit; completed them before MPI_Finalize (Wait() for every request)", file=sys.stderr, flush=True)

@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 from mpi4py import MPI
 
-from ..errors import PlanStateError
+from ..errors import PlanStateError, guarded
 from .engine import Call, Engine
 from .plancache import CacheEntry
 from .runs import ExchangeStats, NodeWindow, Run, Scratch
@@ -26,10 +26,10 @@ def make_request(engine: Engine, parse, uniform: bool, sendbuf, recvbuf, algorit
     completed ``Wait`` (the owning HierComm's ``last_stats``)."""
     s, r, problem = parse(sendbuf, recvbuf, engine.comm.size)
     call = Call(algorithm, True, uniform)
-    code = engine.code(algorithm)
-    agreed = engine.agree(call, s, r, problem, code, 0, False)
-    algo, radix = engine.resolve(code, agreed, uniform, "plan")
-    entry = CacheEntry(0, None, (code, True, 0, uniform), algo, agreed.big, radix=radix)
+    settings = engine.settings(call)
+    agreed = engine.agree(call, s, r, problem, (None, None, settings))
+    algo, radix = engine.resolve(settings[0], agreed, uniform, "plan")
+    entry = CacheEntry(0, None, settings, algo, agreed.big, radix=radix)
     window = None
     if algo.hierarchical:
         entry.plan = engine.hier_plan(s, r, algo, radix).detach()
@@ -37,7 +37,7 @@ def make_request(engine: Engine, parse, uniform: bool, sendbuf, recvbuf, algorit
     # A request owns its scratch and window: it may be started while one-shot calls run.
     run = engine.bind(entry, s, r, True, Scratch(), window)
     # In place, the send side is a copy of the receive blocks: refreshed at every Start.
-    return ExchangeRequest(run, done, (r.view, s.view) if sendbuf is MPI.IN_PLACE else None, window)
+    return ExchangeRequest(run, done, engine.comm, (r.view, s.view) if sendbuf is MPI.IN_PLACE else None, window)
 
 
 class ExchangeRequest:
@@ -48,9 +48,10 @@ class ExchangeRequest:
     the same order. Usable as a context manager (frees on exit).
     """
 
-    def __init__(self, run: Run, done: Callable[[ExchangeStats], None], in_place: Optional[tuple] = None,
-                 window: Optional[NodeWindow] = None):
+    def __init__(self, run: Run, done: Callable[[ExchangeStats], None], comm: MPI.Intracomm,
+                 in_place: Optional[tuple] = None, window: Optional[NodeWindow] = None):
         self._run, self._done, self._active = run, done, False
+        self.comm = comm  # whose error handler an error of this rank's alone follows (``errors.guarded``)
         self._in_place = in_place  # (receive view, send copy) for MPI.IN_PLACE
         self._window = window  # the node window this request owns (freed with it), if any
 
@@ -64,6 +65,7 @@ class ExchangeRequest:
             raise PlanStateError("this persistent exchange was freed; create a new one with Alltoallv_init")
         return self._run
 
+    @guarded
     def Start(self) -> None:
         """Start one exchange of the bound buffers' current contents."""
         run = self._live()
@@ -75,6 +77,7 @@ class ExchangeRequest:
         run.start()
         self._active = True
 
+    @guarded
     def Wait(self) -> None:
         """Complete the exchange started by ``Start()``."""
         run = self._live()
@@ -84,6 +87,7 @@ class ExchangeRequest:
         run.wait()
         self._done(run.stats)  # the owning HierComm's last_stats
 
+    @guarded
     def Free(self) -> None:
         """Release the request's MPI requests, datatypes and buffers (waits for an active exchange first)."""
         if self._run is None:

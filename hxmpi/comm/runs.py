@@ -251,6 +251,8 @@ class Run:
         self._finish: Optional[Callable] = None  # what ``wait`` calls: the started part's end
         #: a ``begin`` not completed yet (its buffers and requests are in use)
         self.busy = False
+        self._holders = 0  # requests this run is handed to, not completed yet (``hold``)
+        self._learning: Optional[Program] = None  # the Bruck headers a ``begin`` runs first
         self._free_when_done = False
         if self._once is not None:
             return
@@ -334,13 +336,43 @@ class Run:
 
     def begin(self) -> bool:
         """Start the run as a state machine (a nonblocking request's): the compiled program's
-        ``begin``; whether it already completed. A run with no compiled program (a Bruck exchange
-        before its first run, the large-count path) runs whole at its first ``test``/``finish``."""
-        program = self.program()
+        ``begin``; whether it already completed. A run whose Bruck exchanges have not learned
+        their lengths yet first runs their headers (``Bruck.headers``), as a state machine too;
+        one with no program at all (the large-count path's rounds) runs whole at its first
+        ``test``/``finish``."""
         self.busy = True
+        program = self.program()
         if program is None:
-            return False
+            self._learning = self._headers()
+            if self._learning is None or not self._learning.begin():
+                return False
+            return self._learned()
         if program.begin():
+            self._ended()
+            return True
+        return False
+
+    def _headers(self) -> Optional[Program]:
+        """The header rounds of every Bruck exchange of the run that has not learned its lengths,
+        one after another, as one program; None where some exchange cannot learn them so."""
+        subs = []
+        for phase in self._phases:
+            if phase.request is None and phase.transfer.program() is None:
+                headers = getattr(phase.transfer, "headers", lambda: None)()
+                if headers is None:
+                    return None
+                subs.append(("program", headers))
+        return Program(subs) if subs else None
+
+    def _learned(self) -> bool:
+        """The headers ran: every Bruck exchange learns, then the run's own program begins;
+        whether it already completed."""
+        self._learning.free()
+        self._learning = None
+        for phase in self._phases:
+            if hasattr(phase.transfer, "learn") and phase.transfer.program() is None:
+                phase.transfer.learn()
+        if self.program().begin():
             self._ended()
             return True
         return False
@@ -349,6 +381,8 @@ class Run:
         """Go on without waiting (copies once the requests before them completed); whether done."""
         if not self.busy:
             return True
+        if self._learning is not None:
+            return self._learning.test() and self._learned()
         program = self.program()
         if program is None:
             self.run()
@@ -361,6 +395,10 @@ class Run:
         """Complete a ``begin``: wait for each step in turn."""
         if not self.busy:
             return
+        if self._learning is not None:
+            self._learning.finish()
+            if self._learned():
+                return
         program = self.program()
         if program is None:
             self.run()
@@ -369,12 +407,23 @@ class Run:
         self._ended()
 
     def free_when_done(self) -> None:
-        """Free the run when its next ``begin`` completes (a run handed to a request)."""
+        """Free the run once the request it is handed to released it (a run of a request's own)."""
         self._free_when_done = True
+
+    def hold(self) -> None:
+        """A request takes this run until it completes (``release``): a ``free`` meanwhile (its
+        cache entry rebound or evicted) only marks it to be freed then."""
+        self._holders += 1
+
+    def release(self) -> None:
+        """The request that held the run completed; the run is freed now if that was asked."""
+        self._holders -= 1
+        if self._free_when_done and not self._holders and not self.busy:
+            self.free()
 
     def _ended(self) -> None:
         self.busy = False
-        if self._free_when_done:
+        if self._free_when_done and not self._holders:
             self.free()
 
     def program(self) -> Optional[Program]:
@@ -406,9 +455,9 @@ class Run:
         return self._program
 
     def free(self) -> None:
-        """Release the run's requests and programs; a run in progress (``begin``) is released when
-        it completes."""
-        if self.busy:
+        """Release the run's requests and programs; a run in progress (``begin``) or held by a
+        request (``hold``) is released when it completes."""
+        if self.busy or self._holders:
             self._free_when_done = True
             return
         if self._program is not None and self._owns_program:

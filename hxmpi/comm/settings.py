@@ -13,7 +13,7 @@ from typing import Optional
 
 from mpi4py import MPI
 
-from ..errors import CpuFileError, ExchangeError, agree
+from ..errors import CpuFileError, ExchangeError, agree, agreed_error
 from .costmodel import ENV_TUNING, CostModel, CpuTimes
 from .nonblocking import PROGRESS_MODES
 from .plan import ALGORITHM_CHOICES, NODE_PHASES
@@ -87,5 +87,5 @@ def agree_settings(topology: Topology, hier_possible: bool, requested: Optional[
     agree(topology.comm, problem, ExchangeError)
     everywhere = all(v[1] for v in views)
     if requested == "shm" and not everywhere:
-        raise ExchangeError("node_phase='shm', but the ranks of a node do not all share memory")
+        raise agreed_error(ExchangeError("node_phase='shm', but the ranks of a node do not all share memory"))
     return ("shm" if requested != "mpi" and everywhere else "mpi"), views[0][3]

@@ -10,6 +10,7 @@ therefore serve several lanes: ``served_lanes`` lists them with their communicat
 """
 from __future__ import annotations
 
+import copy
 import os
 import socket
 from typing import Optional, Sequence
@@ -155,6 +156,15 @@ class Topology:
             "num_nodes": self.num_nodes, "node_sizes": list(self.node_sizes),
             "is_regular": self.is_regular,
         }
+
+    def duplicate(self) -> "Topology":
+        """The same nodes over duplicates of this Topology's communicators (collective): what a
+        HierComm's nonblocking calls move on, apart from its blocking ones."""
+        twin = copy.copy(self)
+        twin.comm, twin.intra = self.comm.Dup(), self.intra.Dup()
+        twin.served_lanes = tuple((lane, comm.Dup()) for lane, comm in self.served_lanes)
+        twin.inter = dict(twin.served_lanes)[self.local_rank]
+        return twin
 
     def free(self) -> None:
         """Free the communicators this Topology created (collective)."""

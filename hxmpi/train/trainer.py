@@ -18,7 +18,7 @@ from ..comm.exchange import HierComm
 from ..data import DATASETS, load_dataset
 from ..data.shuffle import GlobalShuffle, ShardStream
 from ..data.staging import StagingConfig, stage
-from ..errors import HxmpiError, NonFiniteLoss, SettingError, agree
+from ..errors import HxmpiError, NonFiniteLoss, SettingError, agree, agreed_error
 from ..models import build_model
 from ..models.base import softmax_xent
 from ..runlog import RunLog, time_to_target
@@ -310,8 +310,8 @@ class Trainer:
         self.comm.Allreduce(MPI.IN_PLACE, busy, op=MPI.SUM)
         bad_step = self.comm.allreduce(np.inf if bad_step is None else bad_step, op=MPI.MIN)
         if np.isfinite(bad_step):  # the same on every rank: raised everywhere, the run ends with exit 1
-            raise NonFiniteLoss(f"training loss is not finite in epoch {epoch + 1} at step {int(bad_step)} "
-                                f"(steps counted from the start of the run); lower lr or check the data")
+            raise agreed_error(NonFiniteLoss(f"training loss is not finite in epoch {epoch + 1} at step {int(bad_step)} "
+                                f"(steps counted from the start of the run); lower lr or check the data"))
         return {"train_loss": stats[0] / max(stats[2], 1), "train_accuracy": stats[1] / max(stats[2], 1),
                 "train_time_s": elapsed, "samples": int(stats[3]), "processed_samples": int(stats[2]),
                 "step_breakdown_s": dict(zip(("compute", "gradient_wait", "exchange"),
