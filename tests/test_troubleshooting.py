@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGE = ROOT / "docs" / "troubleshooting.md"
+PAGE = ROOT / "docs" / "reference" / "troubleshooting.md"
 SOURCES = [*sorted((ROOT / "hxmpi").rglob("*.py")), *sorted((ROOT / "csrc").glob("*.pyx")),
            *sorted((ROOT / "csrc").glob("*.pxi"))]
 
