@@ -829,7 +829,7 @@ def suite_cost(results: Path = RESULTS) -> str:
             f"{by['serial']['seconds'] / 60:.0f} minutes and the MPI runs at {mpi[0]['run'][-1]} to "
             f"{mpi[-1]['run'][-1]} ranks {sum(r['seconds'] for r in mpi) / 60:.0f} minutes; the whole job peaked at "
             f"**{d['peak_pss_bytes'] / 2**30:.1f} GiB** of memory; it ended with {total['passed']} passed, "
-            f"{total['failed']} failed, {total['skipped']} skipped ([the run](docs/contributing.md#tests)).\n")
+            f"{total['failed']} failed, {total['skipped']} skipped ([the run](docs/contributing/index.md#tests)).\n")
 
 
 #: The README's generated blocks: name -> what fills it.
