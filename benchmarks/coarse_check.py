@@ -24,17 +24,11 @@ from hxmpi.cli import command_line
 from hxmpi.comm.costmodel import CostModel, CpuTimes
 from hxmpi.comm.plan import Layout
 from hxmpi.provenance import provenance
-from hxmpi.sim.simulate import (
-    PRESET_NICS,
-    Call,
-    Network,
-    block_sizes,
-    calibrated_preset,
-    make_counts,
-    node_of_sizes,
-    replay,
-    simgrid,
-)
+from hxmpi.sim.args import block_sizes
+from hxmpi.sim.calls import Call, make_counts, node_of_sizes
+from hxmpi.sim.platform import Network
+from hxmpi.sim.presets import PRESET_NICS, calibrated_preset
+from hxmpi.sim.replay import replay, simgrid
 
 #: The fields compared: (record field, the call replayed).
 FIELDS = (("bare_alltoallv", Call("flat", "bare")), ("flat", Call("flat")))

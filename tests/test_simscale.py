@@ -9,22 +9,13 @@ from hxmpi.comm.plan import Layout
 from hxmpi.sim.mleader import leader_counts, leader_trace, predict_leaders
 from hxmpi.sim.reference import RefCpu, mbw_mr_trace, reference_trace, tuned_alltoall
 from hxmpi.sim.scale import scale_point
-from hxmpi.sim.simulate import (
-    PRESET_NICS,
-    Call,
-    Coarse,
-    Network,
-    Nic,
-    SimulateError,
-    calibrated_preset,
-    make_counts,
-    nic_lines,
-    node_of_sizes,
-    rank_trace,
-    replay,
-    replay_traces,
-    trace_stats,
-)
+from hxmpi.sim.actions import Coarse, Nic, nic_lines
+from hxmpi.sim.calls import Call, make_counts, node_of_sizes
+from hxmpi.sim.errors import SimulateError
+from hxmpi.sim.platform import Network
+from hxmpi.sim.presets import PRESET_NICS, calibrated_preset
+from hxmpi.sim.replay import replay, replay_traces
+from hxmpi.sim.trace import rank_trace, trace_stats
 from support import simgrid_missing
 
 

@@ -29,7 +29,7 @@ def _report_module():
 def presets_markdown() -> str:
     """The simulator's presets as a Markdown table: latency and bandwidth between and inside
     nodes, CPU per message, copy bandwidth and hxmpi's fixed costs per call."""
-    from hxmpi.sim.simulate import PRESETS
+    from hxmpi.sim.presets import PRESETS
 
     def link(alpha, beta):
         return f"{alpha * 1e6:.2f} us, {1e-9 / beta:.1f} GB/s"

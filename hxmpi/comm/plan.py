@@ -120,6 +120,11 @@ class Layout:
         """Whether the two phases differ from flat: more than one node and a node of two ranks or more."""
         return has_hierarchy(self.num_nodes, self.max_node_size)
 
+    @property
+    def is_regular(self) -> bool:
+        """Whether every node has the same number of ranks (``Topology.is_regular``'s rule)."""
+        return len(set(self.node_sizes)) == 1
+
     def runs(self, algorithm: Union[str, "Algorithm"]) -> "Algorithm":
         """The algorithm a call of ``algorithm`` runs on this layout (``runs_as``)."""
         return runs_as(algorithm, self.hier_possible)

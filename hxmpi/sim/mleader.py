@@ -29,19 +29,13 @@ from typing import Optional
 from ..comm.costmodel import CostModel, CpuTimes
 from ..comm.plan import Layout
 from ..provenance import provenance
-from .simulate import (
-    PRESET_NICS,
-    Network,
-    Nic,
-    SimulateError,
-    _command,
-    barrier_actions,
-    calibrated_preset,
-    node_of_sizes,
-    replay_traces,
-    simgrid,
-    wait_lines,
-)
+from .actions import Nic, barrier_actions, wait_lines
+from .args import command_line
+from .calls import node_of_sizes
+from .errors import SimulateError
+from .platform import Network
+from .presets import PRESET_NICS, calibrated_preset
+from .replay import replay_traces, simgrid
 
 __all__ = ["LEADER_TAG", "WIN_THRESHOLD", "leader_counts", "leader_trace", "predict_leaders", "sweep", "main"]
 
@@ -153,7 +147,7 @@ def main(argv=None) -> int:
     if nic is not None and args.nic_rate:
         nic = Nic(args.nic_rate, nic.bandwidth, nic.send_share)
     cpu_s = CpuTimes.load(None)("hier_plan")
-    prov = provenance(_command(argv).replace("hxmpi.sim", "hxmpi.sim.mleader", 1), "none")
+    prov = provenance(command_line(argv, "hxmpi.sim.mleader"), "none")
     records = sweep(args.nodes, _ints(args.ranks_per_node), _ints(args.blocks), model, nic, cpu_s)
     sg = simgrid(args.smpirun) if args.replay else None
     if sg:
