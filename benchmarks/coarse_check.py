@@ -6,7 +6,7 @@
 
 For every ``--shape`` and block size, bare ``MPI_Alltoallv`` and a flat one-shot call (both
 linear where Open MPI's rule makes them so) are replayed in full and coarsely
-(``hxmpi.sim.simulate.coarse_actions``) on the ``slingshot`` preset with its NIC; each row gives
+(``hxmpi.sim.actions.coarse_actions``) on the ``slingshot`` preset with its NIC; each row gives
 both simulated times, their difference and both wall times. ``--against`` takes a committed
 ``python -m hxmpi.sim`` result of a world too large to replay in full here: its full replays
 (without a NIC, as it was made) are compared with coarse replays of the same fields on its

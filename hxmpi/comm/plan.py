@@ -170,6 +170,22 @@ class Layout:
             return self._leader_planners(rank, check_leaders(radix, self.max_leaders))
         return self.planner(rank)
 
+    def rank_program(self, rank: int, algorithm: Union[str, "Algorithm"], counts: np.ndarray, node_phase: str = "shm",
+                     radix: int = 2, uniform: bool = False) -> StepProgram:
+        """The step program of ``rank`` in a call of ``algorithm`` (as it runs on this layout,
+        ``runs``) on the whole pattern ``counts`` (``counts[src, dst]``, int64 bytes): the one way
+        the cost model and the simulator make the programs they price and replay. ``node_phase``:
+        "shm" or "mpi"; ``radix``: the Bruck radix or multi-leader's leaders per node; ``uniform``:
+        an Alltoall's equal blocks. A hierarchical program is its planner's own (``detach`` one
+        that must last past the rank's next plan)."""
+        algo = self.runs(algorithm)
+        sc, rc = counts[rank].copy(), np.ascontiguousarray(counts[:, rank])
+        sides = (sc, exclusive_cumsum(sc), rc, exclusive_cumsum(rc))
+        if algo.hierarchical:
+            return program(algo, sides, self.planner_for(rank, algo, radix), NODE_PHASES[node_phase],
+                           self.node_counts(algo, counts, rank), radix)
+        return program(algo, sides, radix=radix, uniform=uniform)
+
     def node_counts(self, algorithm: Union[str, "Algorithm"], counts: np.ndarray, rank: int) -> np.ndarray:
         """What ``algorithm``'s planner takes as ``node_counts`` for ``rank``, from a whole
         pattern (``counts[src, dst]``, bytes): the receive counts of its node's ranks (node size x

@@ -4,7 +4,7 @@ Each rank's trace is one action per line (``RANK VERB ...``, SimGrid's ``smpirun
 This module turns message phases into them: an exchange as its schedule (or Open MPI's rule for
 the phase) posts it, a node's dissemination barrier, the waits for many requests, the coarse
 replay of a linear world phase, and the node's NIC (a per-message byte surcharge). The simulator
-(``simulate``) and the reference schedules (``reference``) both write their traces with them.
+(``trace``) and the reference schedules (``reference``) both write their traces with them.
 """
 from __future__ import annotations
 

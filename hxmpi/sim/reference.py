@@ -45,7 +45,7 @@ __all__ = ["REFERENCES", "RefCpu", "tuned_alltoall", "mbw_mr_trace", "MBW_WINDOW
 #: The reference schedules this module knows.
 REFERENCES = ("ompi_bruck", "han_alltoall", "ompi_linear", "ompi_pairwise", "ompi_tuned")
 #: Tags of each schedule's messages: above every phase of ``actions.PHASE_TAG`` (a trace may hold
-#: both: hxmpi's call around an MPI_Alltoall), so ``simulate.trace_stats`` names them "library".
+#: both: hxmpi's call around an MPI_Alltoall), so ``trace.trace_stats`` names them "library".
 _TAG = {"ompi_bruck": 600000, "han_alltoall": 700000, "ompi_linear": 800000, "allgather": 900000,
         "mbw_mr": 950000, "ompi_pairwise": 650000}
 

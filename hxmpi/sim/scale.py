@@ -3,7 +3,7 @@
 One row per layout and block size (even counts), in seconds per call:
 
 - hxmpi: ``auto``'s one-shot call (the agreement included) and its plan (a persistent request),
-  charged hxmpi's measured CPU per path (``simulate.simulate_point``);
+  charged hxmpi's measured CPU per path (``sweep.simulate_point``);
 - Open MPI tuned: ``MPI_Alltoall`` as Open MPI's tuned component decides it
   (``reference.tuned_alltoall``: its modified Bruck, linear or pairwise), with the CPU per block
   the preset's fit found in Open MPI's Bruck (``RefCpu.ddt_block``);
@@ -16,7 +16,7 @@ One row per layout and block size (even counts), in seconds per call:
 Worlds above ``--max-replay-ranks`` are given by the models (hxmpi's ``costmodel``, the
 references' ``reference_features``); every record carries the model's numbers beside the replay's,
 so the model's error at the replayed points is stated with the table. ``--coarse`` replays linear
-world phases coarsely (``simulate.coarse_actions``: one message per node pair and local rank), the
+world phases coarsely (``actions.coarse_actions``: one message per node pair and local rank), the
 shortcut that brings a 1024-rank point to minutes.
 """
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``rank_schedule`` turns a (P, P) count matrix into a rank's copies, messages and node barriers by
 making the rank's step program with the very planners ``HierComm`` runs (``hxmpi.comm.plan``:
-``program``, ``Layout`` and its compiled planner) and reading its steps (``program_schedule``): a
+``Layout.rank_program`` and its compiled planner) and reading its steps (``program_schedule``): a
 copy step is a copy of its bytes, an exchange step the messages to and from each peer (mapped from
 its communicator's ranks to world ranks), its block to itself a copy made first (as MPI's and
 hxmpi's all-to-alls make it), Bruck rounds expanded by ``bruck_rounds``. So the messages
@@ -17,15 +17,12 @@ import numpy as np
 
 from ..comm.plan import (
     HEADER_BYTES,
-    NODE_PHASES,
     BarrierStep,
     CopyStep,
     Layout,
     StepProgram,
     bruck_rounds,
     check_radix,
-    exclusive_cumsum,
-    program,
     program_steps,
 )
 
@@ -46,7 +43,7 @@ class Exchange:
     bytes) pairs, non-empty only except in rounds (a Bruck round sends its message even when empty).
 
     ``schedule``: how the messages are posted: "" as Open MPI runs a blocking call of the phase
-    (``simulate`` decides), "linear" (all at once, one wait: hxmpi's nonblocking phases) or
+    (``actions.phase_algorithm`` decides), "linear" (all at once, one wait: hxmpi's nonblocking phases) or
     "pairwise" (rounds over ``members``, the world ranks of the communicator in its rank order)."""
     phase: str
     sends: tuple
@@ -199,12 +196,5 @@ def rank_schedule(layout: Layout, counts: np.ndarray, rank: int, algorithm: str 
     p = layout.size
     if counts.shape != (p, p):
         raise ValueError(f"counts has shape {counts.shape}, expected ({p}, {p})")
-    algo = layout.runs(algorithm)
-    sc, rc = counts[rank].copy(), np.ascontiguousarray(counts[:, rank])
-    sides = (sc, exclusive_cumsum(sc), rc, exclusive_cumsum(rc))
-    if algo.hierarchical:
-        prog = program(algo, sides, layout.planner_for(rank, algo, radix), NODE_PHASES[node_phase],
-                       layout.node_counts(algo, counts, rank), radix)
-    else:
-        prog = program(algo, sides, radix=radix)
+    prog = layout.rank_program(rank, algorithm, counts, node_phase, radix)
     return program_schedule(prog, layout, rank, counts, learned)

@@ -16,8 +16,8 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..plan import (HEADER_BYTES, NODE_PHASES, Algorithm, BarrierStep, CopyStep, Layout, StepProgram, bruck_rounds,
-                    check_radix, exclusive_cumsum, program, program_steps)
+from ..plan import (HEADER_BYTES, Algorithm, BarrierStep, CopyStep, Layout, StepProgram, bruck_rounds, check_radix,
+                    exclusive_cumsum, program_steps)
 from .collectives import alltoallv_algorithm, dissemination_distances
 from .params import INDEX, NAMES, Parameters
 
@@ -317,13 +317,6 @@ def _unit_rows(rows: _Rows, i: int, kind: str, group: list, layout: Layout, load
                  copy_u + _cols(n, nic_bandwidth=on * node_u), world, pw)
 
 
-def _even_sides(p: int) -> tuple:
-    """A rank's sides with a 1-byte block to every rank (counts, displacements; send, receive)."""
-    ones = np.ones(p, dtype=np.int64)
-    displs = np.arange(p, dtype=np.int64)
-    return ones, displs, ones.copy(), displs.copy()
-
-
 def representative_ranks(layout: Layout, algorithm: Algorithm) -> tuple:
     """The ranks whose programs price an even call on ``layout`` (nodes of one size; irregular
     layouts: every rank). A flat program is the same on every node (a shift by one node maps the
@@ -354,18 +347,14 @@ def layout_price(layout: Layout, algorithm, radix: int = 2, node_phase: str = "s
     p = layout.size
     if algo.led and node_phase != "shm":
         raise ValueError(f"{algo.name} runs with the 'shm' node phase only, not {node_phase!r}")
+    even = np.ones((p, p), dtype=np.int64)  # 1-byte blocks
+
+    def made(r: int) -> StepProgram:
+        return layout.rank_program(r, algo, even, node_phase, radix, uniform).detach()
     if ranks is None and not algo.hierarchical:  # every rank's flat program is rank 0's, shifted
-        reps = representative_ranks(layout, algo)
-        return price_program(layout, {0: program(algo, _even_sides(p), radix=radix, uniform=uniform)}, learned,
-                             rule, shifts=reps)
-    progs = {}
-    for r in (representative_ranks(layout, algo) if ranks is None else ranks):
-        if algo.hierarchical:
-            progs[r] = program(algo, _even_sides(p), layout.planner_for(r, algo, radix), NODE_PHASES[node_phase],
-                               layout.node_counts(algo, np.ones((p, p), dtype=np.int64), r), radix).detach()
-        else:
-            progs[r] = program(algo, _even_sides(p), radix=radix, uniform=uniform)
-    return price_program(layout, progs, learned, rule)
+        return price_program(layout, {0: made(0)}, learned, rule, shifts=representative_ranks(layout, algo))
+    return price_program(layout, {r: made(r) for r in (representative_ranks(layout, algo) if ranks is None else ranks)},
+                         learned, rule)
 
 
 @lru_cache(maxsize=512)
