@@ -138,6 +138,15 @@ class Layout:
         """World rank of ``node`` that is the member of ``lane``."""
         return int(self.members[node][lane % self.node_sizes[node]])
 
+    def comm_members(self, rank: int, comm: Union[str, int]) -> np.ndarray:
+        """World ranks of a program's communicator (``ExchangeStep.comm``: "world", "node" or a lane
+        number) as ``rank`` sees it, in the communicator's rank order (int64)."""
+        if comm == "world":
+            return np.arange(self.size, dtype=np.int64)
+        if comm == "node":
+            return self.members[int(self.node_of[rank])]
+        return np.array([self.lane_server(comm, m) for m in range(self.num_nodes)], dtype=np.int64)
+
     def _planner(self, rank: int) -> HierPlanner:
         node, local = int(self.node_of[rank]), int(self.local_of[rank])
         g, gmax, sizes = self.node_sizes[node], self.max_node_size, self.node_sizes

@@ -78,10 +78,8 @@ def nic_lines(lines: Sequence[str], layout: Layout, nic: Optional[Nic]) -> list[
 
 
 def _comm_of(phase: str, layout: Layout, rank: int) -> np.ndarray:
-    """World ranks of the communicator a phase runs on, in its rank order."""
-    if phase == "node":
-        return layout.members[int(layout.node_of[rank])]
-    return np.arange(layout.size)
+    """World ranks of the communicator a phase runs on, in its rank order: the node's, else the world's."""
+    return layout.comm_members(rank, "node" if phase == "node" else "world")
 
 
 def phase_algorithm(phase: str, layout: Layout, rank: int) -> str:

@@ -2,6 +2,7 @@
 command line a result records (``python -m hxmpi.sim``, ``hxmpi.sim.scale``, ``hxmpi.sim.mleader``)."""
 from __future__ import annotations
 
+import argparse
 import shlex
 import sys
 
@@ -10,8 +11,23 @@ from ..comm.costmodel.model import CostModel
 from ..errors import CpuFileError
 from .errors import SimulateError
 from .presets import PRESETS
+from .sweep import DEFAULT_MAX_REPLAY_RANKS
 
-__all__ = ["int_list", "block_sizes", "layouts_of", "model_of", "cpu_of", "command_line"]
+__all__ = ["add_replay_flags", "int_list", "block_sizes", "layouts_of", "model_of", "cpu_of", "command_line"]
+
+
+def add_replay_flags(p: argparse.ArgumentParser) -> None:
+    """The flags every replaying command shares: ``--timeout`` (seconds per replay),
+    ``--max-replay-ranks``, ``--overhead`` (hxmpi's CPU per path) and ``--smpirun``."""
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per replay (default 1800)")
+    p.add_argument("--max-replay-ranks", type=int, default=DEFAULT_MAX_REPLAY_RANKS,
+                   help=f"larger worlds are given by the model only, marked so (default {DEFAULT_MAX_REPLAY_RANKS})")
+    p.add_argument("--overhead", metavar="FILE",
+                   help="bench_overhead.py --json output: hxmpi's CPU seconds per call by path (key "
+                   "cpu_s_per_call, every path; default: the file packaged with hxmpi, hxmpi/comm/overhead.json); "
+                   "a missing or malformed file is an error")
+    p.add_argument("--smpirun", help="the SimGrid smpirun to replay with (default: env HXMPI_SMPIRUN, else the "
+                   "source build of python -m hxmpi.sim.simgrid build, else smpirun on PATH)")
 
 
 def int_list(text: str, what: str) -> list[int]:

@@ -196,14 +196,9 @@ def reference_features(name: str, nodes: int, per_node: int, block: float) -> di
         f[inter] += 1
         f["beta_inter"] += g * (n - 1) * g * b
         f["beta_intra"] += g * b  # the own node's message, through the loopback
-    elif name == "ompi_pairwise":
-        f[inter] += p - 1  # every round waits for its message, most of them between nodes
-        f["msg_overhead"] += 2 * (p - 1)
-        f["beta_inter"] += g * (p - g) * b
-        f["beta_intra"] += (g - 1) * b
-        f["beta_copy"] += b
-    elif name == "ompi_linear":
-        f[inter] += 1
+    elif name in ("ompi_pairwise", "ompi_linear"):
+        # Pairwise: every round waits for its message, most of them between nodes; linear: one wait.
+        f[inter] += p - 1 if name == "ompi_pairwise" else 1
         f["msg_overhead"] += 2 * (p - 1)
         f["beta_inter"] += g * (p - g) * b
         f["beta_intra"] += (g - 1) * b

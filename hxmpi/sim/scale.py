@@ -33,7 +33,7 @@ from ..comm.costmodel.model import CostModel
 from ..comm.plan import Layout
 from ..provenance import provenance
 from .actions import Coarse, Nic, even_hierarchy
-from .args import block_sizes, command_line, cpu_of, layouts_of
+from .args import add_replay_flags, block_sizes, command_line, cpu_of, layouts_of
 from .calls import node_of_sizes
 from .errors import ReplayTimeout, SimulateError
 from .output import us
@@ -130,12 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-alltoallv", action="store_true", help="do not replay bare MPI_Alltoallv (its linear phase "
                    "is the slowest replay at 1024 ranks on SimGrid 3.32); the lower bound is then Open MPI's tuned "
                    "MPI_Alltoall without CPU")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per replay (default 1800)")
-    p.add_argument("--max-replay-ranks", type=int, default=DEFAULT_MAX_REPLAY_RANKS,
-                   help=f"larger worlds are given by the models only (default {DEFAULT_MAX_REPLAY_RANKS})")
-    p.add_argument("--overhead", metavar="FILE", help="hxmpi's CPU seconds per call by path (default: the "
-                   "file packaged with hxmpi)")
-    p.add_argument("--smpirun", help="the SimGrid smpirun to replay with (as python -m hxmpi.sim)")
+    add_replay_flags(p)
     p.add_argument("--json", help="write the records here")
     return p
 

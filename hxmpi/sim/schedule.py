@@ -27,7 +27,7 @@ from ..comm.plan import (
 )
 
 __all__ = ["Copy", "Exchange", "Collective", "NodeBarrier", "Step", "bruck_messages", "bruck_steps",
-           "lane_counts", "comm_members", "program_schedule", "rank_schedule"]
+           "lane_counts", "program_schedule", "rank_schedule"]
 
 
 @dataclass(frozen=True)
@@ -123,23 +123,13 @@ def lane_counts(layout: Layout, counts: np.ndarray, lane: int) -> np.ndarray:
     return out
 
 
-def comm_members(layout: Layout, rank: int, comm) -> tuple:
-    """World ranks of an exchange's communicator (``plan.ExchangeStep.comm``: "world", "node" or a
-    lane number) as ``rank`` sees it, in the communicator's rank order."""
-    if comm == "world":
-        return tuple(range(layout.size))
-    if comm == "node":
-        return tuple(int(r) for r in layout.members[int(layout.node_of[rank])])
-    return tuple(layout.lane_server(comm, m) for m in range(layout.num_nodes))
-
-
 def _comm_counts(layout: Layout, counts: np.ndarray, rank: int, comm) -> np.ndarray:
     """What every member of the communicator sends every other on it (bytes): the rounds of a
     Bruck exchange carry others' blocks too."""
     if comm == "world":
         return counts
     if comm == "node":
-        members = np.asarray(comm_members(layout, rank, comm))
+        members = layout.comm_members(rank, comm)
         return counts[np.ix_(members, members)]
     return lane_counts(layout, counts, comm)
 
@@ -161,7 +151,7 @@ def program_schedule(prog: StepProgram, layout: Layout, rank: int, counts: np.nd
         if isinstance(st, BarrierStep):
             steps.append(NodeBarrier())
             continue
-        members = comm_members(layout, rank, st.comm)
+        members = tuple(int(r) for r in layout.comm_members(rank, st.comm))
         pos = members.index(rank)
         if st.rounds == "bruck":
             steps += bruck_steps(_comm_counts(layout, counts, rank, st.comm), members, pos, st.radix, learned)

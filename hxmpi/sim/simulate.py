@@ -37,13 +37,13 @@ import numpy as np
 
 from ..comm.costmodel.model import CostModel
 from ..provenance import provenance
-from .args import block_sizes, command_line, cpu_of, layouts_of, model_of
+from .args import add_replay_flags, block_sizes, command_line, cpu_of, layouts_of, model_of
 from .errors import SimulateError
 from .output import plot, print_layout, us
 from .platform import NETWORKS, Network, oversubscribe, oversubscription
 from .presets import PRESET_NICS, PRESETS
 from .replay import simgrid
-from .sweep import DEFAULT_MAX_REPLAY_RANKS, REPLAYED, compare_measured, simulate_point, summarize
+from .sweep import REPLAYED, compare_measured, simulate_point, summarize
 
 __all__ = ["build_parser", "main"]
 
@@ -74,15 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--oversubscription", type=float, default=None,
                    help="the backbone (or spine) carries 1/R of all node links' bandwidth (default: the "
                    "model's beta_backbone; 1 = non-blocking); the model gets the matching beta_backbone")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per replay (default 1800)")
-    p.add_argument("--overhead", metavar="FILE",
-                   help="bench_overhead.py --json output: hxmpi's CPU seconds per call by path (key "
-                   "cpu_s_per_call, every path; default: the file packaged with hxmpi, hxmpi/comm/overhead.json); "
-                   "a missing or malformed file is an error")
+    add_replay_flags(p)
     p.add_argument("--numpy-call", action="store_true",
                    help="simulate the alltoallv(array, counts) form: its agreement also exchanges the counts")
-    p.add_argument("--max-replay-ranks", type=int, default=DEFAULT_MAX_REPLAY_RANKS,
-                   help=f"larger worlds are given by the model only, marked so (default {DEFAULT_MAX_REPLAY_RANKS})")
     p.add_argument("--no-nic", action="store_true", help="replay without the preset's NIC (its message rate and "
                    "bandwidth per node; presets with one: " + ", ".join(k for k, v in PRESET_NICS.items() if v) + ")")
     p.add_argument("--coarse", action="store_true", help="replay linear world phases coarsely: one message per "
@@ -93,8 +87,6 @@ def build_parser() -> argparse.ArgumentParser:
                    "model and print simulated vs measured (the layout flags are then not needed); or an "
                    "osu_alltoallv.py --json report: every hxmpi column (one-shot hits, -new misses, -plan) and "
                    "bare, on --tuning's platform with --overhead's CPU per path")
-    p.add_argument("--smpirun", help="the SimGrid smpirun to replay with (default: env HXMPI_SMPIRUN, else the "
-                   "source build of python -m hxmpi.sim.simgrid build, else smpirun on PATH)")
     p.add_argument("--json", help="write the records (and the summary) here")
     p.add_argument("--plot", help="write a PNG of auto / best bare MPI per layout here (needs matplotlib)")
     return p

@@ -117,13 +117,6 @@ def _units(layout: Layout, rank: int, prog: StepProgram, learned: bool, rule: st
     out: list = []
     group: list = []
 
-    def members(comm) -> np.ndarray:
-        if comm == "world":
-            return np.arange(layout.size)
-        if comm == "node":
-            return layout.members[me]
-        return np.array([layout.lane_server(comm, m) for m in range(layout.num_nodes)], dtype=np.int64)
-
     def messages(kind: str, peers_: np.ndarray, nu: np.ndarray, nc: np.ndarray, copy_u: float = 0.0,
                  copy_c: float = 0.0, **extra) -> dict:
         """A message unit: to world ranks ``peers_``, bytes per block byte ``nu`` and constant ``nc``."""
@@ -143,7 +136,7 @@ def _units(layout: Layout, rank: int, prog: StepProgram, learned: bool, rule: st
         if isinstance(st, BarrierStep):
             out.append({"kind": "barrier", "size": layout.node_sizes[me]})
             continue
-        peers = members(st.comm)
+        peers = layout.comm_members(rank, st.comm)
         n = len(peers)
         pos = int(np.flatnonzero(peers == rank)[0])
         sc = st.send_counts
