@@ -250,7 +250,7 @@ def test_the_extension_writes_the_flag_table_and_the_fragments(tmp_path):
     from hxmpi.train.command import flags_markdown
     assert (tmp_path / "flags.md").read_text() == flags_markdown() + "\n"
     # The presets table the simulator's page includes lists every preset the package ships.
-    from hxmpi.sim.simulate import PRESETS
+    from hxmpi.sim.presets import PRESETS
     presets = (tmp_path / "presets.md").read_text()
     assert presets == ext.presets_markdown() + "\n" and all(f"| `{name}` |" in presets for name in PRESETS)
     assert "```{include} ../_generated/presets.md" in (DOCS / "reference" / "tools.md").read_text()
