@@ -6,7 +6,7 @@
 
 For every ``--shape`` and block size, bare ``MPI_Alltoallv`` and a flat one-shot call (both
 linear where Open MPI's rule makes them so) are replayed in full and coarsely
-(``hxmpi.sim.simulate.coarse_actions``) on the ``slingshot`` preset with its NIC; each row gives
+(``hxmpi.sim.actions.coarse_actions``) on the ``slingshot`` preset with its NIC; each row gives
 both simulated times, their difference and both wall times. ``--against`` takes a committed
 ``python -m hxmpi.sim`` result of a world too large to replay in full here: its full replays
 (without a NIC, as it was made) are compared with coarse replays of the same fields on its
@@ -24,17 +24,11 @@ from hxmpi.cli import command_line
 from hxmpi.comm.costmodel import CostModel, CpuTimes
 from hxmpi.comm.plan import Layout
 from hxmpi.provenance import provenance
-from hxmpi.sim.simulate import (
-    PRESET_NICS,
-    Call,
-    Network,
-    block_sizes,
-    calibrated_preset,
-    make_counts,
-    node_of_sizes,
-    replay,
-    simgrid,
-)
+from hxmpi.sim.args import block_sizes
+from hxmpi.sim.calls import Call, make_counts, node_of_sizes
+from hxmpi.sim.platform import Network
+from hxmpi.sim.presets import PRESET_NICS, calibrated_preset
+from hxmpi.sim.replay import replay, simgrid
 
 #: The fields compared: (record field, the call replayed).
 FIELDS = (("bare_alltoallv", Call("flat", "bare")), ("flat", Call("flat")))

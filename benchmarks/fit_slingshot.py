@@ -55,7 +55,10 @@ from hxmpi.sim.reference import (
     reference_features,
     reference_trace,
 )
-from hxmpi.sim.simulate import Network, Nic, node_of_sizes, replay_traces, simgrid
+from hxmpi.sim.actions import Nic
+from hxmpi.sim.calls import node_of_sizes
+from hxmpi.sim.platform import Network
+from hxmpi.sim.replay import replay_traces, simgrid
 
 SOURCE = "https://github.com/open-mpi/ompi/pull/12387"
 PUBLISHED = {

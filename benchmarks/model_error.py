@@ -25,7 +25,7 @@ from hxmpi.cli import command_line
 from hxmpi.comm.costmodel import CostModel, CpuTimes, Pattern, predict_agreement, predict_call
 from hxmpi.comm.plan import ALGORITHMS, ALGORITHM
 from hxmpi.provenance import provenance
-from hxmpi.sim.simulate import make_counts
+from hxmpi.sim.calls import make_counts
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -472,32 +472,6 @@ def render_scale(d):
     return "\n\n".join(out)
 
 
-def render_mleader(d):
-    """The multi-leader sweep: per ranks per node and block, the model's best k and the lane
-    scheme's time over it, and the replay's where replayed."""
-    nic = d.get("nic")
-    out = [f"{d['nodes']} nodes; NIC " + ("off (message costs per rank only)" if not nic else
-                                          f"{num(nic['msg_rate'] / 1e6, 2)} M messages/s per node")
-           + f". k leaders per node; k = G is the lane scheme. Fewer leaders \"win\" where lane / best is at least "
-           f"{1 + d['win_threshold']:.2f}."]
-    rows = []
-    for r in d["records"]:
-        g = str(r["ranks_per_node"])
-        rep = r.get("replay_s")
-        rows.append((r["ranks_per_node"], size(r["block_bytes"]), r["model_best_k"], _ratio(r["model_lane_over_best"]),
-                     us(r["model_s"][g]), us(r["model_s"][str(r["model_best_k"])]),
-                     r.get("replay_best_k", "-"), _ratio(r.get("replay_lane_over_best")),
-                     us(rep[g]) if rep else "-", us(rep[str(r["replay_best_k"])]) if rep else "-"))
-    out.append(table(["ranks per node", "block", "model best k", "model lane / best", "model lane us",
-                      "model best us", "replay best k", "replay lane / best", "replay lane us", "replay best us"], rows))
-    wins = sum(r["model_lane_over_best"] >= 1 + d["win_threshold"] for r in d["records"])
-    reps = [r for r in d["records"] if "replay_s" in r]
-    rwins = sum(r["replay_lane_over_best"] >= 1 + d["win_threshold"] for r in reps)
-    out.append(f"Fewer leaders win by the threshold at {wins} of {len(d['records'])} points by the model"
-               + (f", and at {rwins} of {len(reps)} replayed points" if reps else "") + ".")
-    return "\n\n".join(out)
-
-
 def render_coarse_check(d):
     """The coarse replay of linear world phases against the full replay."""
     rows = [(r["layout"], size(r["block_bytes"]), r["field"], "on" if r["nic"] else "off", us(r["full_s"]),
@@ -621,7 +595,7 @@ RENDERERS = {"suite": render_suite, "osu_alltoallv": render_osu, "mpi_call": ren
              "calibrate": render_calibrate, "simulate-compare": render_compare, "simulate": render_simulate,
              "fit_slingshot": render_fit_slingshot, "train": render_train, "straggler_card": render_straggler_card, "staging": render_staging,
              "overlap": render_overlap, "model_error": render_model_error, "simulate-scale": render_scale,
-             "simulate-mleader": render_mleader, "coarse_check": render_coarse_check}
+             "coarse_check": render_coarse_check}
 
 
 def render(path: Path) -> str:
@@ -829,7 +803,7 @@ def suite_cost(results: Path = RESULTS) -> str:
             f"{by['serial']['seconds'] / 60:.0f} minutes and the MPI runs at {mpi[0]['run'][-1]} to "
             f"{mpi[-1]['run'][-1]} ranks {sum(r['seconds'] for r in mpi) / 60:.0f} minutes; the whole job peaked at "
             f"**{d['peak_pss_bytes'] / 2**30:.1f} GiB** of memory; it ended with {total['passed']} passed, "
-            f"{total['failed']} failed, {total['skipped']} skipped ([the run](docs/contributing.md#tests)).\n")
+            f"{total['failed']} failed, {total['skipped']} skipped ([the run](docs/contributing/index.md#tests)).\n")
 
 
 #: The README's generated blocks: name -> what fills it.

@@ -1,15 +1,21 @@
 """A first Alltoallv through hxmpi.HierComm, checked against the expected rows, and what
 ``last_stats`` says about the call.
 
-Run: mpirun -np 4 python -m mpi4py examples/first_alltoallv.py
+Run: mpirun -np 4 python -m mpi4py examples/first_alltoallv.py [K]
+
+With K, the ranks form virtual nodes of K ranks each (to see a hierarchical layout on one host);
+without it, hxmpi uses the real nodes (or env HXMPI_RANKS_PER_NODE, when set).
 """
+import sys
+
 import numpy as np
 
 import hxmpi  # before mpi4py.MPI: hxmpi sets Open MPI's one-sided component choice before MPI starts
 from mpi4py import MPI
 
 comm = MPI.COMM_WORLD
-hc = hxmpi.HierComm(comm, ranks_per_node=2)  # virtual nodes of 2 ranks on one host
+ranks_per_node = int(sys.argv[1]) if len(sys.argv) > 1 else None  # None: the real nodes
+hc = hxmpi.HierComm(comm, ranks_per_node=ranks_per_node)
 
 # Rank r sends d + 1 doubles, each equal to r, to rank d; so it receives r + 1 doubles from everyone.
 scounts = np.arange(comm.size) + 1

@@ -8,7 +8,7 @@ Run: python examples/project_layout.py   (or under mpirun: rank 0 prints)
 import hxmpi  # noqa: F401
 from mpi4py import MPI
 from hxmpi.comm.costmodel import CpuTimes, choose_call, predict_call
-from hxmpi.sim.simulate import PRESETS
+from hxmpi.sim.presets import PRESETS
 
 model = PRESETS["slingshot"]  # a CostModel: latencies, bandwidths, CPU per message
 cpu = CpuTimes.from_env_or_default()  # hxmpi's own CPU per call, as measured and shipped

@@ -2,7 +2,7 @@
 
 Everything else is generated from ``SETTINGS``: ``hxmpi.train.run_config.TrainConfig``'s fields, the flags of
 ``python -m hxmpi.train`` (``--batch-size`` for ``batch_size``), its ``--help`` and the docs'
-flag table (``hxmpi.train.command.flags_markdown``, rendered into docs/training.md at build time). Sub-configs (``StagingConfig``, ``UpdateConfig``) name their
+flag table (``hxmpi.train.command.flags_markdown``, rendered into docs/reference/cli.md at build time). Sub-configs (``StagingConfig``, ``UpdateConfig``) name their
 fields after the settings they hold and take their defaults from here.
 
 ``check`` is the one place a value's type, range or choice is checked: ``TrainConfig`` and every
@@ -232,7 +232,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _S("capacity_threshold", int, None, "train bytes (suffixes K, M, G) below which a store goes to memory "
        "(rank 0's value is used)", rule=">= 0", parse=parse_bytes, metavar="BYTES", default_text="1/4 of available memory"),
     _S("cache_dir", str, None, "node-local staging directory (one nodeK folder per node); one live run per "
-       "directory: a second run is refused (docs/failures.md)", metavar="DIR",
+       "directory: a second run is refused (docs/reference/failures.md)", metavar="DIR",
        default_text="$TMPDIR/hxmpi-cache-JOB"),
     _S("cache_limit", int, None, "distributed mode: local storage for train shards per node (suffixes K, M, G; the "
        "small test split's files are not counted); evicts the shard whose next use is furthest away; below the "
@@ -268,7 +268,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
        metavar="FILE", default_text="none"),
     _S("checkpoint", str, None, "checkpoint after every epoch into DIR/epoch-NNNNNN/ (a shard per rank, then "
        "meta.json), committed by renaming DIR/LATEST; DIR is checked writable before training; one live run per directory: a "
-       "second run is refused at start, naming the holder's pid (docs/failures.md)", metavar="DIR",
+       "second run is refused at start, naming the holder's pid (docs/reference/failures.md)", metavar="DIR",
        default_text="none"),
     _S("resume", bool, False, "continue from the newest complete checkpoint in --checkpoint (logged: which, and "
        "why), at the world size it was written with or any other: dense parameters and momentum are replicated, "
@@ -332,7 +332,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     _S("dtype", str, "float32", "type of parameters, gradients and data", choices=("float32", "float64")),
     # failure handling and testing aids
     _S("stall_timeout", float, 0.0, "after this many seconds in any blocking collective of the run, name the "
-       "ranks missing from it (a 'stall' record from rank 0; 0: off); docs/failures.md", rule=">= 0",
+       "ranks missing from it (a 'stall' record from rank 0; 0: off); docs/reference/failures.md", rule=">= 0",
        metavar="SECONDS"),
     _S("stall_abort", bool, False, "abort the job when a stall is detected (every rank that sees it aborts)"),
     _S("fail_at", tuple, None, "testing aid: raise an error on RANK at global step STEP", parse=_fail_at,

@@ -413,7 +413,8 @@ def serve_shards(tmp_path_factory):
 def simgrid_missing():
     """Why the simulator's replays cannot run here (no usable SimGrid), or None: the reason a
     replay test skips with."""
-    from hxmpi.sim.simulate import SimulateError, simgrid
+    from hxmpi.sim.errors import SimulateError
+    from hxmpi.sim.replay import simgrid
     try:
         simgrid()
     except SimulateError as exc:

@@ -128,7 +128,7 @@ def test_pattern_sees_skew_and_sparsity():
     import numpy as np
 
     from hxmpi.comm.costmodel import Pattern, choose_call
-    from hxmpi.sim.simulate import make_counts
+    from hxmpi.sim.calls import make_counts
     even, skew = Pattern.from_counts(make_counts(64, 1024, False)), Pattern.from_counts(make_counts(64, 1024, True))
     assert even.uniform and not skew.uniform
     assert even.rank_bytes == pytest.approx(64 * 1024) and skew.total_bytes == even.total_bytes
@@ -158,7 +158,7 @@ def test_auto_pick_is_choose_call_per_pattern_class():
     from dataclasses import replace
 
     from hxmpi.comm.costmodel import CpuTimes, Pattern, auto_pick, choose_call, pattern_class
-    from hxmpi.sim.simulate import PRESETS
+    from hxmpi.sim.presets import PRESETS
     hdr = PRESETS["hdr"]
     small = Pattern.even(512, 8)
     # 64 x 8 at 8 B: Bruck at a radix above 2 as a plan. 4 KiB blocks one-shot: MPI_Alltoall, which
@@ -273,8 +273,8 @@ def test_agreement_steps_are_written_once():
     """The simulator replays, and the model prices, the one list of agreement steps."""
     from hxmpi.comm.costmodel import COUNT_BYTES, agreement_steps, predict_agreement
     from hxmpi.comm.plan import Layout
-    from hxmpi.sim.simulate import Call
-    from hxmpi.sim.simulate import agreement_steps as replayed
+    from hxmpi.sim.calls import Call
+    from hxmpi.sim.calls import agreement_steps as replayed
     layout = Layout(np.repeat(np.arange(4), 2))
     for call in (Call("hier"), Call("hier", "hit"), Call("flat", numpy=True), Call("hier_bruck", numpy=True),
                  Call("hier_leaders")):
@@ -301,7 +301,7 @@ def test_agreement_steps_are_written_once():
 def _grid():
     """Presets x layouts x blocks at the centres of pattern classes (total bytes + 1 a power of
     2**0.25): where ``auto_pick``'s representative is the pattern itself."""
-    from hxmpi.sim.simulate import PRESETS
+    from hxmpi.sim.presets import PRESETS
     for preset in ("hdr", "slingshot"):
         for n, g in ((1, 8), (4, 8), (8, 8), (16, 4), (3, 5)):
             p = n * g
@@ -342,13 +342,13 @@ def test_mpi_alltoall_follows_open_mpis_decision_with_its_cpu():
     """MPI_Alltoall is priced as Open MPI's tuned decision runs it: its Bruck charges the library's
     CPU per block and round (``mpi_ddt_block``) and its copies, a bare call (the lower bound) only
     the copies; linear and pairwise no CPU per block."""
-    from hxmpi.comm.costmodel import alltoall_algorithm, bruck_blocks
+    from hxmpi.comm.costmodel import alltoall_algorithm, bruck_schedule
     assert alltoall_algorithm(1024, 8) == "bruck" and alltoall_algorithm(1024, 512) == "linear"
     assert alltoall_algorithm(512, 1 << 20) == "pairwise" and alltoall_algorithm(2, 8) == "pairwise"
-    assert bruck_blocks(8) == [(1, 4), (2, 4), (4, 4)]
+    assert [r[:2] for r in bruck_schedule(8)] == [(1, 4), (2, 4), (4, 4)]
     base = CostModel()
     cpu = replace(base, mpi_ddt_block=0.35e-6)
-    k = sum(n for _, n in bruck_blocks(1024))
+    k = sum(r.blocks for r in bruck_schedule(1024))
     extra = predict_call(cpu, "alltoall", "plan", 32, 32, 8) - predict_call(base, "alltoall", "plan", 32, 32, 8)
     assert extra == pytest.approx(k * 0.35e-6, rel=1e-9)
     assert predict_call(cpu, "alltoall", "bare", 32, 32, 8) == predict_call(base, "alltoall", "bare", 32, 32, 8)

@@ -234,7 +234,7 @@ def test_flag_table_is_the_schemas_and_lists_every_flag_of_help():
     setting, and exactly the flags of --help."""
     from hxmpi.schema import SETTINGS
     from hxmpi.train.command import flags_markdown
-    assert "```{include} _generated/flags.md" in (DOCS / "cli.md").read_text()
+    assert "```{include} ../_generated/flags.md" in (DOCS / "reference" / "cli.md").read_text()
     table = flags_markdown()
     in_table = set(re.findall(r"^\| `(?:-h`, `)?(--[a-z0-9-]+)", table, re.M))
     assert {s.flag for s in SETTINGS.values()} <= in_table
@@ -250,10 +250,10 @@ def test_the_extension_writes_the_flag_table_and_the_fragments(tmp_path):
     from hxmpi.train.command import flags_markdown
     assert (tmp_path / "flags.md").read_text() == flags_markdown() + "\n"
     # The presets table the simulator's page includes lists every preset the package ships.
-    from hxmpi.sim.simulate import PRESETS
+    from hxmpi.sim.presets import PRESETS
     presets = (tmp_path / "presets.md").read_text()
     assert presets == ext.presets_markdown() + "\n" and all(f"| `{name}` |" in presets for name in PRESETS)
-    assert "```{include} _generated/presets.md" in (DOCS / "tools.md").read_text()
+    assert "```{include} ../_generated/presets.md" in (DOCS / "reference" / "tools.md").read_text()
     assert {p.stem for p in (tmp_path / "performance").glob("*.md")} == \
         {p.stem for p in result_files()} | {"headlines", "suite", "comparison"}
     assert (tmp_path / "performance" / "headlines.md").read_text() == report_module().headlines(pages="")
@@ -397,13 +397,13 @@ def test_the_build_is_offline():
 
 def test_generated_files_are_not_committed():
     ignored = (ROOT / ".gitignore").read_text().splitlines()
-    assert {"docs/_build/", "docs/_generated/", "docs/_autosummary/"} <= set(ignored)
+    assert {"docs/_build/", "docs/_generated/", "docs/_autosummary/", "docs/contributing/_autosummary/"} <= set(ignored)
 
 
 def test_module_index_lists_every_module():
     """Every module of the package but the ``__main__`` entry points is in the contributors' module
     index (the API reference lists the public names only)."""
-    api = (DOCS / "modules.md").read_text()
+    api = (DOCS / "contributing" / "modules.md").read_text()
     modules = set()
     for f in (ROOT / "hxmpi").rglob("*.py"):
         rel = f.relative_to(ROOT).with_suffix("")
@@ -464,7 +464,7 @@ def test_api_reference_shows_every_public_name_and_no_private_module():
     import hxmpi
     from hxmpi import errors
     from hxmpi.comm.exchange import HierComm
-    api = (DOCS / "api.md").read_text()
+    api = (DOCS / "reference" / "api.md").read_text()
     missing = [n for n in hxmpi.__all__ if f"`{n}" not in api and f"hxmpi.{n}" not in api]
     members = [n for n in vars(HierComm) if not n.startswith("_")]
     attributes = ["topology", "comm", "algorithm", "radix", "node_phase", "cost_model", "cpu_times", "plan_cache",
@@ -486,7 +486,7 @@ def test_every_error_class_has_a_troubleshooting_entry():
     import inspect
     from importlib import import_module
     from hxmpi import errors
-    page = (DOCS / "troubleshooting.md").read_text()
+    page = (DOCS / "reference" / "troubleshooting.md").read_text()
     sections = dict(re.findall(r"^### (\w+)\n(.*?)(?=^##)", page + "\n##", re.M | re.S))
     classes = [n for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, Exception)]
     assert [c for c in classes if c not in sections] == []
@@ -504,7 +504,7 @@ def test_every_error_class_has_a_troubleshooting_entry():
 
 def test_result_format_page_names_every_provenance_key():
     from hxmpi.provenance import PROVENANCE_KEYS
-    page = (DOCS / "results.md").read_text()
+    page = (DOCS / "reference" / "results.md").read_text()
     assert [k for k in (*PROVENANCE_KEYS, "backfilled", "commit_source") if f"| `{k}` |" not in page] == []
 
 
@@ -544,7 +544,7 @@ def test_the_built_site_holds_no_machine_paths_or_commit_hashes(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(out),
                            "-d", str(tmp_path / "doctrees")], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (out / "api.html").is_file() and (out / "when-to-use.html").is_file()
+    assert (out / "reference" / "api.html").is_file() and (out / "when-to-use.html").is_file()
     assert history_in_html(out) == []
     built = DOCS / "_build" / "html"  # a build of the README's command, when there is one, holds none either
     if built.is_dir() and all(p.stat().st_mtime <= built.stat().st_mtime for p in PAGES):

@@ -50,11 +50,16 @@ def test_example_runs_and_prints_its_result(name, n, tmp_path):
 
 @pytest.mark.skipif(not mpirun_command(), reason="no mpirun")
 def test_first_example_reports_its_path_and_the_cache():
-    """The tutorial's reading of ``last_stats``: on 2 virtual nodes of 2 ranks the first call is a
-    plan-cache miss that crosses nodes, the second a hit."""
+    """The tutorial's reading of ``last_stats``: on 2 virtual nodes of 2 ranks (the argument 2) the
+    first call is a plan-cache miss that crosses nodes, the second a hit; without the argument the
+    script uses the real nodes: one, on this host."""
     proc = run_job(mpirun_command() + ["-n", "4", sys.executable, "-m", "mpi4py",
-                                       str(EXAMPLES / "first_alltoallv.py")], timeout=300)
+                                       str(EXAMPLES / "first_alltoallv.py"), "2"], timeout=300)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert "nodes (2, 2)" in lines and "second call plan_cache hit" in lines, proc.stdout
     assert any(line.startswith("algorithm ") and "plan_cache miss" in line for line in lines), proc.stdout
+    proc = run_job(mpirun_command() + ["-n", "4", sys.executable, "-m", "mpi4py",
+                                       str(EXAMPLES / "first_alltoallv.py")], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "nodes (4,)" in proc.stdout.splitlines() and "alltoallv ok" in proc.stdout, proc.stdout

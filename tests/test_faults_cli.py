@@ -46,7 +46,7 @@ def test_uncaught_exception_on_one_rank_aborts_the_job(tmp_path, n):
 
 #: Programs that never start MPI, so have no ranks to strand: the simulator (SimGrid's smpirun is its
 #: launcher, and its build and fit) and the benchmark scripts that only read JSON.
-NO_MPI = {"hxmpi/sim/__main__.py", "hxmpi/sim/simgrid.py", "hxmpi/sim/scale.py", "hxmpi/sim/mleader.py",
+NO_MPI = {"hxmpi/sim/__main__.py", "hxmpi/sim/simgrid.py", "hxmpi/sim/scale.py",
           "benchmarks/fit_slingshot.py", "benchmarks/plot.py", "benchmarks/report.py", "benchmarks/model_structure.py",
           "benchmarks/bench_suite.py", "benchmarks/coarse_check.py", "benchmarks/model_error.py"}
 

@@ -1,5 +1,5 @@
 """Fault matrix, trainer (issue 13 items 1, 4, 5, 7, 9): jobs as a user starts them with mpirun,
-killed, stopped, fed nonsense or a broken checkpoint. Each ends the way docs/failures.md
+killed, stopped, fed nonsense or a broken checkpoint. Each ends the way docs/reference/failures.md
 says, in the time it says; none hangs."""
 import json
 import os

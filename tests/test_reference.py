@@ -8,9 +8,13 @@ import pytest
 
 from hxmpi.comm.costmodel import CostModel
 from hxmpi.comm.plan import Layout
-from hxmpi.sim.reference import (REFERENCES, RefCpu, bruck_blocks, predict_reference, reference_trace,
-                                 ring_partner)
-from hxmpi.sim.simulate import PRESETS, Network, SimulateError, node_of_sizes, replay_traces, simgrid
+from hxmpi.comm.costmodel.collectives import bruck_schedule
+from hxmpi.sim.reference import REFERENCES, RefCpu, predict_reference, reference_trace, ring_partner
+from hxmpi.sim.calls import node_of_sizes
+from hxmpi.sim.errors import SimulateError
+from hxmpi.sim.platform import Network
+from hxmpi.sim.presets import PRESETS
+from hxmpi.sim.replay import replay_traces, simgrid
 
 ROOT = Path(__file__).resolve().parent.parent
 try:
@@ -28,10 +32,11 @@ def load_fit_script():
     return mod
 
 
-def test_bruck_blocks_count_the_set_bits():
-    assert bruck_blocks(8) == [(1, 4), (2, 4), (4, 4)]
-    assert bruck_blocks(5) == [(1, 2), (2, 2), (4, 1)]
-    assert bruck_blocks(192)[-2:] == [(64, 64), (128, 64)] and len(bruck_blocks(192)) == 8
+def test_bruck_schedule_counts_the_set_bits():
+    """Round d of Open MPI's modified Bruck sends the blocks whose index has bit d set."""
+    assert bruck_schedule(8, 16) == ((1, 4, 64), (2, 4, 64), (4, 4, 64))
+    assert [r[:2] for r in bruck_schedule(5)] == [(1, 2), (2, 2), (4, 1)]
+    assert [r[:2] for r in bruck_schedule(192)[-2:]] == [(64, 64), (128, 64)] and len(bruck_schedule(192)) == 8
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
@@ -56,7 +61,7 @@ def test_every_send_is_received(name, sizes):
     assert sorted(sent) == sorted(received)
     if name == "ompi_bruck":  # every rank sends each round's k blocks once
         p = layout.size
-        assert sum(s[3] for s in sent) == p * 16 * sum(k for _, k in bruck_blocks(p))
+        assert sum(s[3] for s in sent) == p * sum(r.nbytes for r in bruck_schedule(p, 16))
 
 
 def test_unknown_reference_and_unequal_nodes_are_refused():

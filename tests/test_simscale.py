@@ -1,30 +1,20 @@
 """The simulator at scale: the NIC (platform, fit), the coarse replay of linear phases against the
-full one, Open MPI's tuned decision and the baselines with their CPU, the multi-leader family."""
+full one, Open MPI's tuned decision and the baselines with their CPU, the runtime's multi-leader replayed."""
 import tempfile
 
 import pytest
 
-from hxmpi.comm.costmodel import CpuTimes, predict_call
-from hxmpi.comm.plan import Layout
-from hxmpi.sim.mleader import leader_counts, leader_trace, predict_leaders
+from hxmpi.comm.costmodel import CpuTimes, predict_call, settings_of
+from hxmpi.comm.costmodel.collectives import dissemination_distances
+from hxmpi.comm.plan import BarrierStep, Layout, program_steps
 from hxmpi.sim.reference import RefCpu, mbw_mr_trace, reference_trace, tuned_alltoall
 from hxmpi.sim.scale import scale_point
-from hxmpi.sim.simulate import (
-    PRESET_NICS,
-    Call,
-    Coarse,
-    Network,
-    Nic,
-    SimulateError,
-    calibrated_preset,
-    make_counts,
-    nic_lines,
-    node_of_sizes,
-    rank_trace,
-    replay,
-    replay_traces,
-    trace_stats,
-)
+from hxmpi.sim.actions import PHASE_TAG, TAG_STRIDE, Coarse, Nic, nic_lines
+from hxmpi.sim.calls import Call, make_counts, node_of_sizes
+from hxmpi.sim.platform import Network
+from hxmpi.sim.presets import PRESET_NICS, calibrated_preset
+from hxmpi.sim.replay import replay, replay_traces
+from hxmpi.sim.trace import rank_trace, trace_stats
 from support import simgrid_missing
 
 
@@ -207,29 +197,40 @@ def test_alltoall_pick_replays_slower_than_its_lower_bound():
     assert plan - bare == pytest.approx(model_gap, rel=0.35)
 
 
-def test_leader_family_moves_the_same_bytes():
-    """k leaders per node: the node sends k (N - 1) messages carrying the same bytes whatever k."""
-    layout = Layout(node_of_sizes([4, 4, 4]))
+def test_multi_leader_replays_the_planners_program():
+    """The simulator's multi-leader is the runtime's (``LeaderPlanner``), at each k the runtime tries
+    (``settings_of``): a node sends k (N - 1) inter-node messages carrying the same bytes whatever
+    k, and every rank's trace has the planner program's node barriers, each its dissemination's
+    rounds."""
+    layout, g = Layout(node_of_sizes([4, 4, 4])), 4
+    counts = make_counts(12, 8, False)
     totals = {}
-    for k in leader_counts(4):
-        traces = [leader_trace(layout, 8, r, k, MODEL) for r in range(12)]
+    ks = settings_of("hier_leaders", layout.node_sizes)
+    assert ks == [1, 2]
+    for k in ks:
+        traces = [rank_trace(layout, counts, r, Call("hier_leaders", "plan", k), "shm", MODEL) for r in range(12)]
         sent, received = messages(traces)
         assert sent == received
-        inter = [s for s in sent if s[2] >= 400000]
+        inter = [s for s in sent if layout.node_of[s[0]] != layout.node_of[s[1]]]
         assert len(inter) == 3 * k * 2
         totals[k] = sum(s[3] for s in inter)
-    assert len(set(totals.values())) == 1 and leader_counts(4) == [1, 2, 4]
-    with pytest.raises(SimulateError, match="do not divide"):
-        leader_trace(layout, 8, 0, 3, MODEL)
+        barrier_tags = range(PHASE_TAG["barrier"] * TAG_STRIDE, (PHASE_TAG["barrier"] + 1) * TAG_STRIDE)
+        for r in range(12):
+            prog = layout.rank_program(r, "hier_leaders", counts, radix=k)
+            barriers = sum(isinstance(st, BarrierStep) for st in program_steps(prog))
+            rounds = [s for s in sent if s[0] == r and s[2] in barrier_tags]
+            assert barriers == 3 and len(rounds) == barriers * len(dissemination_distances(g))
+    assert len(set(totals.values())) == 1
 
 
 @needs_simgrid
-def test_leader_model_tracks_replay():
-    """The family's model within 30% of its replay on 4 x 16 ranks, every k, 8 B blocks."""
-    layout = Layout(node_of_sizes([16] * 4))
-    for k in leader_counts(16):
+def test_multi_leader_model_tracks_replay():
+    """The cost model's price of the runtime's multi-leader within 10% of its replay on 4 x 16
+    ranks, 8 B blocks, at every k the runtime tries, and of the lanes beside it."""
+    layout, counts = Layout(node_of_sizes([16] * 4)), make_counts(64, 8, False)
+    cpu = CpuTimes.fixed(MODEL)
+    for algo, k in [("hier", 2)] + [("hier_leaders", k) for k in settings_of("hier_leaders", layout.node_sizes)]:
         with tempfile.TemporaryDirectory() as tmp:
-            sim = replay_traces(layout, (leader_trace(layout, 8, r, k, MODEL) for r in range(64)), MODEL, Network(),
-                                tmp, nic=NIC)
-        model = predict_leaders(4, 16, 8, k, MODEL, NIC)
-        assert abs(model - sim) / sim < 0.3, (k, model, sim)
+            sim = replay(layout, counts, Call(algo, "plan", k), "shm", MODEL, Network(), tmp, cpu=cpu, nic=NIC)
+        model = predict_call(MODEL, algo, "plan", 4, 16, 8, "shm", k, cpu)
+        assert abs(model - sim) / sim < 0.1, (algo, k, model, sim)

@@ -15,20 +15,14 @@ from hxmpi.comm.plan import Layout
 from hxmpi.errors import CpuFileError
 from hxmpi.provenance import PROVENANCE_KEYS
 from hxmpi.sim import actions, simulate
-from hxmpi.sim.simulate import (
-    PRESETS,
-    Call,
-    Network,
-    SimulateError,
-    crossover,
-    make_counts,
-    node_of_sizes,
-    oversubscribe,
-    rank_trace,
-    simulate_point,
-    smpirun_path,
-    trace_stats,
-)
+from hxmpi.sim.args import layouts_of
+from hxmpi.sim.calls import Call, make_counts, node_of_sizes
+from hxmpi.sim.errors import SimulateError
+from hxmpi.sim.platform import Network, oversubscribe
+from hxmpi.sim.presets import PRESETS
+from hxmpi.sim.replay import replay_traces, smpirun_path
+from hxmpi.sim.sweep import crossover, simulate_point
+from hxmpi.sim.trace import rank_trace, trace_stats
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The CPU file in the source tree, the one copy (package data of hxmpi.comm).
@@ -126,7 +120,7 @@ def test_waits_end_when_waitall_ends(tmp_path):
             mp.setattr(actions, "WAITALL_MAX", limit)
             traces = [rank_trace(layout, counts, r, Call("flat", "bare"), "shm", model) for r in range(8)]
         assert any(" waitall" in ln for ln in traces[0]) == (limit > 100)
-        times.append(simulate.replay_traces(layout, traces, model, Network(), str(tmp_path / str(limit))))
+        times.append(replay_traces(layout, traces, model, Network(), str(tmp_path / str(limit))))
     assert times[0] == times[1] and times[0] > 100_000 / 1e9
 
 
@@ -192,9 +186,9 @@ def test_crossover_interpolates():
 
 
 def test_shapes_and_pairs_make_the_layouts():
-    args = simulate.build_parser().parse_args(["--nodes", "2", "--ranks-per-node", "3,1", "--shape", "128x8",
-                                               "--shape", "4X2", "--layout", "2+1"])
-    assert simulate._layouts(args) == [[3, 3], [1, 1], [8] * 128, [2] * 4, [2, 1]]
+    parsed = simulate.build_parser().parse_args(["--nodes", "2", "--ranks-per-node", "3,1", "--shape", "128x8",
+                                                 "--shape", "4X2", "--layout", "2+1"])
+    assert layouts_of(parsed) == [[3, 3], [1, 1], [8] * 128, [2] * 4, [2, 1]]
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -348,7 +342,7 @@ def test_simulator_from_a_non_editable_install_uses_the_packaged_cpu(installed, 
 
 def test_osu_columns_map_to_the_calls_they_measure():
     """bare -> MPI_Alltoallv; A -> a plan-cache hit; A-new -> a miss; A-plan -> a plan; auto, naive left out."""
-    from hxmpi.sim.simulate import osu_calls
+    from hxmpi.sim.sweep import osu_calls
     cols = ("bare", "hier_bruck", "auto", "bruck-new", "hier_pairwise-plan", "naive")
     report = {"radix": 4, "results": [{"size": 8, "check": {}, "flat_stats": {"algorithm": "flat"},
                                        **{c: {"avg_us": 1.0} for c in cols}}]}
@@ -379,7 +373,7 @@ def test_compare_replays_an_osu_report(tmp_path):
     rows = {r["algorithm"]: r for r in result["rows"]}
     assert set(rows) == {"bare", "bruck-plan"}
     assert "--compare" in result["provenance"]["command"] and result["provenance"]["mpi"].startswith("SimGrid")
-    from hxmpi.sim.simulate import replay
+    from hxmpi.sim.replay import replay
     layout, counts = Layout(node_of_sizes([2, 2])), make_counts(4, 64, False)
     want = [replay(layout, counts, Call("bruck", "plan", 2), "shm", PRESETS["hdr"], Network(), str(tmp_path / d),
                    cpu=c) for d, c in (("a", CpuTimes.load(str(cpu))), ("b", CpuTimes.fixed(PRESETS["hdr"])))]

@@ -7,7 +7,8 @@ from hxmpi import HierComm
 from hxmpi.comm.costmodel import CostModel
 from hxmpi.comm.plan import Layout
 from hxmpi.sim.schedule import Copy, rank_schedule
-from hxmpi.sim.simulate import make_counts, rank_trace, trace_stats
+from hxmpi.sim.calls import make_counts
+from hxmpi.sim.trace import rank_trace, trace_stats
 
 pytestmark = pytest.mark.mpi
 

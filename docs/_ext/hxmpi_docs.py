@@ -2,7 +2,7 @@
 
 - ``_generated/flags.md``: the training flag table, from the settings schema (``hxmpi.schema.SETTINGS``
   through ``hxmpi.train.command.flags_markdown``), so the docs list exactly the flags of ``--help``.
-- ``_generated/presets.md``: the simulator's platform presets (``hxmpi.sim.simulate.PRESETS``), so
+- ``_generated/presets.md``: the simulator's platform presets (``hxmpi.sim.presets.PRESETS``), so
   the calibrated preset's fitted values on the page are the ones the package ships.
 - ``_generated/performance/<stem>.md``: one fragment per ``benchmarks/results/*.json``, written by
   ``benchmarks/report.py`` (tables, the producing command, the committed plot).
@@ -29,7 +29,7 @@ def _report_module():
 def presets_markdown() -> str:
     """The simulator's presets as a Markdown table: latency and bandwidth between and inside
     nodes, CPU per message, copy bandwidth and hxmpi's fixed costs per call."""
-    from hxmpi.sim.simulate import PRESETS
+    from hxmpi.sim.presets import PRESETS
 
     def link(alpha, beta):
         return f"{alpha * 1e6:.2f} us, {1e-9 / beta:.1f} GB/s"

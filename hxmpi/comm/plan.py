@@ -120,6 +120,11 @@ class Layout:
         """Whether the two phases differ from flat: more than one node and a node of two ranks or more."""
         return has_hierarchy(self.num_nodes, self.max_node_size)
 
+    @property
+    def is_regular(self) -> bool:
+        """Whether every node has the same number of ranks (``Topology.is_regular``'s rule)."""
+        return len(set(self.node_sizes)) == 1
+
     def runs(self, algorithm: Union[str, "Algorithm"]) -> "Algorithm":
         """The algorithm a call of ``algorithm`` runs on this layout (``runs_as``)."""
         return runs_as(algorithm, self.hier_possible)
@@ -132,6 +137,15 @@ class Layout:
     def lane_server(self, lane: int, node: int) -> int:
         """World rank of ``node`` that is the member of ``lane``."""
         return int(self.members[node][lane % self.node_sizes[node]])
+
+    def comm_members(self, rank: int, comm: Union[str, int]) -> np.ndarray:
+        """World ranks of a program's communicator (``ExchangeStep.comm``: "world", "node" or a lane
+        number) as ``rank`` sees it, in the communicator's rank order (int64)."""
+        if comm == "world":
+            return np.arange(self.size, dtype=np.int64)
+        if comm == "node":
+            return self.members[int(self.node_of[rank])]
+        return np.array([self.lane_server(comm, m) for m in range(self.num_nodes)], dtype=np.int64)
 
     def _planner(self, rank: int) -> HierPlanner:
         node, local = int(self.node_of[rank]), int(self.local_of[rank])
@@ -164,6 +178,22 @@ class Layout:
         if algorithm_of(algorithm).planner == "leaders":
             return self._leader_planners(rank, check_leaders(radix, self.max_leaders))
         return self.planner(rank)
+
+    def rank_program(self, rank: int, algorithm: Union[str, "Algorithm"], counts: np.ndarray, node_phase: str = "shm",
+                     radix: int = 2, uniform: bool = False) -> StepProgram:
+        """The step program of ``rank`` in a call of ``algorithm`` (as it runs on this layout,
+        ``runs``) on the whole pattern ``counts`` (``counts[src, dst]``, int64 bytes): the one way
+        the cost model and the simulator make the programs they price and replay. ``node_phase``:
+        "shm" or "mpi"; ``radix``: the Bruck radix or multi-leader's leaders per node; ``uniform``:
+        an Alltoall's equal blocks. A hierarchical program is its planner's own (``detach`` one
+        that must last past the rank's next plan)."""
+        algo = self.runs(algorithm)
+        sc, rc = counts[rank].copy(), np.ascontiguousarray(counts[:, rank])
+        sides = (sc, exclusive_cumsum(sc), rc, exclusive_cumsum(rc))
+        if algo.hierarchical:
+            return program(algo, sides, self.planner_for(rank, algo, radix), NODE_PHASES[node_phase],
+                           self.node_counts(algo, counts, rank), radix)
+        return program(algo, sides, radix=radix, uniform=uniform)
 
     def node_counts(self, algorithm: Union[str, "Algorithm"], counts: np.ndarray, rank: int) -> np.ndarray:
         """What ``algorithm``'s planner takes as ``node_counts`` for ``rank``, from a whole

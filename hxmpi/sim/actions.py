@@ -4,7 +4,7 @@ Each rank's trace is one action per line (``RANK VERB ...``, SimGrid's ``smpirun
 This module turns message phases into them: an exchange as its schedule (or Open MPI's rule for
 the phase) posts it, a node's dissemination barrier, the waits for many requests, the coarse
 replay of a linear world phase, and the node's NIC (a per-message byte surcharge). The simulator
-(``simulate``) and the reference schedules (``reference``) both write their traces with them.
+(``trace``) and the reference schedules (``reference``) both write their traces with them.
 """
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ..comm.costmodel import CostModel, alltoallv_algorithm
+from ..comm.costmodel.collectives import alltoallv_algorithm, dissemination_distances
+from ..comm.costmodel.params import Parameters
 from ..comm.plan import Layout
 from .schedule import Exchange
 
 __all__ = ["PHASE_TAG", "TAG_STRIDE", "Nic", "P2P_VERBS", "nic_lines", "phase_algorithm", "exchange_actions",
-           "WAITALL_MAX", "wait_lines", "dissemination", "barrier_actions", "Coarse", "coarsenable",
+           "WAITALL_MAX", "wait_lines", "dissemination", "barrier_actions", "Coarse", "even_hierarchy", "coarsenable",
            "coarse_actions"]
 
 PHASE_TAG = {"flat": 0, "lane": 1, "node": 2, "barrier": 3, "round": 4, "agree": 5}
@@ -77,10 +78,8 @@ def nic_lines(lines: Sequence[str], layout: Layout, nic: Optional[Nic]) -> list[
 
 
 def _comm_of(phase: str, layout: Layout, rank: int) -> np.ndarray:
-    """World ranks of the communicator a phase runs on, in its rank order."""
-    if phase == "node":
-        return layout.members[int(layout.node_of[rank])]
-    return np.arange(layout.size)
+    """World ranks of the communicator a phase runs on, in its rank order: the node's, else the world's."""
+    return layout.comm_members(rank, "node" if phase == "node" else "world")
 
 
 def phase_algorithm(phase: str, layout: Layout, rank: int) -> str:
@@ -153,24 +152,23 @@ def wait_lines(posted: Sequence[str]) -> list[str]:
     return out
 
 
-def dissemination(rank: int, layout: Layout, phase: str, nbytes) -> list[str]:
-    """ceil(log2 G) rounds over the rank's node: send to pos+d, receive from pos-d (d = 1, 2, 4, ...),
-    ``nbytes(d)`` bytes each way."""
+def dissemination(rank: int, layout: Layout, tag: int, nbytes, ahead: bool = True) -> list[str]:
+    """A dissemination over the rank's node (``dissemination_distances``: ceil(log2 G) rounds): in
+    round d, send to the rank d ahead and receive from the rank d behind (``ahead`` False: the
+    other way round), ``nbytes(d, G)`` bytes each way, at tag ``tag`` + the round's index."""
     members = layout.members[int(layout.node_of[rank])].tolist()
-    pos, size, lines, dist = members.index(rank), len(members), [], 1
-    tag = PHASE_TAG[phase] * TAG_STRIDE
-    while dist < size:
+    pos, size, lines = members.index(rank), len(members), []
+    way = 1 if ahead else -1
+    for i, dist in enumerate(dissemination_distances(size)):
         n = nbytes(dist, size)
-        lines += [f"{rank} isend {members[(pos + dist) % size]} {tag} {n}",
-                  f"{rank} irecv {members[(pos - dist) % size]} {tag} {n}", f"{rank} waitall"]
-        dist *= 2
-        tag += 1
+        lines += [f"{rank} isend {members[(pos + way * dist) % size]} {tag + i} {n}",
+                  f"{rank} irecv {members[(pos - way * dist) % size]} {tag + i} {n}", f"{rank} waitall"]
     return lines
 
 
 def barrier_actions(rank: int, layout: Layout) -> list[str]:
     """A dissemination barrier over the rank's node: ceil(log2 G) rounds of 1-byte messages."""
-    return dissemination(rank, layout, "barrier", lambda d, g: 1)
+    return dissemination(rank, layout, PHASE_TAG["barrier"] * TAG_STRIDE, lambda d, g: 1)
 
 
 @dataclass(frozen=True)
@@ -182,17 +180,24 @@ class Coarse:
     surcharge: int = 0
 
     @classmethod
-    def of(cls, model: CostModel, nic: Optional[Nic] = None) -> "Coarse":
+    def of(cls, model: Parameters, nic: Optional[Nic] = None) -> "Coarse":
         """The coarse replay's costs on the platform of ``model`` and ``nic``."""
         o_send, o_recv = (nic or Nic(1.0, 1.0)).overheads(model.msg_overhead)
         return cls(o_send, o_recv, nic.surcharge if nic else 0)
 
 
+def even_hierarchy(layout: Layout) -> bool:
+    """Whether ``layout`` has a hierarchy (``Layout.hier_possible``: more than one node, one of two
+    ranks or more) of nodes of one size (``Layout.is_regular``): what the coarse replay and HAN's
+    alltoall need."""
+    return layout.hier_possible and layout.is_regular
+
+
 def coarsenable(step: Exchange, layout: Layout, rank: int) -> bool:
-    """Whether ``coarse_actions`` replaces this step: a linear phase over the world on nodes of
-    equal size (more than one node of more than one rank)."""
+    """Whether ``coarse_actions`` replaces this step: a linear phase over the world on an
+    ``even_hierarchy``."""
     return (step.phase == "flat" and (step.schedule or phase_algorithm(step.phase, layout, rank)) == "linear"
-            and len(set(layout.node_sizes)) == 1 and layout.num_nodes > 1 and layout.max_node_size > 1)
+            and even_hierarchy(layout))
 
 
 def coarse_actions(rank: int, step: Exchange, layout: Layout, counts: np.ndarray, coarse: Coarse,

@@ -28,24 +28,24 @@ calibration (``benchmarks/fit_slingshot.py``) and the comparison with HAN's publ
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
-from ..comm.costmodel import CostModel, alltoall_algorithm, bruck_blocks
+from ..comm.costmodel.collectives import alltoall_algorithm, allgather_blocks, bruck_schedule, dissemination_distances
+from ..comm.costmodel.model import CostModel
 from ..comm.plan import Layout
-from .actions import Coarse, coarse_actions, coarsenable, wait_lines
+from .actions import Coarse, coarse_actions, coarsenable, dissemination, wait_lines
 from .schedule import Exchange
 
-__all__ = ["REFERENCES", "RefCpu", "tuned_alltoall", "mbw_mr_trace", "MBW_WINDOW", "bruck_blocks", "ring_partner",
+__all__ = ["REFERENCES", "RefCpu", "tuned_alltoall", "mbw_mr_trace", "MBW_WINDOW", "ring_partner",
            "reference_trace", "reference_actions", "predict_reference", "reference_features"]
 
 #: The reference schedules this module knows.
 REFERENCES = ("ompi_bruck", "han_alltoall", "ompi_linear", "ompi_pairwise", "ompi_tuned")
 #: Tags of each schedule's messages: above every phase of ``actions.PHASE_TAG`` (a trace may hold
-#: both: hxmpi's call around an MPI_Alltoall), so ``simulate.trace_stats`` names them "library".
+#: both: hxmpi's call around an MPI_Alltoall), so ``trace.trace_stats`` names them "library".
 _TAG = {"ompi_bruck": 600000, "han_alltoall": 700000, "ompi_linear": 800000, "allgather": 900000,
         "mbw_mr": 950000, "ompi_pairwise": 650000}
 
@@ -87,16 +87,9 @@ def _sleep(rank: int, seconds: float) -> list[str]:
 
 
 def _allgather(rank: int, layout: Layout, nbytes: int) -> list[str]:
-    """Bruck dissemination Allgather over the rank's node: ceil(log2 G) rounds."""
-    members = layout.members[int(layout.node_of[rank])].tolist()
-    pos, g, d, lines = members.index(rank), len(members), 1, []
-    tag = _TAG["allgather"]
-    while d < g:
-        n = min(d, g - d) * nbytes
-        lines += [f"{rank} isend {members[(pos - d) % g]} {tag} {n}",
-                  f"{rank} irecv {members[(pos + d) % g]} {tag} {n}", f"{rank} waitall"]
-        d, tag = d * 2, tag + 1
-    return lines
+    """Bruck dissemination Allgather over the rank's node (``actions.dissemination``), sending to
+    the rank d behind as Bruck's Allgather does: ceil(log2 G) rounds of ``allgather_blocks``."""
+    return dissemination(rank, layout, _TAG["allgather"], lambda d, g: allgather_blocks(d, g) * nbytes, ahead=False)
 
 
 def reference_trace(name: str, layout: Layout, block: int, rank: int, model: CostModel, cpu: RefCpu,
@@ -118,16 +111,16 @@ def reference_actions(name: str, layout: Layout, block: int, rank: int, model: C
     if name == "ompi_bruck":
         tag = _TAG[name]
         lines += _sleep(rank, p * block * copy)  # local rotation
-        for i, (d, k) in enumerate(bruck_blocks(p)):
-            lines += _sleep(rank, k * cpu.ddt_block + k * block * copy)  # build and pack the round's datatype
-            lines += [f"{rank} irecv {(rank - d) % p} {tag + i} {k * block}",
-                      f"{rank} isend {(rank + d) % p} {tag + i} {k * block}", f"{rank} waitall"]
-            lines += _sleep(rank, 2 * k * block * copy)  # unpack, copy back
+        for i, (d, k, nbytes) in enumerate(bruck_schedule(p, block)):
+            lines += _sleep(rank, k * cpu.ddt_block + nbytes * copy)  # build and pack the round's datatype
+            lines += [f"{rank} irecv {(rank - d) % p} {tag + i} {nbytes}",
+                      f"{rank} isend {(rank + d) % p} {tag + i} {nbytes}", f"{rank} waitall"]
+            lines += _sleep(rank, 2 * nbytes * copy)  # unpack, copy back
         lines += _sleep(rank, p * block * copy)  # last rotation
     elif name == "han_alltoall":
         node, local = int(layout.node_of[rank]), int(layout.local_of[rank])
         n, g = layout.num_nodes, int(layout.node_sizes[node])
-        if len(set(layout.node_sizes)) != 1:
+        if not layout.is_regular:
             raise ValueError("han_alltoall needs nodes of equal size (HAN falls back otherwise)")
         peer = lambda m: int(layout.members[m][local])  # noqa: E731
         tag = _TAG[name]
@@ -185,7 +178,7 @@ def reference_features(name: str, nodes: int, per_node: int, block: float) -> di
     inter = "alpha_inter" if n > 1 else "alpha_intra"
     if name == "ompi_bruck":
         f["beta_copy"] += 2 * p * b
-        for d, k in bruck_blocks(p):
+        for d, k, _ in bruck_schedule(p):
             f["ddt_block"] += k
             f["beta_copy"] += 3 * k * b
             f[inter] += 1
@@ -194,23 +187,18 @@ def reference_features(name: str, nodes: int, per_node: int, block: float) -> di
             f["beta_inter"] += cross * k * b     # they share the node's link
             f["beta_intra"] += k * b if cross < g else 0.0  # the loopback is not shared
     elif name == "han_alltoall":
-        rounds = math.ceil(math.log2(g)) if g > 1 else 0
-        f["alpha_intra"] += rounds
-        f["msg_overhead"] += 2 * rounds + 2 * n
-        f["beta_intra"] += sum(min(d, g - d) for d in (2 ** i for i in range(rounds))) * HAN_ALLGATHER_BYTES
+        rounds = dissemination_distances(g)
+        f["alpha_intra"] += len(rounds)
+        f["msg_overhead"] += 2 * len(rounds) + 2 * n
+        f["beta_intra"] += sum(allgather_blocks(d, g) for d in rounds) * HAN_ALLGATHER_BYTES
         f["han_block"] += n * g
         f["beta_copy"] += n * g * b
         f[inter] += 1
         f["beta_inter"] += g * (n - 1) * g * b
         f["beta_intra"] += g * b  # the own node's message, through the loopback
-    elif name == "ompi_pairwise":
-        f[inter] += p - 1  # every round waits for its message, most of them between nodes
-        f["msg_overhead"] += 2 * (p - 1)
-        f["beta_inter"] += g * (p - g) * b
-        f["beta_intra"] += (g - 1) * b
-        f["beta_copy"] += b
-    elif name == "ompi_linear":
-        f[inter] += 1
+    elif name in ("ompi_pairwise", "ompi_linear"):
+        # Pairwise: every round waits for its message, most of them between nodes; linear: one wait.
+        f[inter] += p - 1 if name == "ompi_pairwise" else 1
         f["msg_overhead"] += 2 * (p - 1)
         f["beta_inter"] += g * (p - g) * b
         f["beta_intra"] += (g - 1) * b

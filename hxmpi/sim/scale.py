@@ -3,7 +3,7 @@
 One row per layout and block size (even counts), in seconds per call:
 
 - hxmpi: ``auto``'s one-shot call (the agreement included) and its plan (a persistent request),
-  charged hxmpi's measured CPU per path (``simulate.simulate_point``);
+  charged hxmpi's measured CPU per path (``sweep.simulate_point``);
 - Open MPI tuned: ``MPI_Alltoall`` as Open MPI's tuned component decides it
   (``reference.tuned_alltoall``: its modified Bruck, linear or pairwise), with the CPU per block
   the preset's fit found in Open MPI's Bruck (``RefCpu.ddt_block``);
@@ -16,7 +16,7 @@ One row per layout and block size (even counts), in seconds per call:
 Worlds above ``--max-replay-ranks`` are given by the models (hxmpi's ``costmodel``, the
 references' ``reference_features``); every record carries the model's numbers beside the replay's,
 so the model's error at the replayed points is stated with the table. ``--coarse`` replays linear
-world phases coarsely (``simulate.coarse_actions``: one message per node pair and local rank), the
+world phases coarsely (``actions.coarse_actions``: one message per node pair and local rank), the
 shortcut that brings a 1024-rank point to minutes.
 """
 from __future__ import annotations
@@ -28,29 +28,21 @@ import tempfile
 import time
 from typing import Optional, Sequence
 
-from ..comm.costmodel import CostModel, CpuTimes
+from ..comm.costmodel.cpu import CpuTimes
+from ..comm.costmodel.model import CostModel
 from ..comm.plan import Layout
 from ..provenance import provenance
+from .actions import Coarse, Nic, even_hierarchy
+from .args import add_replay_flags, block_sizes, command_line, cpu_of, layouts_of
+from .calls import node_of_sizes
+from .errors import ReplayTimeout, SimulateError
+from .output import us
+from .platform import Network
+from .presets import PRESET_NICS, calibrated_preset
 from .reference import RefCpu, predict_reference, reference_trace, tuned_alltoall
+from .replay import replay_traces, simgrid
 from .simgrid import SimGrid
-from .simulate import (
-    DEFAULT_MAX_REPLAY_RANKS,
-    PRESET_NICS,
-    Coarse,
-    Network,
-    Nic,
-    ReplayTimeout,
-    SimulateError,
-    _command,
-    _cpu,
-    _layouts,
-    block_sizes,
-    calibrated_preset,
-    node_of_sizes,
-    replay_traces,
-    simgrid,
-    simulate_point,
-)
+from .sweep import DEFAULT_MAX_REPLAY_RANKS, simulate_point
 
 __all__ = ["BASELINES", "HXMPI_FIELDS", "COLUMNS", "scale_point", "model_errors", "build_parser", "main"]
 
@@ -62,10 +54,6 @@ HXMPI_FIELDS = ("bare_alltoallv", "auto", "auto_plan", "agreement")
 #: The table's columns: (record key, heading).
 COLUMNS = (("auto", "hxmpi one-shot"), ("auto_plan", "hxmpi plan"), ("ompi_tuned", "Open MPI tuned + CPU"),
            ("han", "HAN + CPU"), ("lower_bound", "lower bound (CPU-free bare)"))
-
-
-def _han_possible(layout: Layout) -> bool:
-    return layout.num_nodes > 1 and layout.max_node_size > 1 and len(set(layout.node_sizes)) == 1
 
 
 def scale_point(sizes: Sequence[int], block: int, model: CostModel, ref: RefCpu, nic: Optional[Nic],
@@ -87,7 +75,7 @@ def scale_point(sizes: Sequence[int], block: int, model: CostModel, ref: RefCpu,
     rec["reference_cpu"] = dict(ref.__dict__)
     how = Coarse.of(model, nic) if coarse else None
     for key, name, with_cpu in BASELINES:
-        ok = name != "han_alltoall" or _han_possible(layout)
+        ok = name != "han_alltoall" or even_hierarchy(layout)
         lib = ref if with_cpu else RefCpu()
         rec[f"model_{key}_s"] = predict_reference(name, n, g, block, model, lib) if ok else None
         rec[f"{key}_sim_s"] = None
@@ -128,10 +116,6 @@ def model_errors(records: list[dict]) -> dict:
     return out
 
 
-def _us(v: Optional[float]) -> str:
-    return f"{v * 1e6:14.1f}" if v is not None else f"{'-':>14}"
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The flags of ``python -m hxmpi.sim.scale`` (docs/tools.md, Simulator, lists them)."""
     p = argparse.ArgumentParser(prog="python -m hxmpi.sim.scale", description=__doc__.split("\n\n")[0])
@@ -146,12 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-alltoallv", action="store_true", help="do not replay bare MPI_Alltoallv (its linear phase "
                    "is the slowest replay at 1024 ranks on SimGrid 3.32); the lower bound is then Open MPI's tuned "
                    "MPI_Alltoall without CPU")
-    p.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per replay (default 1800)")
-    p.add_argument("--max-replay-ranks", type=int, default=DEFAULT_MAX_REPLAY_RANKS,
-                   help=f"larger worlds are given by the models only (default {DEFAULT_MAX_REPLAY_RANKS})")
-    p.add_argument("--overhead", metavar="FILE", help="hxmpi's CPU seconds per call by path (default: the "
-                   "file packaged with hxmpi)")
-    p.add_argument("--smpirun", help="the SimGrid smpirun to replay with (as python -m hxmpi.sim)")
+    add_replay_flags(p)
     p.add_argument("--json", help="write the records here")
     return p
 
@@ -163,17 +142,17 @@ def main(argv=None) -> int:
         if not args.shape:
             raise SimulateError("give at least one --shape NxG")
         args.nodes, args.layout = None, None
-        layouts = _layouts(args)
+        layouts = layouts_of(args)
         sizes = block_sizes(args.message_size, args.factor)
         model, data = calibrated_preset()
         ref = RefCpu(**data["reference_cpu"])
         nic = None if args.no_nic else PRESET_NICS["slingshot"]
-        cpu = _cpu(args)
+        cpu = cpu_of(args)
         sg = simgrid(args.smpirun)
     except SimulateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    prov = provenance(_command_scale(argv), sg.label)  # the tree the replays ran from
+    prov = provenance(command_line(argv, "hxmpi.sim.scale"), sg.label)  # the tree the replays ran from
     print(f"# hxmpi.sim.scale: {sg.label}, preset slingshot, NIC {'off' if nic is None else 'on'}, "
           f"{'coarse' if args.coarse else 'full'} replays of linear world phases; us per call")
     print(f"{'# layout':<10}{'block':>7}" + "".join(f"{h[:13]:>14}" for _, h in COLUMNS) + f"{'tuned runs':>15}  from")
@@ -197,7 +176,7 @@ def main(argv=None) -> int:
                 print(f"error: {exc}", file=sys.stderr)
                 return 2
             records.append(r)
-            print(f"{r['nodes']}x{r['ranks_per_node']:<7}{b:>7}" + "".join(_us(r[f'{k}_s']) for k, _ in COLUMNS)
+            print(f"{r['nodes']}x{r['ranks_per_node']:<7}{b:>7}" + "".join(us(r[f'{k}_s'], 14) for k, _ in COLUMNS)
                   + f"{r['ompi_tuned_schedule']:>15}  {'model' if r['by_model'] else 'replay'}", flush=True)
             write(False)
     errors = model_errors(records)
@@ -207,10 +186,6 @@ def main(argv=None) -> int:
                   f"over {e['points']} points")
     write(True)
     return 0
-
-
-def _command_scale(argv) -> str:
-    return _command(argv).replace("hxmpi.sim", "hxmpi.sim.scale", 1)
 
 
 if __name__ == "__main__":

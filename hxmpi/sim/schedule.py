@@ -2,7 +2,7 @@
 
 ``rank_schedule`` turns a (P, P) count matrix into a rank's copies, messages and node barriers by
 making the rank's step program with the very planners ``HierComm`` runs (``hxmpi.comm.plan``:
-``program``, ``Layout`` and its compiled planner) and reading its steps (``program_schedule``): a
+``Layout.rank_program`` and its compiled planner) and reading its steps (``program_schedule``): a
 copy step is a copy of its bytes, an exchange step the messages to and from each peer (mapped from
 its communicator's ranks to world ranks), its block to itself a copy made first (as MPI's and
 hxmpi's all-to-alls make it), Bruck rounds expanded by ``bruck_rounds``. So the messages
@@ -17,20 +17,17 @@ import numpy as np
 
 from ..comm.plan import (
     HEADER_BYTES,
-    NODE_PHASES,
     BarrierStep,
     CopyStep,
     Layout,
     StepProgram,
     bruck_rounds,
     check_radix,
-    exclusive_cumsum,
-    program,
     program_steps,
 )
 
 __all__ = ["Copy", "Exchange", "Collective", "NodeBarrier", "Step", "bruck_messages", "bruck_steps",
-           "lane_counts", "comm_members", "program_schedule", "rank_schedule"]
+           "lane_counts", "program_schedule", "rank_schedule"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +43,7 @@ class Exchange:
     bytes) pairs, non-empty only except in rounds (a Bruck round sends its message even when empty).
 
     ``schedule``: how the messages are posted: "" as Open MPI runs a blocking call of the phase
-    (``simulate`` decides), "linear" (all at once, one wait: hxmpi's nonblocking phases) or
+    (``actions.phase_algorithm`` decides), "linear" (all at once, one wait: hxmpi's nonblocking phases) or
     "pairwise" (rounds over ``members``, the world ranks of the communicator in its rank order)."""
     phase: str
     sends: tuple
@@ -126,23 +123,13 @@ def lane_counts(layout: Layout, counts: np.ndarray, lane: int) -> np.ndarray:
     return out
 
 
-def comm_members(layout: Layout, rank: int, comm) -> tuple:
-    """World ranks of an exchange's communicator (``plan.ExchangeStep.comm``: "world", "node" or a
-    lane number) as ``rank`` sees it, in the communicator's rank order."""
-    if comm == "world":
-        return tuple(range(layout.size))
-    if comm == "node":
-        return tuple(int(r) for r in layout.members[int(layout.node_of[rank])])
-    return tuple(layout.lane_server(comm, m) for m in range(layout.num_nodes))
-
-
 def _comm_counts(layout: Layout, counts: np.ndarray, rank: int, comm) -> np.ndarray:
     """What every member of the communicator sends every other on it (bytes): the rounds of a
     Bruck exchange carry others' blocks too."""
     if comm == "world":
         return counts
     if comm == "node":
-        members = np.asarray(comm_members(layout, rank, comm))
+        members = layout.comm_members(rank, comm)
         return counts[np.ix_(members, members)]
     return lane_counts(layout, counts, comm)
 
@@ -164,7 +151,7 @@ def program_schedule(prog: StepProgram, layout: Layout, rank: int, counts: np.nd
         if isinstance(st, BarrierStep):
             steps.append(NodeBarrier())
             continue
-        members = comm_members(layout, rank, st.comm)
+        members = tuple(int(r) for r in layout.comm_members(rank, st.comm))
         pos = members.index(rank)
         if st.rounds == "bruck":
             steps += bruck_steps(_comm_counts(layout, counts, rank, st.comm), members, pos, st.radix, learned)
@@ -199,12 +186,5 @@ def rank_schedule(layout: Layout, counts: np.ndarray, rank: int, algorithm: str 
     p = layout.size
     if counts.shape != (p, p):
         raise ValueError(f"counts has shape {counts.shape}, expected ({p}, {p})")
-    algo = layout.runs(algorithm)
-    sc, rc = counts[rank].copy(), np.ascontiguousarray(counts[:, rank])
-    sides = (sc, exclusive_cumsum(sc), rc, exclusive_cumsum(rc))
-    if algo.hierarchical:
-        prog = program(algo, sides, layout.planner_for(rank, algo, radix), NODE_PHASES[node_phase],
-                       layout.node_counts(algo, counts, rank), radix)
-    else:
-        prog = program(algo, sides, radix=radix)
+    prog = layout.rank_program(rank, algorithm, counts, node_phase, radix)
     return program_schedule(prog, layout, rank, counts, learned)
