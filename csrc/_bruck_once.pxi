@@ -1,53 +1,19 @@
-# The first run of a radix-k Bruck exchange, compiled: included by ``_call.pyx`` after its MPI
-# pointers (``_resolve``), whose handle conventions it shares (``_alltoallv``).
+# The first run of a radix-k Bruck exchange, compiled (``BruckOnce``): included by ``_call.pyx``
+# after ``_mpi.pxi``, whose MPI wrappers it calls (``_isend``, ``_mprobe``, ``_get_count``,
+# ``_imrecv``); ``_runner.pxi`` and ``_calltable.pxi`` run it.
+from libc.stdint cimport int64_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
 
-ctypedef int (*isend_ptr_t)(const void*, int, void*, int, int, void*, void*) noexcept nogil
-ctypedef int (*isend_int_t)(const void*, int, int, int, int, int, void*) noexcept nogil
-ctypedef int (*mprobe_ptr_t)(int, int, void*, void*, void*) noexcept nogil
-ctypedef int (*mprobe_int_t)(int, int, int, void*, void*) noexcept nogil
-ctypedef int (*get_count_ptr_t)(const void*, void*, int*) noexcept nogil
-ctypedef int (*get_count_int_t)(const void*, int, int*) noexcept nogil
-ctypedef int (*imrecv_ptr_t)(void*, int, void*, void*, void*) noexcept nogil
-ctypedef int (*imrecv_int_t)(void*, int, int, void*, void*) noexcept nogil
+cimport numpy as cnp
 
 
-cdef inline int _isend(const void* buf, int count, uint64_t datatype, int dest, int tag, uint64_t comm,
-                       uint64_t* request) noexcept nogil:
-    request[0] = 0
-    if _handle_bytes == 8:
-        return (<isend_ptr_t>_mpi_isend)(buf, count, <void*><uintptr_t>datatype, dest, tag, <void*><uintptr_t>comm,
-                                         request)
-    return (<isend_int_t>_mpi_isend)(buf, count, <int><uint32_t>datatype, dest, tag, <int><uint32_t>comm, request)
-
-
-cdef inline int _irecv(void* buf, int count, uint64_t datatype, int source, int tag, uint64_t comm,
-                       uint64_t* request) noexcept nogil:
-    """MPI_Irecv (MPI_Isend's signature, the buffer writable)."""
-    request[0] = 0
-    if _handle_bytes == 8:
-        return (<isend_ptr_t>_mpi_irecv)(buf, count, <void*><uintptr_t>datatype, source, tag, <void*><uintptr_t>comm,
-                                         request)
-    return (<isend_int_t>_mpi_irecv)(buf, count, <int><uint32_t>datatype, source, tag, <int><uint32_t>comm, request)
-
-
-cdef inline int _mprobe(int source, int tag, uint64_t comm, uint64_t* message, char* status) noexcept nogil:
-    message[0] = 0
-    if _handle_bytes == 8:
-        return (<mprobe_ptr_t>_mpi_mprobe)(source, tag, <void*><uintptr_t>comm, message, status)
-    return (<mprobe_int_t>_mpi_mprobe)(source, tag, <int><uint32_t>comm, message, status)
-
-
-cdef inline int _get_count(const char* status, uint64_t datatype, int* count) noexcept nogil:
-    if _handle_bytes == 8:
-        return (<get_count_ptr_t>_mpi_get_count)(status, <void*><uintptr_t>datatype, count)
-    return (<get_count_int_t>_mpi_get_count)(status, <int><uint32_t>datatype, count)
-
-
-cdef inline int _imrecv(void* buf, int count, uint64_t datatype, uint64_t* message, uint64_t* request) noexcept nogil:
-    request[0] = 0
-    if _handle_bytes == 8:
-        return (<imrecv_ptr_t>_mpi_imrecv)(buf, count, <void*><uintptr_t>datatype, message, request)
-    return (<imrecv_int_t>_mpi_imrecv)(buf, count, <int><uint32_t>datatype, message, request)
+cdef inline const int64_t* _i64(object arr, Py_ssize_t n, str name) except NULL:
+    """The data of a contiguous int64 array of ``n`` items (ValueError naming ``name`` otherwise)."""
+    if type(arr) is not np.ndarray or cnp.PyArray_TYPE(<cnp.ndarray>arr) != cnp.NPY_INT64 \
+            or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>arr) or cnp.PyArray_SIZE(<cnp.ndarray>arr) != n:
+        raise ValueError(f"{name} must be a contiguous int64 array of {n} items")
+    return <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>arr)
 
 
 cdef inline bint _off_buffer(int64_t off, int64_t n, int64_t size) noexcept nogil:
