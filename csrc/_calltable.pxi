@@ -230,7 +230,7 @@ cdef class CallTable:
         for ``algorithm`` None."""
         cdef Slot slot
         cdef Record* rec
-        cdef int flags, err
+        cdef int flags
         if self.paused:
             return NOT_FOUND
         slot = self._find(sendbuf, recvbuf, algorithm, validate, uniform)
@@ -568,7 +568,6 @@ cdef class CallTable:
         buffers, or None; ``program``: that run compiled (``run.program()``), or None (then
         ``run.run()`` runs)."""
         cdef Slot slot = Slot.__new__(Slot)
-        cdef Py_ssize_t i
         slot.no, slot.entry, slot.s, slot.r = no, entry, s, r
         slot.then = then
         slot.algorithm, slot.validate, slot.uniform = algorithm, validate, uniform

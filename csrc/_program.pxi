@@ -325,11 +325,6 @@ cdef class Program:
         """Complete the run, waiting for each request in turn."""
         self._step(True)
 
-    @property
-    def running(self):
-        """Whether a ``begin`` has not completed yet."""
-        return self._begun
-
     def free(self):
         """Stop the program: it cannot run again. Its requests stay their owner's to free; what it
         points into stays alive until it is collected (a program that holds it as a step may

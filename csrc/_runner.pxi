@@ -328,7 +328,7 @@ cdef class Runner:
 
     cdef int _post(self, Py_ssize_t step, Row* r, int64_t* w, Buffers* b, int* v, uint64_t* request) noexcept nogil:
         """``MPI_Ialltoallv`` of one exchange (counts below a C int: off the large-count path)."""
-        cdef Py_ssize_t k, n = r.n
+        cdef Py_ssize_t n = r.n
         cdef int shift = self._counts(step, r, w, v)
         return _ialltoallv(b.data[r.src] + shift, v, v + n, b.data[r.dst], v + 2 * n, v + 3 * n, self.byte,
                            self._peers(r.comm).comm, request)
@@ -350,7 +350,7 @@ cdef class Runner:
 
     cdef int _blocking(self, Py_ssize_t step, Row* r, int64_t* w, Buffers* b) noexcept nogil:
         """One blocking ``MPI_Alltoallv``, or ``MPI_Alltoall`` of uniform blocks back to back."""
-        cdef Py_ssize_t k, n = r.n
+        cdef Py_ssize_t n = r.n
         cdef int* v = self.ints
         cdef uint64_t comm = self._peers(r.comm).comm
         cdef int shift = self._counts(step, r, w, v)
