@@ -204,6 +204,231 @@ def flat_program(int rounds, int radix, bint uniform, cnp.ndarray send_counts, c
     return StepProgram(words)
 
 
+# ------------------------------------------------------------ planning one hierarchical call
+cdef struct HierCall:
+    # One ``HierPlanner.plan`` call as its helpers read it, on the stack (nothing is allocated per
+    # call): the sizes, the rank's own sides and its node's receive counts (the caller's arrays),
+    # the layout and the planner's scratch (the planner's arrays), and where each of the program's
+    # lists lies in its words (each list's source offsets, destination offsets and lengths, one
+    # after the other; the exchanges' four vectors likewise).
+    int64_t p, n, g, local, me, node, nl, mode
+    const int64_t* sc
+    const int64_t* sd
+    const int64_t* rc
+    const int64_t* rd
+    const int64_t* rc_node     # (g x p) what every rank of the node receives from every source
+    const int64_t* members
+    const int64_t* dest
+    const int64_t* nstart
+    const int64_t* srv
+    const int64_t* sptr
+    const int64_t* lane_src
+    int64_t* seg               # each source's phase-1 segment in the stage buffer (-1: none)
+    int64_t* rstart            # each local rank's region of the stage buffer, and its end
+    int64_t* pk                # pack list (p blocks)
+    int64_t* ow                # own list (g blocks)
+    int64_t* out               # out list (p blocks)
+    int64_t* rp                # repack list (up to g * p blocks)
+    int64_t* unp               # unpack list (p blocks)
+    int64_t* lw                # lane li's exchange vectors (n each) from word 4 * n * li on
+    int64_t* nv                # the node phase's exchange vectors (g each)
+
+
+cdef inline int64_t _pack_list(HierCall* c, int64_t* packed) noexcept nogil:
+    """The pack list: this rank's blocks for other nodes, in (node, local rank) order, and the send
+    side of its own lane (``served[0]``): its node segments, packed. ``packed``: their bytes.
+    Returns where they start in the send buffer when they already lie there in that order (phase
+    1 then sends in place), else -1."""
+    cdef int64_t p = c.p, n = c.n, pos = 0, base = -1, i, m, d
+    cdef int64_t* pk_s = c.pk
+    cdef int64_t* pk_d = pk_s + p
+    cdef int64_t* pk_l = pk_d + p
+    cdef int64_t* nb = c.lw                 # this rank's own lane (``served[0]``) sends its node segments
+    cdef int64_t* nd = c.lw + n
+    cdef bint grouped = True
+    for m in range(n):
+        nd[m] = pos
+        for i in range(c.nstart[m], c.nstart[m + 1]):
+            d = c.dest[i]
+            pk_s[i] = c.sd[d]
+            pk_d[i] = pos
+            pk_l[i] = 0 if m == c.node else c.sc[d]
+            if pk_l[i] > 0:
+                if base < 0 and grouped:
+                    base = c.sd[d] - pos
+                    grouped = base >= 0
+                elif c.sd[d] - pos != base:
+                    grouped = False
+            pos += pk_l[i]
+        nb[m] = pos - nd[m]
+    packed[0] = pos
+    if not grouped:
+        base = -1
+    elif base < 0:
+        base = 0  # nothing to send: in place trivially
+    return base
+
+
+cdef inline int64_t _shm_own_region(HierCall* c, int64_t j, int64_t cur) noexcept nogil:
+    """MODE_SHM's node phase for local rank j's region of the window, from byte ``cur`` on: first
+    rank j's blocks for the other ranks of this node, written there by j itself (this rank's own
+    list when j is this rank; its out list's entry for j's block to it). The byte after them."""
+    cdef int64_t p = c.p, g = c.g, local = c.local, k, b, s
+    cdef int64_t* ow_s = c.ow
+    cdef int64_t* ow_d = ow_s + g
+    cdef int64_t* ow_l = ow_d + g
+    cdef int64_t* o_s = c.out
+    cdef int64_t* o_d = o_s + p
+    cdef int64_t* o_l = o_d + p
+    for k in range(g):
+        if k == j:
+            continue
+        b = c.rc_node[k * p + c.members[j]]
+        if j == local:
+            ow_s[k], ow_d[k], ow_l[k] = c.sd[c.members[k]], cur, b
+        if k == local:
+            s = c.members[j]
+            o_s[s], o_d[s], o_l[s] = cur, c.rd[s], c.rc[s]
+        cur += b
+    return cur
+
+
+cdef inline int64_t _served_segments(HierCall* c, int64_t j, int64_t cur) noexcept nogil:
+    """The phase-1 segments of the sources local rank j serves, from byte ``cur`` on (``seg``);
+    MODE_SHM: this rank's out list takes its block of each from the window. The byte after them."""
+    cdef int64_t p = c.p, g = c.g, local = c.local, idx, k, s
+    cdef int64_t* o_s = c.out
+    cdef int64_t* o_d = o_s + p
+    cdef int64_t* o_l = o_d + p
+    for idx in range(c.sptr[j], c.sptr[j + 1]):
+        s = c.srv[idx]
+        if s == c.members[j]:
+            c.seg[s] = -1  # the server's own blocks: never in phase 1
+            continue
+        c.seg[s] = cur
+        for k in range(g):
+            if k == local and c.mode == _SHM:
+                o_s[s], o_d[s], o_l[s] = cur, c.rd[s], c.rc[s]
+            cur += c.rc_node[k * p + s]
+    return cur
+
+
+cdef inline void _phase1_segments(HierCall* c) noexcept nogil:
+    """Where phase 1 lands in the stage buffer (``rstart``, ``seg``): source s's segment holds its
+    blocks for every local rank k; each local rank's region holds the segments of the sources it
+    serves (MODE_MPI: this rank's region only, its private buffer; MODE_SHM: the whole window,
+    each region after the rank's own blocks for its node). Empties the out, unpack and own lists
+    first: the node phase fills them in part."""
+    cdef int64_t p = c.p, g = c.g, i, j, k, cur = 0
+    for i in range(p):
+        c.out[2 * p + i] = 0
+        c.unp[2 * p + i] = 0
+    for k in range(g):
+        c.ow[2 * g + k] = 0
+    for j in range(g):
+        if c.mode == _MPI and j != c.local:
+            continue  # only this rank's own private phase buffer
+        c.rstart[j] = cur
+        if c.mode == _SHM:
+            cur = _shm_own_region(c, j, cur)
+        cur = _served_segments(c, j, cur)
+    c.rstart[g] = cur
+
+
+cdef inline void _lane_vectors(HierCall* c, int64_t base) noexcept nogil:
+    """Every served lane's exchange vectors. Receive sides: from each other node, the segment of
+    the source that sends on the lane there. Send sides: this rank's own lane sends its node
+    segments (``_pack_list``; from the send buffer itself, from ``base`` on, where they are grouped
+    there), a lane it stands in for sends nothing."""
+    cdef int64_t n = c.n, li, m, k, s
+    cdef int64_t* lw = c.lw
+    cdef int64_t* nd = c.lw + n
+    for li in range(c.nl):  # -- the receive sides
+        for m in range(n):
+            s = c.lane_src[li * n + m]
+            if s < 0 or c.seg[s] < 0:
+                lw[li * 4 * n + 2 * n + m], lw[li * 4 * n + 3 * n + m] = 0, 0
+            else:
+                lw[li * 4 * n + 2 * n + m] = 0
+                for k in range(c.g):
+                    lw[li * 4 * n + 2 * n + m] += c.rc_node[k * c.p + s]
+                lw[li * 4 * n + 3 * n + m] = c.seg[s]
+    if base >= 0:  # -- the send sides
+        for m in range(n):
+            nd[m] += base
+    for li in range(1, c.nl):
+        for m in range(2 * n):
+            lw[li * 4 * n + m] = 0
+
+
+cdef inline int64_t _mpi_repack(HierCall* c, int64_t* p2tot) noexcept nogil:
+    """MODE_MPI's node phase, send side: the repack list (peer k's phase-2 block holds (k, s) for
+    every source s this rank serves), the own list (this rank's own block for k comes from the
+    send buffer) and the node exchange's send vectors. ``p2tot``: the bytes this rank sends in
+    phase 2; returns the repack list's blocks."""
+    cdef int64_t p = c.p, g = c.g, local = c.local, nrep = 0, tot = 0, i, k, s, b, idx
+    cdef int64_t* ow_s = c.ow
+    cdef int64_t* ow_d = ow_s + g
+    cdef int64_t* ow_l = ow_d + g
+    cdef int64_t* rp_s = c.rp
+    cdef int64_t* rp_d = rp_s + g * p
+    cdef int64_t* rp_l = rp_d + g * p
+    cdef int64_t* p2sc = c.nv
+    cdef int64_t* p2sd = p2sc + g
+    for k in range(g):
+        p2sd[k] = tot
+        if k != local:
+            for idx in range(c.sptr[local], c.sptr[local + 1]):
+                s = c.srv[idx]
+                b = c.rc_node[k * p + s]
+                if s == c.me:  # this rank's own block for k comes from the send buffer
+                    ow_s[k], ow_d[k], ow_l[k] = c.sd[c.members[k]], tot, b
+                else:
+                    rp_s[nrep] = c.seg[s]
+                    for i in range(k):
+                        rp_s[nrep] += c.rc_node[i * p + s]
+                    rp_d[nrep], rp_l[nrep] = tot, b
+                    nrep += 1
+                tot += b
+        p2sc[k] = tot - p2sd[k]
+    p2tot[0] = tot
+    return nrep
+
+
+cdef inline void _mpi_unpack(HierCall* c) noexcept nogil:
+    """MODE_MPI's node phase, receive side: the out list's blocks for this rank among its own served
+    sources (straight from phase 1 to the receive buffer), the unpack list and the node exchange's
+    receive vectors; the private buffer grows to hold phase 2's receives (after phase 1's)."""
+    cdef int64_t p = c.p, g = c.g, local = c.local, cur = 0, i, j, s, idx
+    cdef int64_t* o_s = c.out
+    cdef int64_t* o_d = o_s + p
+    cdef int64_t* o_l = o_d + p
+    cdef int64_t* u_s = c.unp
+    cdef int64_t* u_d = u_s + p
+    cdef int64_t* u_l = u_d + p
+    cdef int64_t* p2rc = c.nv + 2 * g
+    cdef int64_t* p2rd = p2rc + g
+    # blocks for this rank among its own served sources go straight to the receive buffer
+    for idx in range(c.sptr[local], c.sptr[local + 1]):
+        s = c.srv[idx]
+        if s != c.me:
+            o_s[s] = c.seg[s]
+            for i in range(local):
+                o_s[s] += c.rc_node[i * p + s]
+            o_d[s], o_l[s] = c.rd[s], c.rc[s]
+    # phase 2 receives from each other local rank j the blocks of the sources j serves
+    for j in range(g):
+        p2rd[j] = cur
+        if j != local:
+            for idx in range(c.sptr[j], c.sptr[j + 1]):
+                s = c.srv[idx]
+                u_s[s], u_d[s], u_l[s] = cur, c.rd[s], c.rc[s]
+                cur += c.rc[s]
+        p2rc[j] = cur - p2rd[j]
+    if cur > c.rstart[g]:
+        c.rstart[g] = cur  # the private buffer holds phase 1, then phase 2
+
+
 cdef class HierPlanner:
     """Planner of one rank's hierarchical exchange (static layout in, per-call program out)."""
 
@@ -287,191 +512,64 @@ cdef class HierPlanner:
         scratch buffer first; the stage buffer is the node's window (shm, sized for the whole
         node) or private (mpi).
         """
-        cdef int64_t p = self.size, n = self.num_nodes, g = self.g, local = self.local, me = self.me
-        cdef int64_t nl = self.num_lanes, mynode = self.node
-        cdef const int64_t* sc = _vector(send_counts, p, "send counts")
-        cdef const int64_t* sd = _vector(send_displs, p, "send displs")
-        cdef const int64_t* rc = _vector(recv_counts, p, "receive counts")
-        cdef const int64_t* rd = _vector(recv_displs, p, "receive displs")
-        cdef const int64_t* rc_node = _vector(node_counts, g * p, "node counts")
-        cdef const int64_t* members = self._members
-        cdef const int64_t* dest = self._dest
-        cdef const int64_t* nstart = self._nstart
-        cdef const int64_t* srv = self._srv
-        cdef const int64_t* sptr = self._sptr
-        cdef const int64_t* lane_src = self._lane_src
+        cdef HierCall c
+        cdef int64_t p = self.size, g = self.g, base, packed = 0, nrep = 0, p2tot = 0
         cdef int64_t* w = self._w
-        cdef int64_t* pk_s = w + self._at_pack
-        cdef int64_t* pk_d = pk_s + p
-        cdef int64_t* pk_l = pk_d + p
-        cdef int64_t* ow_s = w + self._at_own
-        cdef int64_t* ow_d = ow_s + g
-        cdef int64_t* ow_l = ow_d + g
-        cdef int64_t* o_s = w + self._at_out
-        cdef int64_t* o_d = o_s + p
-        cdef int64_t* o_l = o_d + p
-        cdef int64_t* rp_s = w + self._at_rep
-        cdef int64_t* rp_d = rp_s + g * p
-        cdef int64_t* rp_l = rp_d + g * p
-        cdef int64_t* u_s = w + self._at_unp
-        cdef int64_t* u_d = u_s + p
-        cdef int64_t* u_l = u_d + p
-        cdef int64_t* lw = w + self._at_lanes   # lane li: send counts, displs, receive counts, displs
-        cdef int64_t* nb = lw                   # this rank's own lane (``served[0]``) sends its node segments
-        cdef int64_t* nd = lw + n
-        cdef int64_t* p2sc = w + self._at_node
-        cdef int64_t* p2sd = p2sc + g
-        cdef int64_t* p2rc = p2sd + g
-        cdef int64_t* p2rd = p2rc + g
-        cdef int64_t* seg = self._seg
-        cdef int64_t* rstart = self._rstart
-        cdef int64_t pos = 0, base = -1, i, j, k, m, d, s, idx, li, b, cur, nrep = 0, p2tot = 0
-        cdef int64_t send_buf, flags
-        cdef bint grouped = True
+        c.sc = _vector(send_counts, p, "send counts")
+        c.sd = _vector(send_displs, p, "send displs")
+        c.rc = _vector(recv_counts, p, "receive counts")
+        c.rd = _vector(recv_displs, p, "receive displs")
+        c.rc_node = _vector(node_counts, g * p, "node counts")
         if node_counts.ndim != 2 or node_counts.shape[0] != g:
             raise ValueError("HierPlanner.plan: counts do not match the layout")
+        c.p, c.n, c.g, c.local, c.me, c.node, c.nl, c.mode = p, self.num_nodes, g, self.local, self.me, self.node, \
+            self.num_lanes, mode
+        c.members, c.dest, c.nstart, c.srv, c.sptr = self._members, self._dest, self._nstart, self._srv, self._sptr
+        c.lane_src, c.seg, c.rstart = self._lane_src, self._seg, self._rstart
+        c.pk, c.ow, c.out, c.rp, c.unp = w + self._at_pack, w + self._at_own, w + self._at_out, w + self._at_rep, \
+            w + self._at_unp
+        c.lw, c.nv = w + self._at_lanes, w + self._at_node
         with nogil:
-            # -- pack: this rank's blocks for other nodes, in (node, local rank) order
-            for m in range(n):
-                nd[m] = pos
-                for i in range(nstart[m], nstart[m + 1]):
-                    d = dest[i]
-                    pk_s[i] = sd[d]
-                    pk_d[i] = pos
-                    pk_l[i] = 0 if m == mynode else sc[d]
-                    if pk_l[i] > 0:
-                        if base < 0 and grouped:
-                            base = sd[d] - pos
-                            grouped = base >= 0
-                        elif sd[d] - pos != base:
-                            grouped = False
-                    pos += pk_l[i]
-                nb[m] = pos - nd[m]
-            if not grouped:
-                base = -1
-            elif base < 0:
-                base = 0  # nothing to send: in place trivially
-            for i in range(p):
-                o_l[i] = 0
-                u_l[i] = 0
-
-            # -- phase-1 segments: source s's segment holds its blocks for every local rank k
-            for k in range(g):
-                ow_l[k] = 0
-            cur = 0
-            for j in range(g):
-                if mode == _MPI and j != local:
-                    continue  # only this rank's own private phase buffer
-                rstart[j] = cur
-                if mode == _SHM:
-                    # rank j's blocks for the other ranks of this node, written there by j itself
-                    for k in range(g):
-                        if k == j:
-                            continue
-                        b = rc_node[k * p + members[j]]
-                        if j == local:
-                            ow_s[k], ow_d[k], ow_l[k] = sd[members[k]], cur, b
-                        if k == local:
-                            s = members[j]
-                            o_s[s], o_d[s], o_l[s] = cur, rd[s], rc[s]
-                        cur += b
-                for idx in range(sptr[j], sptr[j + 1]):
-                    s = srv[idx]
-                    if s == members[j]:
-                        seg[s] = -1  # the server's own blocks: never in phase 1
-                        continue
-                    seg[s] = cur
-                    for k in range(g):
-                        if k == local and mode == _SHM:
-                            o_s[s], o_d[s], o_l[s] = cur, rd[s], rc[s]
-                        cur += rc_node[k * p + s]
-            rstart[g] = cur
-            for li in range(nl):
-                for m in range(n):
-                    s = lane_src[li * n + m]
-                    if s < 0 or seg[s] < 0:
-                        lw[li * 4 * n + 2 * n + m], lw[li * 4 * n + 3 * n + m] = 0, 0
-                    else:
-                        lw[li * 4 * n + 2 * n + m] = 0
-                        for k in range(g):
-                            lw[li * 4 * n + 2 * n + m] += rc_node[k * p + s]
-                        lw[li * 4 * n + 3 * n + m] = seg[s]
-
+            base = _pack_list(&c, &packed)
+            _phase1_segments(&c)
+            _lane_vectors(&c, base)
             if mode == _MPI:
-                # -- repack: peer k's phase-2 block holds (k, s) for every source s this rank serves
-                for k in range(g):
-                    p2sd[k] = p2tot
-                    if k != local:
-                        for idx in range(sptr[local], sptr[local + 1]):
-                            s = srv[idx]
-                            b = rc_node[k * p + s]
-                            if s == me:  # this rank's own block for k comes from the send buffer
-                                ow_s[k], ow_d[k], ow_l[k] = sd[members[k]], p2tot, b
-                            else:
-                                rp_s[nrep] = seg[s]
-                                for i in range(k):
-                                    rp_s[nrep] += rc_node[i * p + s]
-                                rp_d[nrep], rp_l[nrep] = p2tot, b
-                                nrep += 1
-                            p2tot += b
-                    p2sc[k] = p2tot - p2sd[k]
-                # blocks for this rank among its own served sources go straight to the receive buffer
-                for idx in range(sptr[local], sptr[local + 1]):
-                    s = srv[idx]
-                    if s != me:
-                        o_s[s] = seg[s]
-                        for i in range(local):
-                            o_s[s] += rc_node[i * p + s]
-                        o_d[s], o_l[s] = rd[s], rc[s]
-                # phase 2 receives from each other local rank j the blocks of the sources j serves
-                cur = 0
-                for j in range(g):
-                    p2rd[j] = cur
-                    if j != local:
-                        for idx in range(sptr[j], sptr[j + 1]):
-                            s = srv[idx]
-                            u_s[s], u_d[s], u_l[s] = cur, rd[s], rc[s]
-                            cur += rc[s]
-                    p2rc[j] = cur - p2rd[j]
-                if cur > rstart[g]:
-                    rstart[g] = cur  # the private buffer holds phase 1, then phase 2
-            # -- the lanes' send sides: this rank's own lane sends its node segments (from the send
-            # buffer itself where they are grouped there), a lane it stands in for sends nothing
-            if base >= 0:
-                for m in range(n):
-                    nd[m] += base
-            for li in range(1, nl):
-                for m in range(2 * n):
-                    lw[li * 4 * n + m] = 0
-            w[self._at_self], w[self._at_self + 1], w[self._at_self + 2] = sd[me], rd[me], sc[me]
-
-            # -- the steps, in the order every runner takes them
-            _start(w, self._pool, STAGE_SHARED if mode == _SHM else 0)
-            send_buf = BUF_SEND if base >= 0 else BUF_SCRATCH
-            if base < 0:
-                _copy_step(w, COPY_PACK, BUF_SEND, BUF_SCRATCH, self._at_pack, p, p)
-            _copy_step(w, COPY_SELF, BUF_SEND, BUF_RECV, self._at_self, 1, 1)
-            if mode == _SHM:
-                _copy_step(w, COPY_OWN, BUF_SEND, BUF_STAGE, self._at_own, g, g)
-            # Every served lane at once (always nonblocking: a rank serving two lanes starts both,
-            # and MPI never matches a blocking collective with a nonblocking one); round-based
-            # lanes run one after another, in ascending lane order, which cannot deadlock.
-            for li in range(nl):
-                flags = WITH_NEXT if li + 1 < nl else 0
-                _exchange_step(w, self._served[li], rounds, radix, flags, send_buf, BUF_STAGE,
-                               self._at_lanes + 4 * n * li, n)
-            if mode == _SHM:
-                _emit(w, STEP_BARRIER, 0, 0, 0)   # every rank's own blocks and phase-1 segments are in place
-                _copy_step(w, COPY_OUT, BUF_STAGE, BUF_RECV, self._at_out, p, p)
-                _emit(w, STEP_BARRIER, 0, 0, 0)   # nobody reads the window any more: the next call may write it
-            else:
-                _copy_step(w, COPY_REPACK, BUF_STAGE, BUF_SCRATCH, self._at_rep, g * p, nrep)
-                _copy_step(w, COPY_OWN, BUF_SEND, BUF_SCRATCH, self._at_own, g, g)
-                _copy_step(w, COPY_OUT, BUF_STAGE, BUF_RECV, self._at_out, p, p)
-                _exchange_step(w, COMM_NODE, ROUNDS_LINEAR, 2, 0, BUF_SCRATCH, BUF_STAGE, self._at_node, g)
-                _copy_step(w, COPY_UNPACK, BUF_STAGE, BUF_RECV, self._at_unp, p, p)
-            _finish(w, pos if base < 0 and pos > p2tot else p2tot, rstart[g], self._words)
+                nrep = _mpi_repack(&c, &p2tot)
+                _mpi_unpack(&c)
+            w[self._at_self], w[self._at_self + 1], w[self._at_self + 2] = c.sd[c.me], c.rd[c.me], c.sc[c.me]
+            self._write_steps(&c, rounds, radix, base, nrep)
+            _finish(w, packed if base < 0 and packed > p2tot else p2tot, c.rstart[g], self._words)
         return self.program
+
+    cdef void _write_steps(self, HierCall* c, int64_t rounds, int64_t radix, int64_t base, int64_t nrep) noexcept nogil:
+        """The program's steps, in the order every runner takes them (phase 1 from the send buffer
+        where ``base`` >= 0, else from the pack; ``nrep``: the repack list's blocks)."""
+        cdef int64_t* w = self._w
+        cdef int64_t p = c.p, n = c.n, g = c.g, nl = c.nl, li, send_buf, flags
+        _start(w, self._pool, STAGE_SHARED if c.mode == _SHM else 0)
+        send_buf = BUF_SEND if base >= 0 else BUF_SCRATCH
+        if base < 0:
+            _copy_step(w, COPY_PACK, BUF_SEND, BUF_SCRATCH, self._at_pack, p, p)
+        _copy_step(w, COPY_SELF, BUF_SEND, BUF_RECV, self._at_self, 1, 1)
+        if c.mode == _SHM:
+            _copy_step(w, COPY_OWN, BUF_SEND, BUF_STAGE, self._at_own, g, g)
+        # Every served lane at once (always nonblocking: a rank serving two lanes starts both,
+        # and MPI never matches a blocking collective with a nonblocking one); round-based
+        # lanes run one after another, in ascending lane order, which cannot deadlock.
+        for li in range(nl):
+            flags = WITH_NEXT if li + 1 < nl else 0
+            _exchange_step(w, self._served[li], rounds, radix, flags, send_buf, BUF_STAGE,
+                           self._at_lanes + 4 * n * li, n)
+        if c.mode == _SHM:
+            _emit(w, STEP_BARRIER, 0, 0, 0)   # every rank's own blocks and phase-1 segments are in place
+            _copy_step(w, COPY_OUT, BUF_STAGE, BUF_RECV, self._at_out, p, p)
+            _emit(w, STEP_BARRIER, 0, 0, 0)   # nobody reads the window any more: the next call may write it
+        else:
+            _copy_step(w, COPY_REPACK, BUF_STAGE, BUF_SCRATCH, self._at_rep, g * p, nrep)
+            _copy_step(w, COPY_OWN, BUF_SEND, BUF_SCRATCH, self._at_own, g, g)
+            _copy_step(w, COPY_OUT, BUF_STAGE, BUF_RECV, self._at_out, p, p)
+            _exchange_step(w, COMM_NODE, ROUNDS_LINEAR, 2, 0, BUF_SCRATCH, BUF_STAGE, self._at_node, g)
+            _copy_step(w, COPY_UNPACK, BUF_STAGE, BUF_RECV, self._at_unp, p, p)
 
 
 cdef class LeaderPlanner:
