@@ -1,8 +1,9 @@
 # Spec memos: what recognises a call's specs when they come back. ``Saved`` (count and
 # displacement arrays by content) and ``SavedType`` (datatypes by object) are the leaves of a
-# remembered spec; ``spec_unchanged`` compares specs with one; ``TypedCall`` and ``find_typed`` are
-# ``HierComm.Alltoallw``'s calls remembered as bytes. ``CallTable`` (``_calltable.pxi``) recognises
-# its slots' specs with ``_leaf`` and ``_same_shape``. Included by ``_call.pyx``.
+# remembered spec; ``spec_unchanged`` compares specs with one; ``TypedCall`` is one
+# ``HierComm.Alltoallw`` call remembered as bytes, which ``find_typed`` finds again. ``CallTable``
+# (``_calltable.pxi``) recognises its slots' specs with ``_leaf`` and ``_same_shape``. Included by
+# ``_call.pyx``.
 from cpython.object cimport PyObject_IsTrue
 from libc.string cimport memcmp
 
