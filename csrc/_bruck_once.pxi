@@ -1,57 +1,109 @@
-# The first run of a radix-k Bruck exchange, compiled: included by ``_call.pyx`` after its MPI
-# pointers (``_resolve``), whose handle conventions it shares (``_alltoallv``).
+# The first run of a radix-k Bruck exchange, compiled (``BruckOnce``): included by ``_call.pyx``
+# after ``_mpi.pxi``, whose MPI wrappers it calls (``_isend``, ``_mprobe``, ``_get_count``,
+# ``_imrecv``); ``_runner.pxi`` and ``_calltable.pxi`` run it.
+from libc.stdint cimport int64_t, uint64_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy
 
-ctypedef int (*isend_ptr_t)(const void*, int, void*, int, int, void*, void*) noexcept nogil
-ctypedef int (*isend_int_t)(const void*, int, int, int, int, int, void*) noexcept nogil
-ctypedef int (*mprobe_ptr_t)(int, int, void*, void*, void*) noexcept nogil
-ctypedef int (*mprobe_int_t)(int, int, int, void*, void*) noexcept nogil
-ctypedef int (*get_count_ptr_t)(const void*, void*, int*) noexcept nogil
-ctypedef int (*get_count_int_t)(const void*, int, int*) noexcept nogil
-ctypedef int (*imrecv_ptr_t)(void*, int, void*, void*, void*) noexcept nogil
-ctypedef int (*imrecv_int_t)(void*, int, int, void*, void*) noexcept nogil
+cimport numpy as cnp
 
 
-cdef inline int _isend(const void* buf, int count, uint64_t datatype, int dest, int tag, uint64_t comm,
-                       uint64_t* request) noexcept nogil:
-    request[0] = 0
-    if _handle_bytes == 8:
-        return (<isend_ptr_t>_mpi_isend)(buf, count, <void*><uintptr_t>datatype, dest, tag, <void*><uintptr_t>comm,
-                                         request)
-    return (<isend_int_t>_mpi_isend)(buf, count, <int><uint32_t>datatype, dest, tag, <int><uint32_t>comm, request)
-
-
-cdef inline int _irecv(void* buf, int count, uint64_t datatype, int source, int tag, uint64_t comm,
-                       uint64_t* request) noexcept nogil:
-    """MPI_Irecv (MPI_Isend's signature, the buffer writable)."""
-    request[0] = 0
-    if _handle_bytes == 8:
-        return (<isend_ptr_t>_mpi_irecv)(buf, count, <void*><uintptr_t>datatype, source, tag, <void*><uintptr_t>comm,
-                                         request)
-    return (<isend_int_t>_mpi_irecv)(buf, count, <int><uint32_t>datatype, source, tag, <int><uint32_t>comm, request)
-
-
-cdef inline int _mprobe(int source, int tag, uint64_t comm, uint64_t* message, char* status) noexcept nogil:
-    message[0] = 0
-    if _handle_bytes == 8:
-        return (<mprobe_ptr_t>_mpi_mprobe)(source, tag, <void*><uintptr_t>comm, message, status)
-    return (<mprobe_int_t>_mpi_mprobe)(source, tag, <int><uint32_t>comm, message, status)
-
-
-cdef inline int _get_count(const char* status, uint64_t datatype, int* count) noexcept nogil:
-    if _handle_bytes == 8:
-        return (<get_count_ptr_t>_mpi_get_count)(status, <void*><uintptr_t>datatype, count)
-    return (<get_count_int_t>_mpi_get_count)(status, <int><uint32_t>datatype, count)
-
-
-cdef inline int _imrecv(void* buf, int count, uint64_t datatype, uint64_t* message, uint64_t* request) noexcept nogil:
-    request[0] = 0
-    if _handle_bytes == 8:
-        return (<imrecv_ptr_t>_mpi_imrecv)(buf, count, <void*><uintptr_t>datatype, message, request)
-    return (<imrecv_int_t>_mpi_imrecv)(buf, count, <int><uint32_t>datatype, message, request)
+cdef inline const int64_t* _i64(object arr, Py_ssize_t n, str name) except NULL:
+    """The data of a contiguous int64 array of ``n`` items (ValueError naming ``name`` otherwise)."""
+    if type(arr) is not np.ndarray or cnp.PyArray_TYPE(<cnp.ndarray>arr) != cnp.NPY_INT64 \
+            or not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>arr) or cnp.PyArray_SIZE(<cnp.ndarray>arr) != n:
+        raise ValueError(f"{name} must be a contiguous int64 array of {n} items")
+    return <const int64_t*>cnp.PyArray_DATA(<cnp.ndarray>arr)
 
 
 cdef inline bint _off_buffer(int64_t off, int64_t n, int64_t size) noexcept nogil:
     return n < 0 or (n > 0 and (off < 0 or off > size - n))
+
+
+cdef struct BruckRun:
+    # One ``BruckOnce.exchange`` as its helpers read it (on the stack; the pointers are the
+    # caller's buffers and the ``BruckOnce``'s arrays): the send buffer, where every slot lies now
+    # (``where`` 0: the send buffer, 1: the arena; its offset there and its length), each
+    # message's slots (message m's are ``slots[start[m]:start[m + 1]]``, sent to ``dest[m]`` and
+    # received from ``src[m]``), and what the run learns (``learned``, ``base``, ``nbytes``).
+    const unsigned char* s
+    int64_t sn
+    signed char* where
+    int64_t* off
+    int64_t* length
+    const int64_t* slots
+    const int64_t* start
+    const int64_t* dest
+    const int64_t* src
+    int64_t* learned
+    int64_t* base
+    int64_t* nbytes
+
+
+cdef inline int64_t _round_bytes(BruckRun* b, Py_ssize_t m, Py_ssize_t nm, int64_t an,
+                                 Py_ssize_t* bad) noexcept nogil:
+    """The bytes of messages m to m + nm - 1 (headers included), each slot checked in its buffer
+    (the send buffer, or the arena of ``an`` bytes) before any message goes; ``bad``: the first
+    slot outside its buffer (then the bytes up to it), else -1."""
+    cdef Py_ssize_t k, j, i
+    cdef int64_t total = 0
+    bad[0] = -1
+    for k in range(nm):
+        for j in range(b.start[m + k], b.start[m + k + 1]):
+            i = b.slots[j]
+            if _off_buffer(b.off[i], b.length[i], b.sn if b.where[i] == 0 else an):
+                bad[0] = i
+                return total
+            total += b.length[i]
+        total += 8 * (b.start[m + k + 1] - b.start[m + k])
+    return total
+
+
+cdef inline Py_ssize_t _read_headers(BruckRun* b, Py_ssize_t m, Py_ssize_t nm, const unsigned char* arena,
+                                     int64_t* got) noexcept nogil:
+    """Read the headers of messages m to m + nm - 1, landed in the arena: where each slot now lies,
+    and its length (``learned``). The first message whose header does not fit it (shorter than
+    its header: ``nbytes`` < 0, or slot lengths adding up to ``got`` bytes, not its ``nbytes``),
+    else -1; the messages before it are read."""
+    cdef Py_ssize_t k, j, i
+    cdef int64_t pos, v, total
+    for k in range(nm):
+        if b.nbytes[m + k] < 0:
+            return k
+        pos, total = b.base[m + k], 0
+        for j in range(b.start[m + k], b.start[m + k + 1]):
+            memcpy(&v, arena + pos, 8)
+            pos += 8
+            if v < 0 or total < 0:
+                total = -1
+            else:
+                total += v
+            b.learned[j] = v
+        if total != b.nbytes[m + k]:
+            got[0] = total
+            return k
+        for j in range(b.start[m + k], b.start[m + k + 1]):  # ``pos``: the data, after the header
+            i = b.slots[j]
+            b.where[i], b.off[i], b.length[i] = 1, pos, b.learned[j]
+            pos += b.learned[j]
+    return -1
+
+
+cdef inline Py_ssize_t _deliver(BruckRun* b, Py_ssize_t p, Py_ssize_t q, const unsigned char* arena, int64_t an,
+                                unsigned char* r, int64_t rn, const int64_t* rc, const int64_t* rd) noexcept nogil:
+    """Copy every rank's block to its place in the receive buffer, every block checked before the
+    first byte moves: the first rank whose block is not the length ``rc`` expects or lies outside
+    its buffer (nothing copied), else -1."""
+    cdef Py_ssize_t i, k
+    for i in range(p):
+        k = (q - i + p) % p
+        if b.length[i] != rc[k] or _off_buffer(rd[k], rc[k], rn) \
+                or _off_buffer(b.off[i], b.length[i], b.sn if b.where[i] == 0 else an):
+            return k
+    for i in range(p):
+        if b.length[i] > 0:
+            memcpy(r + rd[(q - i + p) % p], (b.s if b.where[i] == 0 else arena) + b.off[i], <size_t>b.length[i])
+    return -1
 
 
 cdef class BruckOnce:
@@ -133,63 +185,41 @@ cdef class BruckOnce:
     cdef int exchange(self, const unsigned char* s, int64_t sn, unsigned char* r, int64_t rn, const int64_t* sc,
                       const int64_t* sd, const int64_t* rc, const int64_t* rd) except -1:
         """``run`` on raw buffers and sides (bytes)."""
-        cdef Py_ssize_t p = self.size, q = self.rank, i, m, j, k, nm, nrounds = self.round_start.shape[0] - 1, x
-        cdef signed char* where = <signed char*>cnp.PyArray_DATA(self.where)
-        cdef int64_t* off = <int64_t*>cnp.PyArray_DATA(self.off)
-        cdef int64_t* length = <int64_t*>cnp.PyArray_DATA(self.length)
-        cdef const int64_t* slots = <const int64_t*>cnp.PyArray_DATA(self.slots)
-        cdef const int64_t* start = <const int64_t*>cnp.PyArray_DATA(self.slot_start)
+        cdef Py_ssize_t p = self.size, q = self.rank, i, m, k, nm, nrounds = self.round_start.shape[0] - 1, x
+        cdef Py_ssize_t bad = -1
         cdef const int64_t* rstart = <const int64_t*>cnp.PyArray_DATA(self.round_start)
-        cdef const int64_t* dest = <const int64_t*>cnp.PyArray_DATA(self.dest)
-        cdef const int64_t* src = <const int64_t*>cnp.PyArray_DATA(self.src)
-        cdef int64_t* learned = <int64_t*>cnp.PyArray_DATA(self.learned)
-        cdef int64_t* base = <int64_t*>cnp.PyArray_DATA(self.base)
-        cdef int64_t* nbytes = <int64_t*>cnp.PyArray_DATA(self.nbytes)
-        cdef int64_t fill = 0, total, pos, need, bad = -1, v, an, got
+        cdef int64_t fill = 0, total, need, an, got = 0
         cdef unsigned char* out
         cdef unsigned char* arena
         cdef int err = 0
+        cdef BruckRun b
+        b.s, b.sn = s, sn
+        b.where = <signed char*>cnp.PyArray_DATA(self.where)
+        b.off = <int64_t*>cnp.PyArray_DATA(self.off)
+        b.length = <int64_t*>cnp.PyArray_DATA(self.length)
+        b.slots = <const int64_t*>cnp.PyArray_DATA(self.slots)
+        b.start = <const int64_t*>cnp.PyArray_DATA(self.slot_start)
+        b.dest = <const int64_t*>cnp.PyArray_DATA(self.dest)
+        b.src = <const int64_t*>cnp.PyArray_DATA(self.src)
+        b.learned = <int64_t*>cnp.PyArray_DATA(self.learned)
+        b.base = <int64_t*>cnp.PyArray_DATA(self.base)
+        b.nbytes = <int64_t*>cnp.PyArray_DATA(self.nbytes)
         with nogil:
             for i in range(p):
                 k = (q + i) % p
-                where[i], off[i], length[i] = 0, sd[k], sc[k]
+                b.where[i], b.off[i], b.length[i] = 0, sd[k], sc[k]
         for x in range(nrounds):
             m, nm = rstart[x], rstart[x + 1] - rstart[x]
-            total = 0
             an = cnp.PyArray_NBYTES(self.arena)
-            for k in range(nm):  # every slot of the round in its buffer before any message goes
-                for j in range(start[m + k], start[m + k + 1]):
-                    i = slots[j]
-                    if _off_buffer(off[i], length[i], sn if where[i] == 0 else an):
-                        raise ValueError(f"bruck pack: slot {i} (offset {off[i]}, {length[i]} B) is outside its buffer")
-                    total += length[i]
-                total += 8 * (start[m + k + 1] - start[m + k])
+            total = _round_bytes(&b, m, nm, an, &bad)  # every slot of the round checked before any message goes
+            if bad >= 0:
+                raise ValueError(f"bruck pack: slot {bad} (offset {b.off[bad]}, {b.length[bad]} B) is outside its "
+                                 "buffer")
             if cnp.PyArray_NBYTES(self.sendbuf) < total:
                 self.sendbuf = np.empty(max(total, 2 * cnp.PyArray_NBYTES(self.sendbuf)), np.uint8)
             out, arena = <unsigned char*>cnp.PyArray_DATA(self.sendbuf), <unsigned char*>cnp.PyArray_DATA(self.arena)
             with nogil:
-                pos = 0
-                for k in range(nm):
-                    need = pos
-                    for j in range(start[m + k], start[m + k + 1]):
-                        memcpy(out + pos, &length[slots[j]], 8)
-                        pos += 8
-                    for j in range(start[m + k], start[m + k + 1]):
-                        i = slots[j]
-                        if length[i] > 0:
-                            memcpy(out + pos, (s if where[i] == 0 else arena) + off[i], <size_t>length[i])
-                            pos += length[i]
-                    err = _isend(out + need, <int>(pos - need), self.byte, <int>dest[m + k], self.tag, self.comm,
-                                 &self.requests[k])
-                    if err:
-                        break
-                # Probe every peer first: the arena grows once, before any receive lands in it.
-                for k in range(nm):
-                    if err:
-                        break
-                    err = _mprobe(<int>src[m + k], self.tag, self.comm, &self.messages[k], self.status)
-                    if not err:
-                        err = _get_count(self.status, self.byte, &self.counts[k])
+                err = self._send_round(&b, m, nm, out, arena)
             if err:
                 raise MPI.Exception(err)
             need = fill
@@ -201,52 +231,71 @@ cdef class BruckOnce:
                 self.arena = grown
             arena = <unsigned char*>cnp.PyArray_DATA(self.arena)
             with nogil:
-                for k in range(nm):
-                    base[m + k], nbytes[m + k] = fill, self.counts[k] - 8 * (start[m + k + 1] - start[m + k])
-                    err = _imrecv(arena + fill, self.counts[k], self.byte, &self.messages[k], &self.requests[nm + k])
-                    if err:
-                        break
-                    fill += self.counts[k]
-                for k in range(2 * nm):
-                    if err:
-                        break
-                    err = _mpi_wait(&self.requests[k], self.status)
+                err = self._receive_round(&b, m, nm, arena, &fill)
             if err:
                 raise MPI.Exception(err)
-            for k in range(nm):  # the headers: where each slot now lies, and its length
-                if nbytes[m + k] < 0:
-                    raise ValueError(f"bruck take: a message of {self.counts[k]} B is shorter than its header")
-                pos, got = base[m + k], 0
-                for j in range(start[m + k], start[m + k + 1]):
-                    memcpy(&v, arena + pos, 8)
-                    pos += 8
-                    if v < 0 or got < 0:
-                        got = -1
-                    else:
-                        got += v
-                    learned[j] = v
-                if got != nbytes[m + k]:
-                    raise ValueError(f"bruck take: slot lengths add up to {got} B, the message carries "
-                                     f"{nbytes[m + k]} B")
-                for j in range(start[m + k], start[m + k + 1]):  # ``pos``: the data, after the header
-                    i = slots[j]
-                    where[i], off[i], length[i] = 1, pos, learned[j]
-                    pos += learned[j]
+            k = _read_headers(&b, m, nm, arena, &got)  # where each slot now lies, and its length
+            if k >= 0 and b.nbytes[m + k] < 0:
+                raise ValueError(f"bruck take: a message of {self.counts[k]} B is shorter than its header")
+            if k >= 0:
+                raise ValueError(f"bruck take: slot lengths add up to {got} B, the message carries "
+                                 f"{b.nbytes[m + k]} B")
         an = cnp.PyArray_NBYTES(self.arena)
         arena = <unsigned char*>cnp.PyArray_DATA(self.arena)
         with nogil:  # every block checked before the first byte moves
-            for i in range(p):
-                k = (q - i + p) % p
-                if length[i] != rc[k] or _off_buffer(rd[k], rc[k], rn) \
-                        or _off_buffer(off[i], length[i], sn if where[i] == 0 else an):
-                    bad = k
-                    break
-            if bad < 0:
-                for i in range(p):
-                    if length[i] > 0:
-                        memcpy(r + rd[(q - i + p) % p], (s if where[i] == 0 else arena) + off[i], <size_t>length[i])
+            bad = _deliver(&b, p, q, arena, an, r, rn, rc, rd)
         if bad >= 0:
-            got = length[(q - bad + p) % p]
+            got = b.length[(q - bad + p) % p]
             raise ValueError(f"bruck: rank {q} expects {rc[bad]} B from rank {bad}, which sent {got} B "
                              f"(or the block lies outside the receive buffer)")
         return 0
+
+    cdef int _send_round(self, BruckRun* b, Py_ssize_t m, Py_ssize_t nm, unsigned char* out,
+                         const unsigned char* arena) noexcept nogil:
+        """Pack messages m to m + nm - 1 into ``out`` (each a header of its slots' lengths, then
+        their bytes) and ``MPI_Isend`` each; then probe every incoming one, so that the arena grows
+        once, before any receive lands in it (``counts``: their bytes). The first MPI error, or 0."""
+        cdef Py_ssize_t k, j, i
+        cdef int64_t pos = 0, need
+        cdef int err = 0
+        for k in range(nm):
+            need = pos
+            for j in range(b.start[m + k], b.start[m + k + 1]):
+                memcpy(out + pos, &b.length[b.slots[j]], 8)
+                pos += 8
+            for j in range(b.start[m + k], b.start[m + k + 1]):
+                i = b.slots[j]
+                if b.length[i] > 0:
+                    memcpy(out + pos, (b.s if b.where[i] == 0 else arena) + b.off[i], <size_t>b.length[i])
+                    pos += b.length[i]
+            err = _isend(out + need, <int>(pos - need), self.byte, <int>b.dest[m + k], self.tag, self.comm,
+                         &self.requests[k])
+            if err:
+                break
+        # Probe every peer first: the arena grows once, before any receive lands in it.
+        for k in range(nm):
+            if err:
+                break
+            err = _mprobe(<int>b.src[m + k], self.tag, self.comm, &self.messages[k], self.status)
+            if not err:
+                err = _get_count(self.status, self.byte, &self.counts[k])
+        return err
+
+    cdef int _receive_round(self, BruckRun* b, Py_ssize_t m, Py_ssize_t nm, unsigned char* arena,
+                            int64_t* fill) noexcept nogil:
+        """``MPI_Imrecv`` the probed messages into the arena from byte ``fill`` on (moved past them;
+        ``base``, ``nbytes``: where each landed, and its bytes without the header), then wait for
+        every send and receive of the round. The first MPI error, or 0."""
+        cdef Py_ssize_t k
+        cdef int err = 0
+        for k in range(nm):
+            b.base[m + k], b.nbytes[m + k] = fill[0], self.counts[k] - 8 * (b.start[m + k + 1] - b.start[m + k])
+            err = _imrecv(arena + fill[0], self.counts[k], self.byte, &self.messages[k], &self.requests[nm + k])
+            if err:
+                break
+            fill[0] += self.counts[k]
+        for k in range(2 * nm):
+            if err:
+                break
+            err = _mpi_wait(&self.requests[k], self.status)
+        return err
