@@ -21,8 +21,6 @@ cdef enum:
     ROUTE_HIER = 2
     ROUTE_BRUCK = 3
 
-cdef int _NOT_CLEAN = PROBLEM | SETTINGS | PAIRS | ANY_OVER_BUDGET
-cdef int _CLEAN = HIT | ALL_SAME_BUFFERS
 
 
 cdef class Slot:
@@ -31,9 +29,13 @@ cdef class Slot:
     #: the cache entry, and the sides parsed from the specs
     cdef readonly object entry, s, r
     cdef tuple then
-    cdef object algorithm, send_leaf, recv_leaf, send_dtype, recv_dtype, run, stats
+    cdef object algorithm, send_leaf, recv_leaf, send_dtype, recv_dtype
+    #: the persistent run bound to the specs' buffers (or None), what it leaves, and it compiled
+    cdef readonly object run, stats
+    cdef readonly Program program
+    #: a nonblocking request's compiled hit of this slot, made on first use (``nonblocking.py``)
+    cdef public object request
     cdef long long scratch_generation, window_generation   # what the run was bound to
-    cdef Program program
     cdef bint validate, uniform
     cdef void* send_data
     cdef void* recv_data
@@ -202,6 +204,14 @@ cdef class CallTable:
                     return slot
                 return None
         return None
+
+    def request_slot(self, sendbuf, recvbuf, algorithm, validate, bint uniform):
+        """The slot whose compiled run a nonblocking request of these specs may take whole (its
+        specs recognised, its run bound to their buffers and compiled), or None."""
+        cdef Slot slot = self._find(sendbuf, recvbuf, algorithm, validate, uniform)
+        if slot is None or slot.program is None or not self._same_buffers(slot):
+            return None
+        return slot
 
     def ready(self, sendbuf, recvbuf, algorithm, validate):
         """Whether a clean hit of these specs would run a slot's bound run (``call``'s first case)."""

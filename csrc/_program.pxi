@@ -13,6 +13,22 @@ cdef enum BoundKind:
     REQUESTS = 1   # Start, then Wait, ``n`` persistent requests (``handles``)
     BARRIER = 2    # the same for a barrier request, between full memory fences
     SUB = 3        # another program's ``n`` steps (``sub``)
+    GATE = 4       # the verdict of the agreement sums at ``src`` over ``n`` ranks: go on only on a
+                   # clean hit (a nonblocking request's compiled hit: ``Program.diverted`` otherwise)
+
+#: What ``_run_steps`` returns where a gate stopped the run (MPI error codes are positive).
+cdef enum:
+    DIVERTED = -1
+
+#: A clean hit's verdict: no rank's problem, no setting or pair mismatch, nobody over budget, and
+#: every rank on the same cached slot with its run bound to the call's buffers.
+cdef int _NOT_CLEAN = PROBLEM | SETTINGS | PAIRS | ANY_OVER_BUDGET
+cdef int _CLEAN = HIT | ALL_SAME_BUFFERS
+
+
+cdef inline bint _clean_hit(const unsigned char* sums, Py_ssize_t size) noexcept nogil:
+    cdef int flags = _verdict(<const Record*>sums, <uint64_t>size)
+    return not (flags & _NOT_CLEAN) and flags & _CLEAN == _CLEAN
 
 
 cdef struct Step:
@@ -43,7 +59,7 @@ cdef int _start_wait(void** handles, Py_ssize_t n, char* status) noexcept nogil:
 
 
 cdef int _run_steps(Step* steps, Py_ssize_t n, char* status) noexcept nogil:
-    """Run ``n`` steps; the first MPI error code, or 0."""
+    """Run ``n`` steps; the first MPI error code, ``DIVERTED`` where a gate stopped them, or 0."""
     cdef Py_ssize_t i
     cdef int err = 0
     cdef Step* st
@@ -53,6 +69,8 @@ cdef int _run_steps(Step* steps, Py_ssize_t n, char* status) noexcept nogil:
             _copy_list(st.dst, st.src, st.src_off, st.dst_off, st.length, st.n)
         elif st.kind == SUB:
             err = _run_steps(st.sub, st.n, status)
+        elif st.kind == GATE:
+            err = 0 if _clean_hit(st.src, st.n) else DIVERTED
         elif st.kind == BARRIER:
             # The node window's barrier: MPI_Win_sync on a shared-memory window is a full memory
             # fence in both families; the fences order this rank's window writes before the
@@ -96,8 +114,12 @@ cdef class Program:
     buffers, ``dst`` writable; int64 byte lists of one length, checked against the buffers here,
     once); ``("mpi", requests)`` (mpi4py persistent requests: every one started, then every one
     waited); ``("barrier", request)`` (a persistent barrier between memory fences: a node window's
-    barrier); ``("program", program)`` (another program's steps). The program keeps what it points
-    into alive; the requests stay their owner's.
+    barrier); ``("program", program)`` (another program's steps); ``("gate", sums, size)`` (go on
+    only where the summed agreement record ``sums``, uint64, of ``size`` ranks is a clean hit:
+    every rank on the same cached slot, bound to its buffers, nothing wrong; else the run stops
+    there and ``diverted`` says so: a nonblocking request's compiled hit, whose agreement came out
+    otherwise, goes on in Python). The program keeps what it points into alive; the requests stay
+    their owner's.
 
     ``run()`` runs it blocking; ``start()`` and ``wait()`` split it, for a persistent request's
     Start and Wait, after the Start of the first top-level ``"mpi"`` step (without one, ``start``
@@ -118,6 +140,8 @@ cdef class Program:
     cdef char _status[STATUS_BYTES]
     cdef Py_ssize_t _split   # the first top-level REQUESTS step (``start`` ends with its Start), or -1
     cdef bint _started
+    #: whether the last run stopped at a gate (the agreement was not a clean hit)
+    cdef readonly bint diverted
 
     def __cinit__(self, list steps):
         cdef Py_ssize_t i, j = 0, nh = 0, bad
@@ -152,6 +176,13 @@ cdef class Program:
                     raise ValueError("Program: a freed program cannot be a step")
                 st.kind, st.sub, st.n = SUB, sub._steps, sub._n
                 self._keep.append(sub)
+            elif step[0] == "gate":
+                _, sums, size = step
+                if sums.dtype != np.uint64 or not cnp.PyArray_IS_C_CONTIGUOUS(sums) \
+                        or sums.nbytes != sizeof(Record):
+                    raise ValueError("Program: a gate reads one contiguous agreement record of uint64")
+                st.kind, st.src, st.n = GATE, <const unsigned char*>cnp.PyArray_DATA(sums), size
+                self._keep.append(sums)
             elif step[0] == "copy":
                 _, src, so, dst, do, ln = step
                 for buf, writable in ((src, False), (dst, True)):
@@ -174,7 +205,7 @@ cdef class Program:
             else:
                 raise ValueError(f"Program: unknown step {step[0]!r}")
             self._n = i + 1
-        self._split, self._started = -1, False
+        self._split, self._started, self.diverted = -1, False, False
         self._flat, self._nflat, self._pos, self._posted, self._begun = NULL, 0, 0, False, False
         for i in range(self._n):
             if self._steps[i].kind == REQUESTS:
@@ -194,7 +225,8 @@ cdef class Program:
             raise RuntimeError("this compiled run was freed")
         with nogil:
             err = _run_steps(self._steps, self._n, self._status)
-        if err:
+        self.diverted = err == DIVERTED
+        if err and not self.diverted:
             raise MPI.Exception(err)
         return 0
 
@@ -261,6 +293,13 @@ cdef class Program:
                 _copy_list(st.dst, st.src, st.src_off, st.dst_off, st.length, st.n)
                 self._pos += 1
                 continue
+            if st.kind == GATE:
+                if not _clean_hit(st.src, st.n):
+                    self.diverted = True
+                    self._pos = self._nflat
+                    break
+                self._pos += 1
+                continue
             if not self._posted:
                 if st.kind == BARRIER:
                     hx_fence()  # as ``_run_steps``: window writes before the barrier
@@ -314,7 +353,7 @@ cdef class Program:
             if self._flat == NULL:
                 raise MemoryError()
             _flatten(self._steps, self._n, self._flat)
-        self._pos, self._posted, self._begun = 0, False, True
+        self._pos, self._posted, self._begun, self.diverted = 0, False, True, False
         return self._step(False) == 1
 
     def test(self):

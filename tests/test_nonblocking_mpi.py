@@ -204,7 +204,8 @@ def test_a_receive_buffer_in_flight_is_refused_on_every_rank(comm, comms):
 
 def test_repeated_calls_with_one_pattern_reuse_their_run(comm, comms):
     """The pipelined pattern: the same buffers again and again, each request completed by Test
-    alone; every round's bytes are right (the run bound to them is reused, not rebuilt)."""
+    alone; every round's bytes are right (the run bound to them is reused, not rebuilt), and in
+    request mode, from the third call on, each runs whole as one compiled program."""
     hc = comms["irregular"]
     sc, rc, sbuf, ref = exchange_case(comm, np.random.default_rng(13 + comm.rank), np.float64, max_count=40)
     out = np.zeros_like(ref)
@@ -216,6 +217,10 @@ def test_repeated_calls_with_one_pattern_reuse_their_run(comm, comms):
         while not req.Test():
             pass
         assert out.tobytes() == expected.tobytes(), k
+        if hc.progress == "request" and k == 2:
+            before = hc._requests.compiled
+    if hc.progress == "request":
+        assert hc._requests.compiled - before == 3
 
 
 def test_mpi4py_waitall_refuses_hxmpi_requests(comm, comms):

@@ -107,6 +107,11 @@ class Agreement:
         self._pending: Optional[MPI.Request] = None  # the sum ``start`` started
 
     @property
+    def request(self) -> Optional[MPI.Prequest]:
+        """The persistent Allreduce (MPI-4 ``Allreduce_init``, bound to ``record`` and ``sums``), or None."""
+        return self._request
+
+    @property
     def handle(self) -> int:
         """Address of the persistent Allreduce's MPI handle (what compiled code Starts), or 0 without one."""
         return MPI._addressof(self._request) if self._request is not None else 0

@@ -216,6 +216,12 @@ class HierComm(Deriving):
                 self._progress = Progress(lambda: HierComm(self.comm, **self._settings))
             return self._progress.submit(method, sendbuf, recvbuf, algorithm, validate)
         call = Call(algorithm, validate, uniform=method == "Alltoall", defer=True)
+        requests = self._requests
+        if method != "Alltoallw":  # a repeated call on the same buffers may run as one compiled hit
+            slot = requests.engine.calls.request_slot(sendbuf, recvbuf, algorithm, validate, call.uniform)
+            if slot is not None:
+                return requests.submit(StepRequest(requests, call, slot.s, slot.r, None, (sendbuf, recvbuf),
+                                                   slot=slot))
         typed = None
         if method == "Alltoallw":
             if self._request_types is None:

@@ -63,6 +63,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import HxmpiError, PlanStateError, agreed_error, one_rank_error
+from ._call import Program
 from .agreement import Diagnosis
 
 __all__ = ["HierRequest", "StepRequest", "ThreadRequest", "Progress", "Requests", "ProgressEngine", "waitall",
@@ -236,10 +237,13 @@ class StepRequest(HierRequest):
     """A request of request mode: one call moving through the stages of its ``Requests`` (see the
     module docstring). ``ended``: it completed (its error, if any, is raised by Test/Wait)."""
 
-    def __init__(self, requests: "Requests", call, s, r, problem, specs, typed=None):
+    def __init__(self, requests: "Requests", call, s, r, problem, specs, typed=None, slot=None):
         super().__init__()
         self._requests, self.call, self.s, self.r, self.problem = requests, call, s, r, problem
         self.specs, self.typed = specs, typed
+        #: the call table's slot that recognised the specs (``CallTable.request_slot``): a
+        #: candidate for the compiled hit, or None
+        self.slot = slot
         self.stage = "queued"
         self.ended = False
         self.run = None
@@ -247,6 +251,7 @@ class StepRequest(HierRequest):
         self._found = None  # what the agreement stage looked up: (entry, key, settings)
         self._fresh = None  # a miss's new cache entry, planned once the node's counts came
         self._work = None  # what the stage in flight keeps (a diagnosis, the node's counts)
+        self.run_program = None  # the compiled hit's program under way (``Requests._begin_compiled``)
 
     def _done(self) -> bool:
         return ENGINE.test(self)
@@ -277,6 +282,8 @@ class Requests:
         self.engine, self.fail = engine, fail
         self.agreeing: deque = deque()
         self.moving: deque = deque()
+        #: requests that ran whole as one compiled hit (``_begin_compiled``)
+        self.compiled = 0
         with ENGINE.lock:
             ENGINE.queues.append(self)
 
@@ -301,9 +308,9 @@ class Requests:
                 if not self._agree(request):
                     break
                 self.agreeing.popleft()
-                if request._error is None:
+                if request._error is None and request.stage != "moved":
                     self.moving.append(request)
-                else:
+                else:  # failed, or moved whole as a compiled hit
                     self._end(request)
             while self.moving:
                 request = self.moving[0]
@@ -318,6 +325,14 @@ class Requests:
     def _agree(self, request: StepRequest) -> bool:
         """Move ``request``'s agreement stage on; whether it concluded (its run bound, or its error set)."""
         engine, call = self.engine, request.call
+        if request.stage == "queued" and request.slot is not None:
+            self._begin_compiled(request)
+        if request.stage == "compiled":
+            if not request.run_program.test():
+                return False
+            if self._compiled_ended(request):
+                return True
+            self._verdict(request)  # diverted: the agreement came out otherwise; Python goes on
         if request.stage == "queued":
             problem = request.problem
             if problem is None:
@@ -345,6 +360,55 @@ class Requests:
         request.run = call.run
         return True
 
+    def _begin_compiled(self, request: StepRequest) -> None:
+        """Begin a recognised hit as one compiled program (stage "compiled"), where nothing of this
+        HierComm is in flight ahead of it (its agreement and its data are both next): the slot's
+        agreement record copied in, the agreement's persistent Allreduce, a gate that goes on only
+        on a clean hit, then the slot's bound run. Where it cannot, the request stays "queued" and
+        goes the staged way."""
+        engine, slot = self.engine, request.slot
+        agreement = engine.agreement
+        if self.moving or agreement.handle == 0 or engine.plan_cache.over_budget or slot.run.held:
+            return
+        program = slot.request
+        if program is None:
+            entry = slot.entry
+            engine.fill(request.call, slot.s, slot.r, None, (entry, entry.key, entry.settings))
+            record = agreement.record.copy()
+            one = np.zeros(1, dtype=np.int64)
+            program = slot.request = Program([
+                ("copy", record.view(np.uint8), one, agreement.record.view(np.uint8), one.copy(),
+                 np.full(1, record.nbytes, dtype=np.int64)),
+                ("mpi", [agreement.request]), ("gate", agreement.sums, engine.comm.size),
+                ("program", slot.program)])
+        request.run = slot.run
+        request.run_program = program
+        request.run.hold()
+        request.stage = "compiled"
+        program.begin()
+
+    def _compiled_ended(self, request: StepRequest) -> bool:
+        """The compiled hit's program ended: True where it ran the data (the request is done, its
+        hit counted as the compiled blocking path counts one); False where the gate diverted it
+        (its run given back, its agreement's verdict for ``_verdict``)."""
+        engine, slot = self.engine, request.slot
+        if request.run_program.diverted:
+            request.run.release()
+            request.run = request.run_program = None
+            entry = slot.entry
+            request._found = (entry, entry.key, entry.settings)
+            request.stage = "agreeing"
+            return False
+        calls = engine.calls
+        calls.tick += 1
+        calls.misses = 0
+        calls.touch(slot.entry)
+        calls.stats, calls.state = slot.stats, "hit"
+        request.run_program = None
+        request.stage = "moved"
+        self.compiled += 1
+        return True
+
     def _verdict(self, request: StepRequest) -> None:
         """The agreement came: a diagnosis to gather, a miss to plan, or the run bound."""
         engine, call, s, r = self.engine, request.call, request.s, request.r
@@ -360,7 +424,7 @@ class Requests:
         entry, key, settings = request._found
         try:
             fresh = engine.settle(call, engine.agreement.agreed(flags, entry.slot if entry is not None else 0),
-                                  s, r, entry, key, settings, request.specs is not None, None)
+                                  s, r, entry, key, settings, request.specs is not None, request.specs)
         except HxmpiError as exc:
             if not getattr(exc, "agreed", False):
                 raise

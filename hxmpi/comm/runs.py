@@ -415,6 +415,11 @@ class Run:
         cache entry rebound or evicted) only marks it to be freed then."""
         self._holders += 1
 
+    @property
+    def held(self) -> bool:
+        """Whether a request holds the run (``hold``) and has not completed."""
+        return self._holders > 0
+
     def release(self) -> None:
         """The request that held the run completed; the run is freed now if that was asked."""
         self._holders -= 1
