@@ -142,6 +142,9 @@ cdef class TypedCall:
     #: the call straight from and to the caller's buffers is composed from
     #: (``alltoallw.composed``), or None where the call has nothing to compose
     cdef public object parts
+    #: the caller's own (send, receive) specs, which MPI's persistent ``Alltoallw_init`` takes as
+    #: they are (a flat run bound for good: ``engine.Engine.bind``)
+    cdef public object user
     cdef tuple then
     cdef object send_leaf, recv_leaf, algorithm
     cdef void* send_data

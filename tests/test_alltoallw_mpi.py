@@ -300,8 +300,9 @@ def mpi_phase():
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_repeated_calls_run_compiled_and_see_new_data(comm, comms, mpi_phase, layout, algorithm, phase):
     """The same specs again (the pencil transpose, derived types both ways, and basic types) run
-    in compiled code from the third call on (the plan cache's bound run, composed with the type
-    maps), moving what the send buffer holds at each call, on either node phase."""
+    in compiled code from the third call on (the plan cache's bound run: a flat one MPI's own
+    persistent Alltoallw on the caller's datatypes, the others composed with the type maps),
+    moving what the send buffer holds at each call, on either node phase."""
     hc, size, me = (comms if phase == "shm" else mpi_phase)[layout], comm.size, comm.rank
     shape = (3, 2 + size, 2)
     c0, c1 = _chunks(shape[0] * size, size), _chunks(shape[1], size)
@@ -329,6 +330,8 @@ def test_repeated_calls_run_compiled_and_see_new_data(comm, comms, mpi_phase, la
                 assert recv[0].tobytes() == ref.tobytes()
             if size > 1:  # on one rank the receive spec's blocks may be read by the general path
                 assert hc._engine.calls.compiled - before >= 3
+            bound = [e.run for e in hc.plan_cache.entries.values() if e.run is not None]
+            assert bound and all(run.native == (run.stats.algorithm == "flat") for run in bound)
     finally:
         for t in send_t + recv_t:
             t.Free()

@@ -214,6 +214,7 @@ class TypedSides:
         send, pack = _send_side(sview, s, in_place)
         recv, unpack = _recv_side(rview, r)
         call = TypedCall(send, recv, pack, unpack)
+        call.user = (sendbuf, recvbuf)
         if pack is not None and not in_place or unpack is not None:  # what ``composed`` reads
             call.parts = (sview, None if in_place else s.runs, rview, r.runs)
         if call.recognise(sendbuf, recvbuf, algorithm, validate):

@@ -401,10 +401,27 @@ class Engine:
         algo = entry.algorithm
         prog = entry.plan if algo.hierarchical else program(
             algo, (s.counts, s.displs, r.counts, r.displs), radix=entry.radix, uniform=entry.settings[3])
+        native = None
         if persistent and typed is not None:  # an Alltoallw's run bound for good: on the caller's buffers
-            prog, s, r = composed(typed, prog, s, r)
+            native = self._native_alltoallw(algo, entry.big, typed)
+            if native is None and typed.parts is not None:
+                prog, s, r = composed(typed, prog, s, r)
         return Run(prog, algo, entry.radix, s, r, entry.big, self.comms, scratch or self.scratch,
-                   window or self.window, persistent, runner=self.runner)
+                   window or self.window, persistent, runner=self.runner, native=native)
+
+    def _native_alltoallw(self, algo: Algorithm, big: bool, typed) -> Optional[MPI.Prequest]:
+        """MPI's own persistent ``Alltoallw_init`` on an Alltoallw call's own specs, where its run
+        is flat (one exchange on the world: MPI's call moves the caller's datatypes with nothing
+        packed around it), or None (a hierarchical or log-round run, the large-count path, or an
+        MPI without it: the run is composed with the type maps instead). Decided from agreed
+        numbers only (the algorithm, the large-count path), so every rank makes the same
+        collective ``Alltoallw_init`` or none."""
+        if algo is not ALGORITHM["flat"] or big:
+            return None
+        try:
+            return self.comm.Alltoallw_init(*typed.user)
+        except (NotImplementedError, AttributeError):
+            return None
 
     def run_once(self, call: Call, entry: CacheEntry, s: Side, r: Side) -> None:
         """Run ``entry``'s program on these buffers once: a one-shot run, or, deferred, a persistent

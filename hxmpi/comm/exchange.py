@@ -182,7 +182,7 @@ class HierComm(Deriving):
         later = parts is not None and parts[1] is not None and engine.calls.ready(send, recv, algorithm, validate)
         if kept.pack is not None and not later:
             kept.pack.run()
-        call.typed = kept if parts is not None else None
+        call.typed = kept
         done = engine.calls.call(send, recv, algorithm, validate, False, self.algorithm)
         if done != DONE:
             if later and kept.pack is not None:  # agreed, nothing moved yet: the general path may run a

@@ -193,6 +193,23 @@ class _Phase:
         self.transfer.free()
 
 
+class _Native:
+    """An exchange that is one MPI persistent collective built elsewhere (an Alltoallw's
+    ``Alltoallw_init`` on the caller's own specs): its phase starts and frees that request."""
+
+    def __init__(self, request: MPI.Prequest):
+        self.request = request
+
+    def init(self) -> MPI.Prequest:
+        return self.request
+
+    def program(self) -> None:
+        return None
+
+    def free(self) -> None:
+        pass  # the request is its phase's, freed there
+
+
 def _exchange(step, comm, send: Side, recv: Side, big: bool):
     """What runs one exchange step: ``Transfer`` (linear), ``Pairwise`` or ``Bruck`` (with ``big``,
     each runs the large-count ``Transfer``)."""
@@ -231,8 +248,10 @@ class Run:
     """
 
     def __init__(self, program: StepProgram, algorithm: Algorithm, radix: int, s: Side, r: Side, big: bool,
-                 comms: dict, scratch, window: Optional[NodeWindow], persistent: bool, runner=None):
+                 comms: dict, scratch, window: Optional[NodeWindow], persistent: bool, runner=None,
+                 native: Optional[MPI.Prequest] = None):
         self.plan, self.s, self.r, self.window = program, s, r, window
+        self._native = native  # MPI's own persistent collective that moves the whole call, or None
         if algorithm.hierarchical:
             self.stats = ExchangeStats.of(algorithm, radix, program=program)
         else:
@@ -266,6 +285,9 @@ class Run:
         ``("mpi", phases, blocking)``: start every phase, then wait for all (``blocking``: one
         phase, run whole in one call where the run is run whole); ``("barrier",)``: the node
         window's barrier."""
+        if self._native is not None:  # MPI's own request moves the whole call: no step of the program
+            self._phases.append(_Phase(_Native(self._native), persistent))
+            return [("mpi", list(self._phases), True)]
         bufs = {"send": self.s.view, "recv": self.r.view, "scratch": self.a, "stage": self.buf}
         steps, group = [], []
         for step in program_steps(self.plan):
@@ -414,6 +436,11 @@ class Run:
         """A request takes this run until it completes (``release``): a ``free`` meanwhile (its
         cache entry rebound or evicted) only marks it to be freed then."""
         self._holders += 1
+
+    @property
+    def native(self) -> bool:
+        """Whether MPI's own persistent collective moves the whole call (an Alltoallw's flat run)."""
+        return self._native is not None
 
     @property
     def held(self) -> bool:
