@@ -91,8 +91,9 @@ class Engine:
     ``key``: the agreement's hash keys (agreed); ``algorithm``: the communicator's default;
     ``radix``, ``leaders``: an explicit Bruck radix and multi-leader count; ``cost_model``,
     ``cpu_times``: what "auto" prices with; ``cache_entries``, ``cache_bytes``: the plan cache's
-    bounds; ``deferred``: a nonblocking calls' engine (its data moves on communicators of its own
-    and its runs are handed over, never run here; no compiled call path).
+    bounds; ``deferred``: a nonblocking calls' engine (``topology`` a duplicate of its HierComm's,
+    its data's alone; agreements and gathers on duplicates of its own; its runs handed over, never
+    run here; no compiled call path).
     """
 
     def __init__(self, topology: Topology, layout: Layout, node_phase: str, key: tuple, algorithm: str, radix: int, leaders: int,
@@ -109,12 +110,11 @@ class Engine:
         self.window = NodeWindow(t.intra) if node_phase == "shm" else None
         #: each exchange's communicator by its code in a step program (``plan.ExchangeStep.comm``)
         self.comms = {"world": self.comm, "node": t.intra, **dict(t.served_lanes)}
-        #: where a hierarchical miss gathers its node's counts
-        self.gather_comm = t.intra
-        if deferred:  # the data's and the gathers' own duplicates: their collectives, started as
-            # requests move, never interleave with each other or with the agreement's
-            self.comms = {code: comm.Dup() for code, comm in self.comms.items()}
-            self.gather_comm = t.intra.Dup()
+        #: where a hierarchical miss gathers its node's counts, and where calls agree
+        self.gather_comm, agree_comm = t.intra, self.comm
+        if deferred:  # the agreements' and the gathers' own duplicates: started as requests move,
+            # their collectives never interleave with each other or with the data's (on ``topology``'s)
+            self.gather_comm, agree_comm = t.intra.Dup(), self.comm.Dup()
         # One-shot runs are compiled (None where the MPI's handles cannot be passed from compiled
         # code: their steps are walked in Python then).
         try:
@@ -123,7 +123,7 @@ class Engine:
         except NotImplementedError:
             self.runner = None
         self.scratch = Scratch()
-        self.agreement = Agreement(self.comm, key)
+        self.agreement = Agreement(agree_comm, key)
         #: the agreed plan cache of one-shot calls (``plancache``)
         self.plan_cache = PlanCache(cache_entries, cache_bytes)
         # The compiled call path (``csrc/_call.pyx``); it also counts agreed calls (``tick``, the
@@ -494,8 +494,8 @@ class Engine:
         if self.window is not None:
             self.window.free()
         if self.deferred:
-            for comm in (*self.comms.values(), self.gather_comm):
-                comm.Free()
+            self.gather_comm.Free()
+            self.agreement.comm.Free()
 
 
 class _LeaderPlanners(dict):

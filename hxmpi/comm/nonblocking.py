@@ -414,7 +414,7 @@ class Requests:
         engine, call, s, r = self.engine, request.call, request.s, request.r
         flags = engine.agreement.verdict()
         if engine.agreement.failed(flags):
-            request._work = Diagnosis(engine.comm, flags, engine.agreement.sums, request.problem,
+            request._work = Diagnosis(engine.agreement.comm, flags, engine.agreement.sums, request.problem,
                                       2 * engine.code(call.algorithm) + call.uniform, bool(call.validate),
                                       call.kind_text, None if request.problem else s.counts,
                                       None if request.problem else r.counts)
