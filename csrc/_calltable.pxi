@@ -98,7 +98,7 @@ cdef class CallTable:
     cdef int _mode
     cdef bint _shared
     cdef object _route_alg, _route_planner   # the hierarchical run a miss takes (``_route``)
-    cdef long _route_radix, _leaders
+    cdef long _route_radix, _leaders, _chunks
     cdef bint _route_both                    # its planner takes both sides of the node's counts
     cdef cnp.ndarray _both, _node_both       # this rank's send and receive counts; the node's
     # Bruck misses (``bruck_path``): None until configured.
@@ -126,7 +126,7 @@ cdef class CallTable:
         self._brucks = None
 
     def hier_path(self, dict algorithms, long radix, Runner runner, dict planners, int mode, bint shared,
-                  make_stats, int64_type, long leaders=1):
+                  make_stats, int64_type, long leaders=1, long chunks=1):
         """Let the miss path also run misses hierarchically (call after ``miss_path``): those of
         ``algorithms`` (algorithm code: ``Algorithm``, hierarchical ones, with Bruck lanes at
         radix ``radix``) and auto's picks of them: the node ``Allgather`` of the receive counts,
@@ -136,7 +136,8 @@ cdef class CallTable:
         per algorithm and radix, then kept); ``int64_type``: ``MPI.INT64_T``, the node
         ``Allgather``'s datatype (``HierComm._hier_plan``'s). Multi-leader: ``planners["leaders"]``
         maps the leaders per node to the planner (filled on first use), ``leaders`` an explicit call's
-        count; its node ``Allgather`` carries the send and the receive counts."""
+        count; its node ``Allgather`` carries the send and the receive counts. ``chunks``: an
+        explicit call's pipelined node phase (linear lanes)."""
         if self._choices is None:
             return
         n = self._size
@@ -144,7 +145,7 @@ cdef class CallTable:
         self._mode, self._shared, self._make_stats, self._hier_stats = mode, shared, make_stats, {}
         self._int64 = <uint64_t>int64_type.handle
         self.rc_node = np.zeros((runner.node_peers.size, n), np.int64)
-        self._leaders = leaders
+        self._leaders, self._chunks = leaders, chunks
         self._both = np.zeros(2 * n, np.int64)
         self._node_both = np.zeros((runner.node_peers.size, 2 * n), np.int64)
         self._sides = tuple(self._parsed[i * n:(i + 1) * n] for i in range(4))
@@ -424,7 +425,8 @@ cdef class CallTable:
             self._pick_radix = self._radix
             return ROUTE_BRUCK
         algorithm = self._hier_algorithms[code]
-        return self._route_of(algorithm, self._leaders if algorithm.planner == "leaders" else self._radix)
+        return self._route_of(algorithm, self._leaders if algorithm.planner == "leaders" else
+                              self._chunks if algorithm.rounds == ROUNDS_LINEAR else self._radix)
 
     cdef int _route_of(self, algorithm, long radix) except -1:
         """How a run of ``algorithm`` (an ``Algorithm``) at ``radix`` goes here (``ROUTE_PYTHON``:
@@ -443,7 +445,8 @@ cdef class CallTable:
             self._route_both = planner == "leaders"
             if self._route_both:  # the planner of that many leaders (a dict: no Python frame on a hit)
                 self._route_planner = self._route_planner[radix]
-            self._route_radix = radix if rounds == ROUNDS_BRUCK or self._route_both else 0
+            # the setting its planner takes: a Bruck radix, leaders per node, or linear lanes' chunks
+            self._route_radix = radix if rounds == ROUNDS_BRUCK or self._route_both or rounds == ROUNDS_LINEAR else 0
             return ROUTE_HIER
         return ROUTE_PYTHON
 

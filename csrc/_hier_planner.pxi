@@ -34,6 +34,9 @@ cdef struct HierCall:
     int64_t* unp               # unpack list (p blocks)
     int64_t* lw                # lane li's exchange vectors (n each) from word 4 * n * li on
     int64_t* nv                # the node phase's exchange vectors (g each)
+    int64_t chunks             # the pipelined node phase's chunks (1: none)
+    int64_t* clw               # chunk k's lane li vectors from word 4 * n * (k * nl + li) on
+    int64_t* cout              # chunk k's out list (p blocks) from word 3 * p * k on
 
 
 cdef inline int64_t _pack_list(HierCall* c, int64_t* packed) noexcept nogil:
@@ -231,6 +234,65 @@ cdef inline void _mpi_unpack(HierCall* c) noexcept nogil:
         c.rstart[g] = cur  # the private buffer holds phase 1, then phase 2
 
 
+cdef inline void _chunk_range(int64_t length, int64_t k, int64_t chunks, int64_t* lo, int64_t* hi) noexcept nogil:
+    """Bytes [lo, hi) of a range of ``length`` that chunk ``k`` of ``chunks`` carries: near-equal
+    parts, computed alike by the sender and the receiver of a segment (both know its length)."""
+    lo[0] = length * k // chunks
+    hi[0] = length * (k + 1) // chunks
+
+
+cdef inline void _chunk_vectors(HierCall* c) noexcept nogil:
+    """Each chunk's lane vectors: chunk k of every segment a lane sends and receives (its counts
+    the chunk's bytes, its displacements moved to the chunk's first byte)."""
+    cdef int64_t n = c.n, nl = c.nl, k, li, m, side, lo, hi
+    cdef int64_t* src
+    cdef int64_t* dst
+    for k in range(c.chunks):
+        for li in range(nl):
+            src = c.lw + 4 * n * li
+            dst = c.clw + 4 * n * (k * nl + li)
+            for side in range(2):  # send (counts, displs), then receive (counts, displs)
+                for m in range(n):
+                    _chunk_range(src[2 * side * n + m], k, c.chunks, &lo, &hi)
+                    dst[2 * side * n + m] = hi - lo
+                    dst[(2 * side + 1) * n + m] = src[(2 * side + 1) * n + m] + lo
+
+
+cdef inline void _chunk_out(HierCall* c) noexcept nogil:
+    """Each chunk's out list: this rank's part of chunk k of every segment in the window (its
+    block of the segment cut to the chunk), and in chunk 0 the blocks the node's other ranks
+    wrote to their own regions for it (no lane carries those)."""
+    cdef int64_t p = c.p, g = c.g, k, s, i, seglen, b0, b1, lo, hi, start, end
+    cdef int64_t* o_s = c.out
+    cdef int64_t* o_d = o_s + p
+    cdef int64_t* o_l = o_d + p
+    cdef int64_t* q_s
+    cdef int64_t* q_d
+    cdef int64_t* q_l
+    for k in range(c.chunks):
+        q_s = c.cout + 3 * p * k
+        q_d, q_l = q_s + p, q_s + 2 * p
+        for s in range(p):
+            q_s[s], q_d[s], q_l[s] = 0, 0, 0
+            if c.seg[s] < 0:  # a rank of this node: its block came through its own region
+                if k == 0:
+                    q_s[s], q_d[s], q_l[s] = o_s[s], o_d[s], o_l[s]
+                continue
+            seglen = 0
+            for i in range(g):
+                seglen += c.rc_node[i * p + s]
+            b0 = o_s[s] - c.seg[s]
+            b1 = b0 + o_l[s]
+            _chunk_range(seglen, k, c.chunks, &lo, &hi)
+            start, end = max(b0, lo), min(b1, hi)
+            if end > start:
+                q_s[s], q_d[s], q_l[s] = c.seg[s] + start, o_d[s] + start - b0, end - start
+
+
+#: The most chunks a pipelined node phase is cut into.
+MAX_CHUNKS = 8
+
+
 cdef class HierPlanner:
     """Planner of one rank's hierarchical exchange (static layout in, per-call program out)."""
 
@@ -243,6 +305,11 @@ cdef class HierPlanner:
     # Where the program's vectors lie (pool words): copy lists of pack, self, own, out, repack,
     # unpack; each served lane's four exchange vectors, then the node phase's.
     cdef int64_t _pool, _at_pack, _at_self, _at_own, _at_out, _at_rep, _at_unp, _at_lanes, _at_node, _words
+    # The pipelined program (``plan`` with chunks > 1): rows for ``MAX_CHUNKS`` chunks, the same
+    # lists as the program's above (moved by ``_shift``), then the chunks' lane vectors and out
+    # lists; made at its first use.
+    cdef readonly StepProgram pipelined
+    cdef int64_t _shift, _at_clanes, _at_cout, _cwords
     # The layout's arrays and the planner's scratch through their data pointers: they are never
     # reallocated, and acquiring typed memoryviews per call cost more than the planning itself.
     cdef const int64_t* _members
@@ -292,6 +359,13 @@ cdef class HierPlanner:
         self._words = self._at_node + 4 * g
         self.program = StepProgram(np.zeros(self._words, dtype=i64))
         self._w = <int64_t*>cnp.PyArray_DATA(self.program.words)
+        self.pipelined = None
+        # Rows: pack, self, own, chunk 0's lanes, then per chunk a wait, the next chunk's lanes, a
+        # barrier and an out list; a last barrier.
+        self._shift = (MAX_CHUNKS * (nl + 3) + nl + 8) * ROW_WORDS - (nl + 8) * ROW_WORDS
+        self._at_clanes = self._words + self._shift
+        self._at_cout = self._at_clanes + MAX_CHUNKS * 4 * n * nl
+        self._cwords = self._at_cout + MAX_CHUNKS * 3 * p
         self.seg_off = np.zeros(p, dtype=i64)
         self.region_start = np.zeros(g + 1, dtype=i64)
         self._members = <int64_t*>cnp.PyArray_DATA(self.members)
@@ -306,17 +380,32 @@ cdef class HierPlanner:
 
     def plan(self, int mode, cnp.ndarray send_counts, cnp.ndarray send_displs, cnp.ndarray recv_counts,
              cnp.ndarray recv_displs, cnp.ndarray node_counts, int rounds=ROUNDS_LINEAR, int radix=2):
-        """Write this rank's program for one call (bytes) and return it (``program``).
+        """Write this rank's program for one call (bytes) and return it (``program``, or
+        ``pipelined`` for a pipelined one).
 
         ``mode``: the node phase (``MODE_SHM``, ``MODE_MPI``); ``rounds`` and ``radix``: how the
         lanes' exchanges run (``Rounds``). The caller's blocks go from the send buffer itself
         when they are already grouped by node (phase 1 sends in place), else packed into the
         scratch buffer first; the stage buffer is the node's window (shm, sized for the whole
-        node) or private (mpi).
+        node) or private (mpi). Linear lanes with the shared-memory node phase carry their chunk
+        count in ``radix`` (1 to ``MAX_CHUNKS``; 0 or 1: one chunk): with more than one, the lanes
+        move their segments in chunks, each chunk left in flight while the node copies the one
+        before it out of the window (``_write_pipelined``).
         """
         cdef HierCall c
-        cdef int64_t p = self.size, g = self.g, base, packed = 0, nrep = 0, p2tot = 0
+        cdef int64_t p = self.size, g = self.g, base, packed = 0, nrep = 0, p2tot = 0, words = self._words
+        cdef int64_t shift = 0
         cdef int64_t* w = self._w
+        cdef StepProgram out = self.program
+        c.chunks = radix if rounds == ROUNDS_LINEAR and mode == _SHM and radix > 1 else 1
+        if c.chunks > MAX_CHUNKS:
+            raise ValueError(f"HierPlanner.plan: at most {MAX_CHUNKS} chunks, got {c.chunks}")
+        if c.chunks > 1:
+            if self.pipelined is None:
+                self.pipelined = StepProgram(np.zeros(self._cwords, dtype=np.int64))
+            out, shift, words = self.pipelined, self._shift, self._cwords
+            w = <int64_t*>cnp.PyArray_DATA(out.words)
+            c.clw, c.cout = w + self._at_clanes, w + self._at_cout
         c.sc = _vector(send_counts, p, "send counts")
         c.sd = _vector(send_displs, p, "send displs")
         c.rc = _vector(recv_counts, p, "receive counts")
@@ -328,9 +417,11 @@ cdef class HierPlanner:
             self.num_lanes, mode
         c.members, c.dest, c.nstart, c.srv, c.sptr = self._members, self._dest, self._nstart, self._srv, self._sptr
         c.lane_src, c.seg, c.rstart = self._lane_src, self._seg, self._rstart
+        w += shift  # the lists lie after the rows: ``shift`` words further in the pipelined program
         c.pk, c.ow, c.out, c.rp, c.unp = w + self._at_pack, w + self._at_own, w + self._at_out, w + self._at_rep, \
             w + self._at_unp
         c.lw, c.nv = w + self._at_lanes, w + self._at_node
+        w -= shift
         with nogil:
             base = _pack_list(&c, &packed)
             _phase1_segments(&c)
@@ -338,10 +429,45 @@ cdef class HierPlanner:
             if mode == _MPI:
                 nrep = _mpi_repack(&c, &p2tot)
                 _mpi_unpack(&c)
-            w[self._at_self], w[self._at_self + 1], w[self._at_self + 2] = c.sd[c.me], c.rd[c.me], c.sc[c.me]
-            self._write_steps(&c, rounds, radix, base, nrep)
-            _finish(w, packed if base < 0 and packed > p2tot else p2tot, c.rstart[g], self._words)
-        return self.program
+            w[shift + self._at_self], w[shift + self._at_self + 1], w[shift + self._at_self + 2] = \
+                c.sd[c.me], c.rd[c.me], c.sc[c.me]
+            if c.chunks > 1:
+                _chunk_vectors(&c)
+                _chunk_out(&c)
+                self._write_pipelined(&c, w, base)
+            else:
+                self._write_steps(&c, rounds, radix, base, nrep)
+            _finish(w, packed if base < 0 and packed > p2tot else p2tot, c.rstart[g], words)
+        return out
+
+    cdef void _write_pipelined(self, HierCall* c, int64_t* w, int64_t base) noexcept nogil:
+        """The pipelined program's steps (linear lanes, shared-memory node phase, ``c.chunks``
+        chunks): chunk 0 of every served lane is started, then this rank's own blocks for its node
+        go to the window beside it; then, for each chunk k, wait for it, start chunk k + 1, a node
+        barrier (every server's chunk k is in the window), and copy this rank's part of chunk k out
+        while chunk k + 1 is on the wire; a last barrier frees the window."""
+        cdef int64_t p = c.p, n = c.n, g = c.g, nl = c.nl, k, s = self._shift
+        _start(w, self._pool + s, STAGE_SHARED)
+        if base < 0:
+            _copy_step(w, COPY_PACK, BUF_SEND, BUF_SCRATCH, s + self._at_pack, p, p)
+        _copy_step(w, COPY_SELF, BUF_SEND, BUF_RECV, s + self._at_self, 1, 1)
+        self._chunk_lanes(c, w, 0, base >= 0)
+        _copy_step(w, COPY_OWN, BUF_SEND, BUF_STAGE, s + self._at_own, g, g)
+        for k in range(c.chunks):
+            _emit(w, STEP_WAIT, 0, 0, 0)
+            if k + 1 < c.chunks:
+                self._chunk_lanes(c, w, k + 1, base >= 0)
+            _emit(w, STEP_BARRIER, 0, 0, 0)   # every server's chunk k (and every own block) is in place
+            _copy_step(w, COPY_OUT, BUF_STAGE, BUF_RECV, self._at_cout + 3 * p * k, p, p)
+        _emit(w, STEP_BARRIER, 0, 0, 0)       # nobody reads the window any more: the next call may write it
+
+    cdef void _chunk_lanes(self, HierCall* c, int64_t* w, int64_t k, bint in_place) noexcept nogil:
+        """Chunk ``k`` of every served lane, posted together and left in flight."""
+        cdef int64_t li, n = c.n, nl = c.nl
+        for li in range(nl):
+            _exchange_step(w, self._served[li], ROUNDS_LINEAR, 0, WITH_NEXT if li + 1 < nl else IN_FLIGHT,
+                           BUF_SEND if in_place else BUF_SCRATCH, BUF_STAGE,
+                           self._at_clanes + 4 * n * (k * nl + li), n)
 
     cdef void _write_steps(self, HierCall* c, int64_t rounds, int64_t radix, int64_t base, int64_t nrep) noexcept nogil:
         """The program's steps, in the order every runner takes them (phase 1 from the send buffer

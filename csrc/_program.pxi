@@ -15,6 +15,9 @@ cdef enum BoundKind:
     SUB = 3        # another program's ``n`` steps (``sub``)
     GATE = 4       # the verdict of the agreement sums at ``src`` over ``n`` ranks: go on only on a
                    # clean hit (a nonblocking request's compiled hit: ``Program.diverted`` otherwise)
+    STARTS = 5     # Start ``n`` persistent requests and go on: they stay in flight (the wire beside
+                   # the copies after it)
+    WAITS = 6      # Wait for ``n`` requests an earlier ``STARTS`` started
 
 #: What ``_run_steps`` returns where a gate stopped the run (MPI error codes are positive).
 cdef enum:
@@ -41,6 +44,28 @@ cdef struct Step:
     Py_ssize_t n
     void** handles
     Step* sub
+
+
+cdef int _start_all(void** handles, Py_ssize_t n) noexcept nogil:
+    """Start every request; the first MPI error code, or 0."""
+    cdef Py_ssize_t i
+    cdef int err
+    for i in range(n):
+        err = _mpi_start(handles[i])
+        if err:
+            return err
+    return 0
+
+
+cdef int _wait_all(void** handles, Py_ssize_t n, char* status) noexcept nogil:
+    """Wait for every request; the first MPI error code, or 0."""
+    cdef Py_ssize_t i
+    cdef int err
+    for i in range(n):
+        err = _mpi_wait(handles[i], status)
+        if err:
+            return err
+    return 0
 
 
 cdef int _start_wait(void** handles, Py_ssize_t n, char* status) noexcept nogil:
@@ -71,6 +96,10 @@ cdef int _run_steps(Step* steps, Py_ssize_t n, char* status) noexcept nogil:
             err = _run_steps(st.sub, st.n, status)
         elif st.kind == GATE:
             err = 0 if _clean_hit(st.src, st.n) else DIVERTED
+        elif st.kind == STARTS:
+            err = _start_all(st.handles, st.n)
+        elif st.kind == WAITS:
+            err = _wait_all(st.handles, st.n, status)
         elif st.kind == BARRIER:
             # The node window's barrier: MPI_Win_sync on a shared-memory window is a full memory
             # fence in both families; the fences order this rank's window writes before the
@@ -113,8 +142,10 @@ cdef class Program:
     ``steps``: a list of ``("copy", src, src_off, dst, dst_off, length)`` (contiguous 1-D uint8
     buffers, ``dst`` writable; int64 byte lists of one length, checked against the buffers here,
     once); ``("mpi", requests)`` (mpi4py persistent requests: every one started, then every one
-    waited); ``("barrier", request)`` (a persistent barrier between memory fences: a node window's
-    barrier); ``("program", program)`` (another program's steps); ``("gate", sums, size)`` (go on
+    waited); ``("start", requests)`` and ``("wait", requests)`` (the same requests started, left in
+    flight while the steps between run, then waited for); ``("barrier", request)`` (a persistent
+    barrier between memory fences: a node window's barrier); ``("program", program)`` (another
+    program's steps); ``("gate", sums, size)`` (go on
     only where the summed agreement record ``sums``, uint64, of ``size`` ranks is a clean hit:
     every rank on the same cached slot, bound to its buffers, nothing wrong; else the run stops
     there and ``diverted`` says so: a nonblocking request's compiled hit, whose agreement came out
@@ -150,7 +181,7 @@ cdef class Program:
         cdef Step* st
         self._keep, self._requests = [], []
         for step in steps:
-            if step[0] == "mpi":
+            if step[0] in ("mpi", "start", "wait"):
                 nh += len(step[1])
             elif step[0] == "barrier":
                 nh += 1
@@ -162,9 +193,9 @@ cdef class Program:
         for i, step in enumerate(steps):
             st = &self._steps[i]
             st.sub, st.handles = NULL, NULL
-            if step[0] in ("mpi", "barrier"):
-                requests = step[1] if step[0] == "mpi" else [step[1]]
-                st.kind = REQUESTS if step[0] == "mpi" else BARRIER
+            if step[0] in ("mpi", "barrier", "start", "wait"):
+                requests = [step[1]] if step[0] == "barrier" else step[1]
+                st.kind = {"mpi": REQUESTS, "barrier": BARRIER, "start": STARTS, "wait": WAITS}[step[0]]
                 st.handles, st.n = &self._handles[j], len(requests)
                 for req in requests:
                     self._handles[j] = <void*><uintptr_t>MPI._addressof(req)
@@ -300,7 +331,13 @@ cdef class Program:
                     break
                 self._pos += 1
                 continue
-            if not self._posted:
+            if st.kind == STARTS:
+                err = _start_all(st.handles, st.n)
+                if err:
+                    return err
+                self._pos += 1
+                continue
+            if not self._posted and st.kind != WAITS:  # a wait's requests were started before
                 if st.kind == BARRIER:
                     hx_fence()  # as ``_run_steps``: window writes before the barrier
                 for i in range(st.n):

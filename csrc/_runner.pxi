@@ -57,7 +57,8 @@ cdef class Runner:
     ``CallTable`` for a miss or a rebound hit it runs hierarchically.
 
     Copies are the steps' block lists; a linear exchange is one ``MPI_Ialltoallv`` (those posted
-    together all started, then all waited for), or, marked blocking and alone, one
+    together all started, then all waited for, or, marked ``IN_FLIGHT``, left in flight up to the
+    next ``STEP_WAIT`` while the steps between run), or, marked blocking and alone, one
     ``MPI_Alltoallv`` (``MPI_Alltoall`` for uniform blocks); pairwise rounds are ``MPI_Irecv`` and
     ``MPI_Isend`` per round, waited for; Bruck rounds are a ``BruckOnce`` per communicator and
     radix (made at its first use, kept); the barrier is ``MPI_Barrier`` on the node between
@@ -80,6 +81,10 @@ cdef class Runner:
     cdef Py_ssize_t ints_cap
     cdef uint64_t* requests
     cdef Py_ssize_t requests_cap
+    # A group of exchanges left in flight (``IN_FLIGHT``) until the program's next ``STEP_WAIT``:
+    # its requests (from ``requests[0]`` on) and count arrays (from ``ints[0]`` on) stay in use, so
+    # a group posted meanwhile takes the second half of each.
+    cdef Py_ssize_t in_flight
     cdef char status[STATUS_BYTES]
     cdef cnp.ndarray _events        # where traced runs note what they execute (``trace``), or None
     cdef int64_t* _log
@@ -189,6 +194,7 @@ cdef class Runner:
         b.data[<int>BUF_SCRATCH], b.nbytes[<int>BUF_SCRATCH] = <unsigned char*>cnp.PyArray_DATA(scratch), cnp.PyArray_NBYTES(scratch)
         b.data[<int>BUF_STAGE], b.nbytes[<int>BUF_STAGE] = <unsigned char*>cnp.PyArray_DATA(stage), cnp.PyArray_NBYTES(stage)
         self._check(w, cnp.PyArray_SIZE(words), &b)
+        self.in_flight = 0
         if self._log != NULL:
             self.traced_words = words.copy()
         nrows = _header(w).rows
@@ -215,11 +221,18 @@ cdef class Runner:
         cdef const Peers* peers
         cdef Py_ssize_t i, bad, need_ints = 0, need_requests = 2, group_ints = 0, group = 0
         cdef int64_t total, k, v
+        cdef bint in_flight
         if h.rows < 0 or HEADER_WORDS + h.rows * ROW_WORDS > nwords:
             raise ValueError("Runner: the program's rows lie outside its words")
+        in_flight = False
         for i in range(h.rows):
             r = _rows(w) + i
             if r.kind == STEP_BARRIER:
+                continue
+            if r.kind == STEP_WAIT:
+                if not in_flight:
+                    raise ValueError(f"Runner: step {i} waits with no exchange in flight")
+                in_flight = False
                 continue
             if r.kind not in (STEP_COPY, STEP_EXCHANGE) or not (0 <= r.src < 4 and 0 <= r.dst < 4) or r.n < 0:
                 raise ValueError(f"Runner: step {i} is not a step of a program")
@@ -252,7 +265,12 @@ cdef class Runner:
                                             or (_rows(w) + i + 1).rounds != ROUNDS_LINEAR):
                     raise ValueError(f"Runner: step {i} is posted with a next step that is not a linear exchange")
                 if not r.flags & WITH_NEXT:
-                    need_ints, need_requests = max(need_ints, group_ints), max(need_requests, group)
+                    if r.flags & IN_FLIGHT:
+                        if in_flight:
+                            raise ValueError(f"Runner: step {i} leaves a second group of exchanges in flight")
+                        in_flight = True
+                    # Room for a group in flight and the next one beside it.
+                    need_ints, need_requests = max(need_ints, 2 * group_ints), max(need_requests, 2 * group)
                     group_ints = group = 0
             elif r.rounds == ROUNDS_PAIRWISE:
                 if w[r.v0 + peers.rank] != w[r.v2 + peers.rank]:
@@ -263,6 +281,10 @@ cdef class Runner:
                     self.bruck_once(r.comm, r.radix)
             else:
                 raise ValueError(f"Runner: step {i} has no rounds {r.rounds}")
+            if r.flags & IN_FLIGHT and r.rounds != ROUNDS_LINEAR:
+                raise ValueError(f"Runner: step {i} leaves a round-based exchange in flight")
+        if in_flight:
+            raise ValueError("Runner: the program ends with exchanges in flight")
         if need_ints > self.ints_cap:
             free(self.ints)
             self.ints, self.ints_cap = <int*>malloc(need_ints * sizeof(int)), need_ints
@@ -277,9 +299,10 @@ cdef class Runner:
     cdef int _run_until_bruck(self, int64_t* w, Py_ssize_t* at, Buffers* b) noexcept nogil:
         """Run the steps from ``at[0]`` on, up to a Bruck exchange or the end (``at[0]`` is left
         there); the first MPI error code, or 0."""
-        cdef Py_ssize_t i = at[0], j, nrows = _header(w).rows, nr
+        cdef Py_ssize_t i = at[0], j, nrows = _header(w).rows, nr, first
         cdef Row* r
         cdef const Peers* peers
+        cdef int* ints
         cdef int err = 0
         while i < nrows:
             r = _rows(w) + i
@@ -287,6 +310,13 @@ cdef class Runner:
                 _copy_list(b.data[r.dst], b.data[r.src], w + r.v0, w + r.v1, w + r.v2, r.n)
                 if self._log != NULL:
                     self._note(i, -1, _total(w + r.v2, r.n), _total(w + r.v2, r.n))
+            elif r.kind == STEP_WAIT:
+                self._note(i, -1, 0, 0)
+                for j in range(self.in_flight):
+                    err = _mpi_wait(&self.requests[j], self.status)
+                    if err:
+                        break
+                self.in_flight = 0
             elif r.kind == STEP_BARRIER:
                 self._note(i, -1, 0, 0)
                 # The node window's barrier: MPI_Win_sync on a shared-memory window is a full memory
@@ -304,21 +334,26 @@ cdef class Runner:
             elif r.flags & BLOCKING and not r.flags & WITH_NEXT:
                 err = self._blocking(i, r, w, b)
             else:  # linear exchanges posted together: every one started, then every one waited for
-                nr = 0
+                # (or left in flight); beside a group in flight, in the second half of the scratch
+                nr, first, ints = 0, self.in_flight, self.ints + (self.ints_cap // 2 if self.in_flight else 0)
                 j = i
                 while True:
                     r = _rows(w) + j
-                    err = self._post(j, r, w, b, self.ints + 4 * r.n * nr, &self.requests[nr])
+                    err = self._post(j, r, w, b, ints, &self.requests[first + nr])
                     if err:
                         break
+                    ints += 4 * r.n
                     nr += 1
                     if not r.flags & WITH_NEXT:
                         break
                     j += 1
-                for j in range(nr if not err else 0):
-                    err = _mpi_wait(&self.requests[j], self.status)
-                    if err:
-                        break
+                if not err and r.flags & IN_FLIGHT:
+                    self.in_flight = nr
+                else:
+                    for j in range(first, first + nr if not err else first):
+                        err = _mpi_wait(&self.requests[j], self.status)
+                        if err:
+                            break
                 i = i + nr - 1
             if err:
                 break

@@ -12,6 +12,7 @@ cpdef enum StepKind:
     STEP_COPY = 0        # copy a list of blocks from one buffer to another
     STEP_EXCHANGE = 1    # an all-to-all on one communicator (its messages: ``Rounds``)
     STEP_BARRIER = 2     # the node window's barrier (memory fences around a node barrier)
+    STEP_WAIT = 3        # wait for the exchanges in flight (those started with ``IN_FLIGHT``)
 
 
 cpdef enum Buffer:
@@ -39,6 +40,9 @@ cpdef enum StepFlag:
     WITH_NEXT = 1        # posted with the next exchange (all started, then all waited for)
     BLOCKING = 2         # run whole as one blocking MPI call (else nonblocking, then waited for)
     UNIFORM = 4          # equal blocks back to back: MPI_Alltoall
+    IN_FLIGHT = 8        # on a group's last exchange: started, and left in flight while the rows
+                         # after it run, up to the next STEP_WAIT (one group in flight at a time;
+                         # linear exchanges only): the wire beside the copies
 
 
 cpdef enum Copied:

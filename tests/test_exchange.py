@@ -439,3 +439,43 @@ def test_pricing_files_are_agreed(comm, bad, tmp_path_factory):
     hc = HierComm(comm, ranks_per_node=2, overhead=good)  # the refused construction left nothing behind
     assert_exchange_works(comm, hc)
     hc.free()
+
+
+@pytest.mark.parametrize("chunks", [2, 3, 8])
+@pytest.mark.parametrize("node_phase", ["shm", "mpi"])
+@pytest.mark.parametrize("layout", ["regular", "irregular_3_3_1", "round_robin_3", "one_per_node", "one_node"])
+def test_pipelined_node_phase_equals_flat(comm, layout, node_phase, chunks):
+    """An explicit "hier" with its node phase in chunks (each chunk on the wire while the node
+    copies the one before out of the window): byte-exact as a miss, a cached hit, a hit on new
+    buffers and a persistent request, with uneven and zero counts; the stats name the chunks (the
+    message-passing node phase does not pipeline: one chunk)."""
+    from support import layouts
+    try:
+        hc = HierComm(comm, **layouts(comm.size)[layout], node_phase=node_phase, chunks=chunks)
+    except ExchangeError:
+        pytest.skip("the ranks of a node share no memory here")
+    try:
+        for trial in range(3):
+            rng = np.random.default_rng(77 * trial + comm.rank)
+            sc, rc, sbuf, ref = exchange_case(comm, rng, np.float64, max_count=40)
+            for call in range(3):
+                out = np.full_like(ref, np.nan)
+                hc.Alltoallv([sbuf, sc], [out, rc], algorithm="hier")
+                assert out.tobytes() == ref.tobytes(), (trial, call)
+            stats = hc.last_stats
+            if hc.layout.hier_possible:
+                assert stats["algorithm"] == "hier" and stats["chunks"] == (chunks if hc.node_phase == "shm" else 1)
+            out = np.full_like(ref, np.nan)
+            with hc.Alltoallv_init([sbuf, sc], [out, rc], algorithm="hier") as req:
+                for _ in range(2):
+                    out[:] = np.nan
+                    req.Start()
+                    req.Wait()
+                    assert out.tobytes() == ref.tobytes()
+    finally:
+        hc.free()
+
+
+def test_a_bad_chunk_count_raises_on_every_rank(comm):
+    with pytest.raises(ExchangeError, match="chunks must be an integer from 1 to 8"):
+        HierComm(comm, ranks_per_node=2, chunks=9 if comm.rank == 0 else 2)

@@ -180,3 +180,115 @@ def test_a_degenerate_layout_runs_flat_by_one_rule():
     assert Layout([0, 0, 1, 1]).runs("hier_bruck") is ALGORITHM["hier_bruck"]
     with pytest.raises(ValueError, match="algorithm must be one of"):
         runs_as("ring", True)
+
+
+def _execute(layout: Layout, counts: np.ndarray, programs: dict) -> dict:
+    """Run every rank's step program on numpy buffers, as MPI would, in the most eager order the
+    steps allow: a rank runs its copies and starts its exchanges at once, passes a node barrier
+    once every rank of its node reached it, and a wait once every peer of its exchanges in flight
+    started theirs, which is when their bytes land. A window byte read before it was written is
+    caught: the window starts poisoned. Returns each rank's receive buffer."""
+    from hxmpi.comm.plan import BarrierStep, CopyStep, ExchangeStep, WaitStep, program_steps
+    p = layout.size
+    rng = np.random.default_rng(11)
+    send = {r: rng.integers(0, 256, int(counts[r].sum()), dtype=np.uint8) for r in range(p)}
+    recv = {r: np.full(int(counts[:, r].sum()), 0xEE, np.uint8) for r in range(p)}
+    window = {m: np.full(max(programs[int(layout.members[m][0])].stage_bytes, 1), 0xEE, np.uint8)
+              for m in range(layout.num_nodes)}
+    scratch = {r: np.zeros(max(programs[r].scratch_bytes, 1), np.uint8) for r in range(p)}
+    bufs = lambda r, name: {"send": send[r], "recv": recv[r], "stage": window[int(layout.node_of[r])],  # noqa: E731
+                            "scratch": scratch[r]}[name]
+    steps = {r: program_steps(programs[r]) for r in range(p)}
+    at, started, flying, barriers = dict.fromkeys(range(p), 0), {}, {r: [] for r in range(p)}, dict.fromkeys(range(p), 0)
+    posted = dict.fromkeys(range(p), -1)  # the step each rank last started
+
+    def peers_of(r, st):  # world ranks of an exchange's communicator, in its rank order
+        return [int(x) for x in layout.comm_members(r, st.comm)]
+
+    def land(r, st, k):  # the k-th exchange of r on st's communicator: every peer's bytes for r
+        members = peers_of(r, st)
+        me = members.index(r)
+        for pos, peer in enumerate(members):
+            pst = started[peer, st.comm, k]
+            n, off = int(st.recv_counts[pos]), int(st.recv_displs[pos])
+            a = int(pst.send_displs[me])
+            bufs(r, st.dst)[off:off + n] = bufs(peer, pst.src)[a:a + n]
+
+    def step(r) -> bool:
+        st = steps[r][at[r]]
+        if isinstance(st, CopyStep):
+            src, dst = bufs(r, st.src), bufs(r, st.dst)
+            for a, b, n in zip(st.src_off, st.dst_off, st.length):
+                dst[b:b + n] = src[a:a + n]
+        elif isinstance(st, ExchangeStep):
+            if posted[r] != at[r]:  # started once, however often its wait is tried
+                k = sum(1 for key in started if key[0] == r and key[1] == st.comm)
+                started[r, st.comm, k] = st
+                flying[r].append((st, k))
+                posted[r] = at[r]
+            if not st.in_flight and not st.with_next:  # waited for at once
+                return step_wait(r)
+        elif isinstance(st, WaitStep):
+            return step_wait(r)
+        else:  # a barrier: every rank of the node there
+            node = layout.members[int(layout.node_of[r])]
+            ready = all(at[q] < len(steps[q]) and isinstance(steps[q][at[q]], BarrierStep)
+                        and barriers[q] == barriers[r] for q in node)
+            if not ready:
+                return False
+            for q in node:
+                barriers[q] += 1
+                at[q] += 1
+            return True
+        at[r] += 1
+        return True
+
+    def step_wait(r) -> bool:
+        if any((peer, st.comm, k) not in started for st, k in flying[r] for peer in peers_of(r, st)):
+            return False
+        for st, k in flying[r]:
+            land(r, st, k)
+        flying[r] = []
+        at[r] += 1
+        return True
+
+    while any(at[r] < len(steps[r]) for r in range(p)):
+        moved = False
+        for r in range(p):
+            while at[r] < len(steps[r]) and step(r):
+                moved = True
+        assert moved, "the programs deadlock"
+    return recv
+
+
+def _flat_reference(counts: np.ndarray, send_of) -> dict:
+    p = counts.shape[0]
+    sd = np.concatenate([np.zeros((p, 1), np.int64), np.cumsum(counts, axis=1)[:, :-1]], axis=1)
+    return {d: np.concatenate([send_of(s)[sd[s, d]:sd[s, d] + counts[s, d]] for s in range(p)]) for d in range(p)}
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("name", VIRTUAL_LAYOUTS)
+def test_pipelined_node_phase_delivers_every_byte(name, size, chunks):
+    """The pipelined node phase (linear lanes in chunks, each left in flight while the node copies
+    the chunk before it out of the window): run on numpy buffers in the most eager order its steps
+    allow, every rank's receive buffer equals the flat exchange's, with uneven and zero counts,
+    one rank per node and one node; no rank reads a window byte before it landed."""
+    from hxmpi.comm.plan import ExchangeStep, WaitStep, program_steps
+    layout = Layout(node_of(layouts(size)[name], size))
+    counts = _counts(layout.size, 21 + chunks)
+    counts[:, 0] = 0  # a rank that receives nothing
+    algo = "hier"
+    programs = {r: layout.rank_program(r, algo, counts, "shm", chunks).detach() for r in range(layout.size)}
+    got = _execute(layout, counts, programs)
+    rng = np.random.default_rng(11)
+    sends = [rng.integers(0, 256, int(counts[r].sum()), dtype=np.uint8) for r in range(layout.size)]
+    want = _flat_reference(counts, lambda s: sends[s])
+    for r in range(layout.size):
+        assert got[r].tobytes() == want[r].tobytes(), f"rank {r}"
+    if layout.hier_possible:
+        steps = program_steps(programs[0])
+        waits = sum(isinstance(st, WaitStep) for st in steps)
+        flying = sum(isinstance(st, ExchangeStep) and st.in_flight for st in steps)
+        assert waits == flying == (chunks if chunks > 1 else 0)

@@ -89,19 +89,22 @@ class Engine:
     ``topology``: the nodes and their communicators; ``layout``: their static layout (``plan.Layout``
     of ``topology.node_of``); ``node_phase``: "shm" or "mpi" (agreed);
     ``key``: the agreement's hash keys (agreed); ``algorithm``: the communicator's default;
-    ``radix``, ``leaders``: an explicit Bruck radix and multi-leader count; ``cost_model``,
+    ``radix``, ``leaders``, ``chunks``: an explicit Bruck radix, multi-leader count and pipelined
+    node phase's chunks (``plan.Algorithm.setting``); ``cost_model``,
     ``cpu_times``: what "auto" prices with; ``cache_entries``, ``cache_bytes``: the plan cache's
     bounds; ``deferred``: a nonblocking calls' engine (``topology`` a duplicate of its HierComm's,
     its data's alone; agreements and gathers on duplicates of its own; its runs handed over, never
     run here; no compiled call path).
     """
 
-    def __init__(self, topology: Topology, layout: Layout, node_phase: str, key: tuple, algorithm: str, radix: int, leaders: int,
-                 cost_model: CostModel, cpu_times: CpuTimes, cache_entries: int, cache_bytes: int,
-                 deferred: bool = False):
+    def __init__(self, topology: Topology, layout: Layout, node_phase: str, key: tuple, algorithm: str, radix: int,
+                 leaders: int, chunks: int, cost_model: CostModel, cpu_times: CpuTimes, cache_entries: int,
+                 cache_bytes: int, deferred: bool = False):
         t = self.topology = topology
         self.comm, self.deferred = t.comm, deferred
+        # Only the shared-memory node phase pipelines (its window holds every chunk).
         self.algorithm, self.radix, self.leaders = algorithm, radix, leaders
+        self.chunks = chunks if node_phase == "shm" else 1
         self.cost_model, self.cpu_times, self.node_phase = cost_model, cpu_times, node_phase
         self.layout = layout
         self.hier_possible = self.layout.hier_possible
@@ -152,7 +155,8 @@ class Engine:
             if self.mode == MODE_SHM:  # multi-leader meets in the node window (else refused in ``resolve``)
                 planners["leaders"] = _LeaderPlanners(self.layout, self.topology.rank)
             self.calls.hier_path(hier, self.radix, self.runner, planners, self.mode, self.mode == MODE_SHM,
-                                 _stats_of, MPI.INT64_T, check_leaders(self.leaders, self.layout.max_leaders))
+                                 _stats_of, MPI.INT64_T, check_leaders(self.leaders, self.layout.max_leaders),
+                                 self.chunks)
         self.calls.bruck_path(frozenset((ALGO_CODE["bruck"],)), self.radix,
                               lambda radix: self.runner.bruck_once(COMM_WORLD, radix),
                               ExchangeStats("bruck", flat_counts=np.zeros(size, dtype=np.int64)))
@@ -346,6 +350,8 @@ class Engine:
         if name == "auto":
             return self.pick(agreed, uniform, mode)
         algo = self.layout.runs(name)
+        if algo.chunked:
+            return algo, self.chunks
         if not algo.led:
             return algo, self.radix
         if self.mode != MODE_SHM:  # agreed: every rank has this HierComm's node phase
@@ -455,7 +461,7 @@ class Engine:
         if st is None:
             return {}
         t, me = self.topology, self.comm.rank
-        picked = {("leaders" if ALGORITHM[st.algorithm].led else "radix"): st.radix} if st.radix else {}
+        picked = {ALGORITHM[st.algorithm].setting_name: st.radix} if st.radix else {}
         if st.flat_counts is not None:
             counts = st.flat_counts
             live = counts > 0

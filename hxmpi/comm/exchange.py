@@ -90,10 +90,10 @@ class HierComm(Deriving):
                  node_of=None, algorithm: str = "auto", topology: Optional[Topology] = None,
                  tuning: Optional[str] = None, node_phase: Optional[str] = None,
                  cache_entries: int = DEFAULT_ENTRIES, cache_bytes: int = DEFAULT_BYTES, radix: int = 2,
-                 overhead: Optional[str] = None, progress: str = "request", leaders: int = 2):
+                 overhead: Optional[str] = None, progress: str = "request", leaders: int = 2, chunks: int = 1):
         # A bad setting is agreed below, with the node phase: a rank raising here alone would leave
         # the others waiting in Topology's collectives.
-        bad = check(algorithm, cache_entries, cache_bytes, radix, leaders, progress)
+        bad = check(algorithm, cache_entries, cache_bytes, radix, leaders, progress, chunks)
         #: how nonblocking calls move: "request" (inside Test/Wait) or "thread" (``nonblocking.py``)
         self.progress = progress
         #: the cost model behind "auto" and hxmpi's CPU per path it prices with (the same on every rank)
@@ -101,6 +101,8 @@ class HierComm(Deriving):
         self.radix = radix
         #: the leaders per node of an explicit "hier_leaders"
         self.leaders = leaders
+        #: the chunks of an explicit "hier"'s pipelined node phase (1: none)
+        self.chunks = chunks
         self.algorithm = algorithm
         self.topology = topology if topology is not None else Topology(comm, ranks_per_node, node_of)
         self.comm = self.topology.comm
@@ -108,8 +110,8 @@ class HierComm(Deriving):
         self.layout = Layout(self.topology.node_of)
         #: "shm" or "mpi": how the hierarchical path's node phase moves data.
         self.node_phase, key = agree_settings(self.topology, self.layout.hier_possible, node_phase, bad or problem,
-                                              radix, leaders, self.cost_model, self.cpu_times, progress)
-        engine_args = (algorithm, radix, leaders, self.cost_model, self.cpu_times, cache_entries, cache_bytes)
+                                              radix, leaders, self.cost_model, self.cpu_times, progress, chunks)
+        engine_args = (algorithm, radix, leaders, chunks, self.cost_model, self.cpu_times, cache_entries, cache_bytes)
         self._engine = Engine(self.topology, self.layout, self.node_phase, key, *engine_args)
         #: the agreed plan cache of one-shot calls (``hxmpi/comm/plancache.py``).
         self.plan_cache = self._engine.plan_cache
@@ -130,7 +132,7 @@ class HierComm(Deriving):
         #: what a HierComm with this one's layout and settings is built from (the progress thread's)
         self._settings = dict(node_of=list(self.topology.node_of), algorithm=algorithm, tuning=tuning,
                               node_phase=self.node_phase, cache_entries=cache_entries, cache_bytes=cache_bytes,
-                              radix=radix, overhead=overhead, progress=progress, leaders=leaders)
+                              radix=radix, overhead=overhead, progress=progress, leaders=leaders, chunks=chunks)
 
     # ------------------------------------------------------------------ public API
     @guarded

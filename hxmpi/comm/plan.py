@@ -61,6 +61,7 @@ from ._plan import (
     Buffer,
     Comm,
     HeaderWord,
+    MAX_CHUNKS,
     HierPlanner,
     LeaderPlanner,
     Rounds,
@@ -73,7 +74,8 @@ from ._plan import (
 
 __all__ = ["exclusive_cumsum", "dense_node_ids", "Layout", "Algorithm", "ALGORITHMS", "ALGORITHM", "NODE_PHASES",
            "algorithm_of", "has_hierarchy", "runs_as", "program", "StepProgram", "CopyStep", "ExchangeStep",
-           "BarrierStep", "program_steps", "check_radix", "check_leaders", "bruck_rounds"]
+           "BarrierStep", "WaitStep", "program_steps", "check_radix", "check_leaders", "check_chunks", "bruck_rounds",
+           "MAX_CHUNKS"]
 
 #: The node phase's implementations: shared memory ("shm") or message passing ("mpi").
 NODE_PHASES = {"shm": MODE_SHM, "mpi": MODE_MPI}
@@ -172,19 +174,20 @@ class Layout:
         return LeaderPlanner(rank, node, int(self.local_of[rank]), self.members[node], self.dest_order,
                              self.node_start, leaders)
 
-    def planner_for(self, rank: int, algorithm: Union[str, "Algorithm"], radix: int = 2):
+    def planner_for(self, rank: int, algorithm: Union[str, "Algorithm"], radix: Optional[int] = None):
         """The planner of ``rank``'s programs of hierarchical ``algorithm``: ``HierPlanner`` for the
         lanes, ``LeaderPlanner`` at ``radix`` leaders (``check_leaders``) for multi-leader. Cached."""
         if algorithm_of(algorithm).planner == "leaders":
-            return self._leader_planners(rank, check_leaders(radix, self.max_leaders))
+            return self._leader_planners(rank, check_leaders(algorithm_of(algorithm).setting(radix), self.max_leaders))
         return self.planner(rank)
 
     def rank_program(self, rank: int, algorithm: Union[str, "Algorithm"], counts: np.ndarray, node_phase: str = "shm",
-                     radix: int = 2, uniform: bool = False) -> StepProgram:
+                     radix: Optional[int] = None, uniform: bool = False) -> StepProgram:
         """The step program of ``rank`` in a call of ``algorithm`` (as it runs on this layout,
         ``runs``) on the whole pattern ``counts`` (``counts[src, dst]``, int64 bytes): the one way
         the cost model and the simulator make the programs they price and replay. ``node_phase``:
-        "shm" or "mpi"; ``radix``: the Bruck radix or multi-leader's leaders per node; ``uniform``:
+        "shm" or "mpi"; ``radix``: the algorithm's setting (``Algorithm.setting``: the Bruck radix,
+        multi-leader's leaders per node, the pipelined node phase's chunks); ``uniform``:
         an Alltoall's equal blocks. A hierarchical program is its planner's own (``detach`` one
         that must last past the rank's next plan)."""
         algo = self.runs(algorithm)
@@ -229,6 +232,27 @@ class Algorithm:
     def radixed(self) -> bool:
         """Whether a radix is one of its settings (Bruck rounds)."""
         return self.rounds == Rounds.ROUNDS_BRUCK
+
+    @property
+    def chunked(self) -> bool:
+        """Whether its setting is the chunks of a pipelined node phase (linear lanes; carried where
+        a radix is; the shared-memory node phase pipelines, the message-passing one does not)."""
+        return self.planner == "lanes" and self.rounds == Rounds.ROUNDS_LINEAR
+
+    def setting(self, value: Optional[int] = None) -> int:
+        """The setting its planner takes in the radix slot: ``value``, or where None its default
+        (a Bruck radix of 2, 2 leaders per node, one chunk); 0 for an algorithm that takes none."""
+        if not (self.radixed or self.led or self.chunked):
+            return 0
+        if value is None:
+            return 1 if self.chunked else 2
+        return int(value)
+
+    @property
+    def setting_name(self) -> Optional[str]:
+        """What its setting is called (``last_stats`` reports it so): "radix", "leaders",
+        "chunks", or None."""
+        return "leaders" if self.led else "radix" if self.radixed else "chunks" if self.chunked else None
 
     @property
     def led(self) -> bool:
@@ -292,16 +316,17 @@ def algorithm_of(name: Union[str, Algorithm]) -> Algorithm:
 
 
 def program(algorithm: Algorithm, sides: tuple, planner: Optional[HierPlanner] = None, mode: int = MODE_SHM,
-            node_counts: Optional[np.ndarray] = None, radix: int = 2, uniform: bool = False) -> StepProgram:
+            node_counts: Optional[np.ndarray] = None, radix: Optional[int] = None, uniform: bool = False) -> StepProgram:
     """The step program of one call on one rank: ``sides`` (send counts, send displacements,
     receive counts, receive displacements; int64 bytes, one per rank). A hierarchical algorithm
     needs the rank's ``planner`` (``Layout.planner``), the node phase ``mode`` and
     ``node_counts`` (what every rank of the node receives from every rank, node size x world
     size; for multi-leader, ``Layout.node_counts``'s send and receive counts); its program is the
     planner's own (``StepProgram.detach`` for one that lasts), ``planner`` the algorithm's
-    (``Layout.planner_for``). ``radix``: the Bruck radix, or multi-leader's leaders per node.
+    (``Layout.planner_for``). ``radix``: the algorithm's setting (``Algorithm.setting``: the Bruck
+    radix, multi-leader's leaders per node, the pipelined node phase's chunks; None: its default).
     ``uniform``: an Alltoall's equal blocks (flat: MPI_Alltoall)."""
-    radix = radix if algorithm.radixed or algorithm.led else 0
+    radix = algorithm.setting(radix)
     if algorithm.hierarchical:
         return planner.plan(mode, *sides, node_counts, algorithm.rounds, radix)
     return flat_program(algorithm.rounds, radix, uniform, *sides)
@@ -330,7 +355,8 @@ class ExchangeStep:
     ``dst``, each peer's bytes (in the communicator's rank order). ``rounds``: "linear" (one MPI
     all-to-all), "pairwise" or "bruck" (at ``radix``); ``with_next``: posted with the next
     exchange; ``blocking``: one blocking call where the runner runs it whole (else nonblocking,
-    then waited for); ``uniform``: MPI_Alltoall."""
+    then waited for); ``uniform``: MPI_Alltoall; ``in_flight`` (on a group's last exchange): left
+    in flight while the steps after it run, up to the next ``WaitStep``."""
     comm: Union[str, int]
     rounds: str
     radix: int
@@ -343,6 +369,7 @@ class ExchangeStep:
     with_next: bool
     blocking: bool
     uniform: bool
+    in_flight: bool = False
 
 
 @dataclass(frozen=True)
@@ -350,7 +377,12 @@ class BarrierStep:
     """The node window's barrier: every rank of the node, with memory fences."""
 
 
-Step = Union[CopyStep, ExchangeStep, BarrierStep]
+@dataclass(frozen=True)
+class WaitStep:
+    """Wait for the exchanges left in flight (``ExchangeStep.in_flight``)."""
+
+
+Step = Union[CopyStep, ExchangeStep, BarrierStep, WaitStep]
 _BUFFERS = {Buffer.BUF_SEND: "send", Buffer.BUF_RECV: "recv", Buffer.BUF_SCRATCH: "scratch",
             Buffer.BUF_STAGE: "stage"}
 _COPIED = ("pack", "self", "own", "out", "repack", "unpack")  # ``Copied``'s order
@@ -376,7 +408,10 @@ def program_steps(prog: StepProgram) -> tuple:
             comm, flags = int(row[RowWord.COMM]), int(row[RowWord.FLAGS])
             out.append(ExchangeStep(_COMMS.get(comm, comm), _ROUNDS[int(row[RowWord.ROUNDS])],
                                     int(row[RowWord.RADIX]), src, dst, *vec, bool(flags & StepFlag.WITH_NEXT),
-                                    bool(flags & StepFlag.BLOCKING), bool(flags & StepFlag.UNIFORM)))
+                                    bool(flags & StepFlag.BLOCKING), bool(flags & StepFlag.UNIFORM),
+                                    bool(flags & StepFlag.IN_FLIGHT)))
+        elif kind == StepKind.STEP_WAIT:
+            out.append(WaitStep())
         else:
             out.append(BarrierStep())
     return tuple(out)
@@ -388,6 +423,14 @@ def check_leaders(leaders, most: int) -> int:
     if isinstance(leaders, bool) or not isinstance(leaders, (int, np.integer)) or leaders < 1:
         raise ValueError(f"leaders must be an integer >= 1, got {leaders!r}")
     return int(min(leaders, max(most, 1)))
+
+
+def check_chunks(chunks) -> int:
+    """The chunks of a pipelined node phase (0: the cost model's pick); ValueError unless an
+    integer from 0 to ``MAX_CHUNKS``."""
+    if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or not 0 <= chunks <= MAX_CHUNKS:
+        raise ValueError(f"chunks must be an integer from 0 (the cost model picks) to {MAX_CHUNKS}, got {chunks!r}")
+    return int(chunks)
 
 
 def check_radix(radix, size: int) -> int:

@@ -38,7 +38,7 @@ from ._call import Program
 from ._packing import copy_blocks
 from .bruck import Bruck, Pairwise
 from .msgspec import Side
-from .plan import Algorithm, BarrierStep, CopyStep, StepProgram, program_steps
+from .plan import Algorithm, BarrierStep, CopyStep, ExchangeStep, StepProgram, WaitStep, program_steps
 from .transfer import Transfer
 
 __all__ = ["NodeWindow", "Scratch", "ExchangeStats", "Run"]
@@ -136,14 +136,14 @@ class ExchangeStats:
     def of(cls, algorithm: Algorithm, radix: int, program: Optional[StepProgram] = None,
            flat_counts: Optional[np.ndarray] = None) -> "ExchangeStats":
         """The stats of a run of ``algorithm`` at ``radix`` (kept only where it has one)."""
-        return cls(algorithm.name, flat_counts, program, radix if algorithm.radixed or algorithm.led else 0)
+        return cls(algorithm.name, flat_counts, program, algorithm.setting(radix))
 
     def _sends(self, lanes: bool) -> Optional[np.ndarray]:
         """Bytes to each peer of the lane exchanges (summed: a rank sends on its own lane only)
         or of the node phase; None where there is none (a multi-leader rank that leads nothing)."""
         found = None
         for step in program_steps(self.program):
-            if isinstance(step, (CopyStep, BarrierStep)) or isinstance(step.comm, int) != lanes \
+            if not isinstance(step, ExchangeStep) or isinstance(step.comm, int) != lanes \
                     or (not lanes and step.comm != "node"):
                 continue
             found = step.send_counts.copy() if found is None else found + step.send_counts
@@ -272,6 +272,7 @@ class Run:
         self.busy = False
         self._holders = 0  # requests this run is handed to, not completed yet (``hold``)
         self._learning: Optional[Program] = None  # the Bruck headers a ``begin`` runs first
+        self._in_flight: list = []  # the walk's requests left in flight up to its next "wait"
         self._free_when_done = False
         if self._once is not None:
             return
@@ -283,8 +284,9 @@ class Run:
     def _bind(self, comms: dict, big: bool, persistent: bool) -> list:
         """The program's steps bound (built once): ``("copy", src, src_off, dst, dst_off, length)``;
         ``("mpi", phases, blocking)``: start every phase, then wait for all (``blocking``: one
-        phase, run whole in one call where the run is run whole); ``("barrier",)``: the node
-        window's barrier."""
+        phase, run whole in one call where the run is run whole); ``("start", phases)`` and
+        ``("wait",)``: start them, and wait for them after the steps between; ``("barrier",)``: the
+        node window's barrier."""
         if self._native is not None:  # MPI's own request moves the whole call: no step of the program
             self._phases.append(_Phase(_Native(self._native), persistent))
             return [("mpi", list(self._phases), True)]
@@ -295,6 +297,8 @@ class Run:
                 steps.append(("copy", bufs[step.src], step.src_off, bufs[step.dst], step.dst_off, step.length))
             elif isinstance(step, BarrierStep):
                 steps.append(("barrier",))
+            elif isinstance(step, WaitStep):
+                steps.append(("wait",))
             else:
                 send = Side(bufs[step.src], step.send_counts, step.send_displs) if step.src != step.dst \
                     else _apart(bufs[step.src], step.send_counts, step.send_displs)
@@ -302,7 +306,8 @@ class Run:
                 group.append(_Phase(_exchange(step, comms[step.comm], send, recv, big), persistent))
                 self._phases.append(group[-1])
                 if not step.with_next:
-                    steps.append(("mpi", group, step.blocking and len(group) == 1))
+                    blocking = step.blocking and len(group) == 1
+                    steps.append(("start", group) if step.in_flight else ("mpi", group, blocking))
                     group = []
         return steps
 
@@ -315,6 +320,11 @@ class Run:
                     step[1][0].run()
                 else:
                     MPI.Request.Waitall([phase.start() for phase in step[1]])
+            elif step[0] == "start":  # left in flight while the steps up to the next "wait" run
+                self._in_flight = [phase.start() for phase in step[1]]
+            elif step[0] == "wait":
+                MPI.Request.Waitall(self._in_flight)
+                self._in_flight = []
             else:
                 self.window.barrier()
 
@@ -464,8 +474,17 @@ class Run:
         barrier (a persistent barrier between memory fences); None where a step has none of these
         (yet: a Bruck exchange before its first run, a round-based one on the large-count path)."""
         if self._program is None and self._persistent:
-            steps = []
+            steps, in_flight = [], []
             for step in self._steps:
+                if step[0] == "start":  # linear phases: persistent requests where the library has them
+                    if any(ph.request is None for ph in step[1]):
+                        return None
+                    in_flight = [ph.request for ph in step[1]]
+                    steps.append(("start", in_flight))
+                    continue
+                if step[0] == "wait":
+                    steps.append(("wait", in_flight))
+                    continue
                 if step[0] == "mpi":
                     phases = step[1]
                     if all(ph.request is not None for ph in phases):

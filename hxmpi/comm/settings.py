@@ -16,7 +16,7 @@ from mpi4py import MPI
 from ..errors import CpuFileError, ExchangeError, agree, agreed_error
 from .costmodel import ENV_TUNING, CostModel, CpuTimes
 from .nonblocking import PROGRESS_MODES
-from .plan import ALGORITHM_CHOICES, NODE_PHASES
+from .plan import ALGORITHM_CHOICES, MAX_CHUNKS, NODE_PHASES
 from .topology import Topology
 
 __all__ = ["ENV_NODE_PHASE", "check", "pricing", "agree_settings"]
@@ -25,7 +25,7 @@ __all__ = ["ENV_NODE_PHASE", "check", "pricing", "agree_settings"]
 ENV_NODE_PHASE = "HXMPI_NODE_PHASE"
 
 
-def check(algorithm, cache_entries, cache_bytes, radix, leaders, progress) -> Optional[str]:
+def check(algorithm, cache_entries, cache_bytes, radix, leaders, progress, chunks) -> Optional[str]:
     """What is wrong with these constructor settings on this rank, or None."""
     if algorithm not in ALGORITHM_CHOICES:
         return f"algorithm must be one of {ALGORITHM_CHOICES}, got {algorithm!r}"
@@ -37,6 +37,8 @@ def check(algorithm, cache_entries, cache_bytes, radix, leaders, progress) -> Op
         return f"leaders must be an integer >= 1, got {leaders!r}"
     if progress not in PROGRESS_MODES:
         return f"progress must be one of {PROGRESS_MODES}, got {progress!r}"
+    if type(chunks) is not int or not 1 <= chunks <= MAX_CHUNKS:
+        return f"chunks must be an integer from 1 to {MAX_CHUNKS}, got {chunks!r}"
     return None
 
 
@@ -59,7 +61,8 @@ def pricing(tuning: Optional[str], overhead: Optional[str]) -> tuple[CostModel, 
 
 
 def agree_settings(topology: Topology, hier_possible: bool, requested: Optional[str], problem: Optional[str],
-                   radix: int, leaders: int, model: CostModel, cpu: CpuTimes, progress: str) -> tuple[str, tuple]:
+                   radix: int, leaders: int, model: CostModel, cpu: CpuTimes, progress: str,
+                   chunks: int = 1) -> tuple[str, tuple]:
     """Agree on the constructor's settings (collective); return the node phase every rank uses
     ("shm" only where every node's ranks share memory; ``requested``: the argument, None for env
     ``HXMPI_NODE_PHASE`` or "auto") and the agreement's key (rank 0's draw). ``problem``: this
@@ -74,13 +77,13 @@ def agree_settings(topology: Topology, hier_possible: bool, requested: Optional[
         probe.Free()
     key = (secrets.randbits(64), secrets.randbits(64))
     prices = (tuple(model.vector().tolist()), tuple(cpu.seconds.values()))
-    views = topology.comm.allgather((requested, shared, problem, key, (radix, leaders), prices, progress))
+    views = topology.comm.allgather((requested, shared, problem, key, (radix, leaders, chunks), prices, progress))
     if problem is None and len({v[0] for v in views}) > 1:
         problem = f"node_phase {requested!r} differs between ranks"
     if problem is None and len({v[6] for v in views}) > 1:
         problem = f"progress {progress!r} differs between ranks"
     if problem is None and len({v[4] for v in views}) > 1:
-        problem = f"radix {radix!r} or leaders {leaders!r} differs between ranks"
+        problem = f"radix {radix!r}, leaders {leaders!r} or chunks {chunks!r} differs between ranks"
     if problem is None and len({v[5] for v in views}) > 1:  # "auto" would pick differently
         problem = (f"the cost model or CPU per path differs between ranks (tuning and overhead files; "
                    f"this rank's CPU from {cpu.source})")

@@ -106,8 +106,9 @@ class _Tags:
         return out
 
 
-def exchange_actions(rank: int, step, layout: Layout, tags: Optional[_Tags] = None) -> list[str]:
-    """Trace lines of one Exchange step, as its schedule (or Open MPI's rule for the phase) posts them."""
+def exchange_actions(rank: int, step, layout: Layout, tags: Optional[_Tags] = None, wait: bool = True) -> list[str]:
+    """Trace lines of one Exchange step, as its schedule (or Open MPI's rule for the phase) posts them;
+    ``wait`` False (a linear phase left in flight): the posts alone, which ``wait_lines`` completes."""
     tags = tags or _Tags()
     sends = tags.lines(rank, "isend", step.sends, step.phase)
     recvs = tags.lines(rank, "irecv", step.recvs, step.phase)
@@ -116,7 +117,7 @@ def exchange_actions(rank: int, step, layout: Layout, tags: Optional[_Tags] = No
     schedule = step.schedule or phase_algorithm(step.phase, layout, rank)
     if schedule == "linear":
         posted = [ln for v in recvs.values() for ln in v] + [ln for v in sends.values() for ln in v]
-        return posted + wait_lines(posted)
+        return posted + (wait_lines(posted) if wait else [])
     members = list(step.members) if step.members else _comm_of(step.phase, layout, rank).tolist()
     pos, size, lines = members.index(rank), len(members), []
     for k in range(1, size):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -37,7 +37,8 @@ def make_counts(size: int, block: int, uneven: bool, seed: int = 0) -> np.ndarra
 @dataclass(frozen=True)
 class Call:
     """One simulated call: ``algorithm`` (``plan.ALGORITHMS``, or "alltoall": MPI_Alltoall inside hxmpi,
-    uniform counts only), its ``radix``, and ``mode``: "oneshot" (hxmpi's agreement on a plan-cache
+    uniform counts only), its ``radix`` (its setting, ``plan.Algorithm.setting``: the Bruck radix,
+    leaders per node, chunks; None: its default), and ``mode``: "oneshot" (hxmpi's agreement on a plan-cache
     miss, then the exchange; Bruck sends length headers), "hit" (a one-shot call the plan cache
     serves: the agreement's Allreduce, no node Allgather, lengths known), "plan" (a persistent
     request: no agreement, lengths known), "bare" (the MPI call alone, no hxmpi CPU) or
@@ -45,7 +46,7 @@ class Call:
     agreement also exchanges the counts (one Alltoall of an int64 per peer)."""
     algorithm: str
     mode: str = "oneshot"
-    radix: int = 2
+    radix: Optional[int] = None
     numpy: bool = False
 
     @property
@@ -55,8 +56,12 @@ class Call:
 
     @property
     def label(self) -> str:
-        """Name in tables and JSON: the algorithm, with its radix for the Bruck ones."""
-        return f"{self.algorithm}/{self.radix}" if has_radix(self.algorithm) else self.algorithm
+        """Name in tables and JSON: the algorithm, with its setting where it takes one (a Bruck
+        radix, leaders per node; chunks where it pipelines)."""
+        if not has_radix(self.algorithm):
+            return self.algorithm
+        setting = ALGORITHM[self.algorithm].setting(self.radix)
+        return self.algorithm if ALGORITHM[self.algorithm].chunked and setting <= 1 else f"{self.algorithm}/{setting}"
 
     @property
     def cpu_key(self) -> str:
@@ -72,9 +77,9 @@ def needs_hierarchy(algorithm: str) -> bool:
 
 
 def has_radix(algorithm: str) -> bool:
-    """Whether an algorithm takes a setting: the Bruck radix, or multi-leader's leaders per node
-    (the simulator picks it by the model, per point)."""
-    return algorithm in ALGORITHM and (ALGORITHM[algorithm].radixed or ALGORITHM[algorithm].led)
+    """Whether an algorithm takes a setting: the Bruck radix, multi-leader's leaders per node, the
+    pipelined node phase's chunks (the simulator picks it by the model, per point)."""
+    return algorithm in ALGORITHM and ALGORITHM[algorithm].setting() != 0
 
 
 def agreement_steps(layout: Layout, call: Call) -> list:

@@ -11,7 +11,7 @@ hxmpi's all-to-alls make it), Bruck rounds expanded by ``bruck_rounds``. So the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
@@ -21,12 +21,13 @@ from ..comm.plan import (
     CopyStep,
     Layout,
     StepProgram,
+    WaitStep,
     bruck_rounds,
     check_radix,
     program_steps,
 )
 
-__all__ = ["Copy", "Exchange", "Collective", "NodeBarrier", "Step", "bruck_messages", "bruck_steps",
+__all__ = ["Copy", "Exchange", "Collective", "NodeBarrier", "Wait", "Step", "bruck_messages", "bruck_steps",
            "lane_counts", "program_schedule", "rank_schedule"]
 
 
@@ -44,12 +45,14 @@ class Exchange:
 
     ``schedule``: how the messages are posted: "" as Open MPI runs a blocking call of the phase
     (``actions.phase_algorithm`` decides), "linear" (all at once, one wait: hxmpi's nonblocking phases) or
-    "pairwise" (rounds over ``members``, the world ranks of the communicator in its rank order)."""
+    "pairwise" (rounds over ``members``, the world ranks of the communicator in its rank order);
+    ``in_flight``: left in flight while the steps up to the next ``Wait`` run (linear only)."""
     phase: str
     sends: tuple
     recvs: tuple
     schedule: str = ""
     members: tuple = ()
+    in_flight: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,12 @@ class NodeBarrier:
     """Every rank of the node synchronises (the shared-memory node phase)."""
 
 
-Step = Union[Copy, Exchange, NodeBarrier, Collective]
+@dataclass(frozen=True)
+class Wait:
+    """Wait for the messages left in flight (``Exchange.in_flight``)."""
+
+
+Step = Union[Copy, Exchange, NodeBarrier, Collective, Wait]
 
 
 def bruck_messages(counts: np.ndarray, pos: int, radix: int, header: bool) -> list[list[tuple]]:
@@ -151,6 +159,9 @@ def program_schedule(prog: StepProgram, layout: Layout, rank: int, counts: np.nd
         if isinstance(st, BarrierStep):
             steps.append(NodeBarrier())
             continue
+        if isinstance(st, WaitStep):
+            steps.append(Wait())
+            continue
         members = tuple(int(r) for r in layout.comm_members(rank, st.comm))
         pos = members.index(rank)
         if st.rounds == "bruck":
@@ -169,18 +180,19 @@ def program_schedule(prog: StepProgram, layout: Layout, rank: int, counts: np.nd
         else:
             schedule = "" if st.blocking and len(group) == 1 else "linear"
         steps.append(Exchange(phase, sum((g[2] for g in group), ()), sum((g[3] for g in group), ()), schedule,
-                              members if len(group) == 1 else ()))
+                              members if len(group) == 1 else (), st.in_flight))
         group = []
     return [s for s in steps if not isinstance(s, Copy) or s.nbytes]
 
 
 def rank_schedule(layout: Layout, counts: np.ndarray, rank: int, algorithm: str = "hier",
-                  node_phase: str = "shm", radix: int = 2, learned: bool = True) -> list[Step]:
+                  node_phase: str = "shm", radix: Optional[int] = None, learned: bool = True) -> list[Step]:
     """What ``rank`` does in one exchange, in order: its copies, messages and node barriers.
 
     ``counts[src, dst]``: bytes src sends to dst (a (P, P) int64 array); blocks packed in rank order.
     ``algorithm``: one of ``ALGORITHMS`` (degenerate layouts run hier's as flat, as HierComm does);
-    ``radix`` for the Bruck ones (multi-leader: its leaders per node); ``learned``: Bruck lengths known from an earlier run (a plan).
+    ``radix``: the algorithm's setting (``plan.Algorithm.setting``: the Bruck radix, multi-leader's
+    leaders per node, the pipelined node phase's chunks; None: its default); ``learned``: Bruck lengths known from an earlier run (a plan).
     """
     counts = np.ascontiguousarray(counts, dtype=np.int64)
     p = layout.size

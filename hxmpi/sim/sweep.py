@@ -86,12 +86,13 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
     sizes = layout.node_sizes  # the model prices the layout itself, as HierComm's auto does
     pick = lambda mode: choose_call(model, mode, n, g, pattern, node_phase, cpu, numpy, sizes=sizes)  # noqa: E731
     auto, auto_plan = pick("oneshot"), pick("plan")
-    tried = lambda a: settings_of(a, layout.node_sizes) if ALGORITHM[a].led else RADICES  # noqa: E731
+    tried = lambda a: RADICES if ALGORITHM[a].radixed else settings_of(a, layout.node_sizes,  # noqa: E731
+                                                                        node_phase=node_phase)
     radix = {a: min(tried(a), key=lambda k: predict_call(model, a, "plan", n, g, pattern, node_phase, k, cpu,
                                                         sizes=sizes))
-             if has_radix(a) else 2 for a in ALGORITHMS}
-    model_s = lambda algo, mode, k=2: predict_call(model, algo, mode, n, g, pattern, node_phase, k, cpu, numpy,  # noqa: E731
-                                                   sizes)
+             if has_radix(a) else None for a in ALGORITHMS}
+    model_s = lambda algo, mode, k=None: predict_call(model, algo, mode, n, g, pattern, node_phase, k, cpu,  # noqa: E731
+                                                      numpy, sizes)
     usable = [a for a in ALGORITHMS if (hier_ok or not needs_hierarchy(a))
               and not (ALGORITHM[a].led and node_phase != "shm")]
     rec = {"nodes": n, "ranks_per_node": g, "node_sizes": list(layout.node_sizes), "block_bytes": block,

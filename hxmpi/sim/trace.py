@@ -10,10 +10,10 @@ from ..comm.costmodel.cpu import CpuTimes
 from ..comm.costmodel.model import CostModel
 from ..comm.plan import Layout
 from .actions import (PHASE_TAG, TAG_STRIDE, Coarse, _Tags, barrier_actions, coarse_actions, coarsenable,
-                      dissemination, exchange_actions)
+                      dissemination, exchange_actions, wait_lines)
 from .calls import Call, call_steps
 from .reference import RefCpu, reference_actions
-from .schedule import Collective, Copy, Exchange
+from .schedule import Collective, Copy, Exchange, Wait
 
 __all__ = ["collective_actions", "rank_trace", "trace_stats"]
 
@@ -50,6 +50,7 @@ def rank_trace(layout: Layout, counts: np.ndarray, rank: int, algorithm, node_ph
     library = RefCpu() if call.mode == "bare" else RefCpu(ddt_block=model.mpi_ddt_block)
     tags = _Tags()
     copy_bytes = 0
+    in_flight: list = []  # the posts of messages left in flight, up to the next Wait
 
     def flush(copy_bytes: int) -> None:
         if copy_bytes:
@@ -63,9 +64,15 @@ def rank_trace(layout: Layout, counts: np.ndarray, rank: int, algorithm, node_ph
             continue
         flush(copy_bytes)
         copy_bytes = 0
-        if isinstance(step, Exchange):
+        if isinstance(step, Exchange) and step.in_flight:
+            in_flight = exchange_actions(rank, step, layout, tags, wait=False)
+            lines += in_flight
+        elif isinstance(step, Exchange):
             lines += coarse_actions(rank, step, layout, counts, coarse, tags) \
                 if coarse and coarsenable(step, layout, rank) else exchange_actions(rank, step, layout, tags)
+        elif isinstance(step, Wait):
+            lines += wait_lines(in_flight)
+            in_flight = []
         elif isinstance(step, Collective):
             lines += collective_actions(rank, step, layout, model, library, coarse)
         else:

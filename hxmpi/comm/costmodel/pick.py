@@ -17,13 +17,15 @@ from .params import Parameters
 from .pattern import Pattern, pattern_class
 from .walk import call_shape, shape_price
 
-__all__ = ["CALL_ALGORITHMS", "RADICES", "predict_call", "settings_of", "choose_call", "auto_pick"]
+__all__ = ["CALL_ALGORITHMS", "RADICES", "CHUNKS", "predict_call", "settings_of", "choose_call", "auto_pick"]
 
 #: The algorithms ``predict_call`` knows: hxmpi's (``plan.ALGORITHMS``) and "alltoall"
 #: (MPI_Alltoall, uniform blocks only).
 CALL_ALGORITHMS = (*ALGORITHMS, "alltoall")
 #: Radices ``choose_call`` tries for the Bruck algorithms.
 RADICES = (2, 3, 4, 6, 8, 12, 16, 24, 32)
+#: Chunks ``choose_call`` tries for the pipelined node phase (1: none; up to ``plan.MAX_CHUNKS``).
+CHUNKS = (1, 2, 4, 8)
 
 
 def _predict_call(m: Parameters, algorithm: str, mode: str, shape: tuple, pat: Pattern, node_phase: str,
@@ -43,18 +45,20 @@ def _predict_call(m: Parameters, algorithm: str, mode: str, shape: tuple, pat: P
     # Pairwise rounds each wait for the larger of their two blocks (flat: the agreed sum).
     pair = pat.pairwise_bytes / (p * (p - 1)) if pat.pairwise_bytes and p > 1 else None
     frac = min(pat.rank_messages, p - 1.0) / (p - 1) if p > 1 else 1.0
-    k = radix if ALGORITHM[call].radixed or ALGORITHM[call].led else 2
+    k = ALGORITHM[call].setting(radix)
     sk = shape_price(shape, call, k, node_phase, mode != "oneshot", "")
     return t + sk.price(m, b, pair, frac)
 
 
 def predict_call(model: Parameters, algorithm: str, mode: str, nodes: int, per_node: int, pattern,
-                 node_phase: str = "shm", radix: int = 2, cpu=None, numpy: bool = False,
+                 node_phase: str = "shm", radix: Optional[int] = None, cpu=None, numpy: bool = False,
                  sizes: Optional[Sequence[int]] = None) -> float:
     """Predicted seconds of a whole call: ``mode`` "oneshot" (agreement + CPU + exchange), "plan"
     (CPU + exchange, lengths known) or "bare" (the exchange alone).
 
-    ``pattern``: a ``Pattern`` or a block size (bytes, even counts). ``cpu(key)``: hxmpi's CPU seconds
+    ``pattern``: a ``Pattern`` or a block size (bytes, even counts). ``radix``: the algorithm's
+    setting (``plan.Algorithm.setting``: Bruck radix, leaders, chunks; None: its default).
+    ``cpu(key)``: hxmpi's CPU seconds
     per path ("flat", "hier_plan", ...; default: the model's fixed costs). ``numpy``: the
     ``alltoallv(array, counts)`` form (its agreement also exchanges counts). ``sizes``: the node
     sizes where they differ (default: ``nodes`` nodes of ``per_node`` ranks).
@@ -72,12 +76,16 @@ def predict_call(model: Parameters, algorithm: str, mode: str, nodes: int, per_n
                          numpy)
 
 
-def settings_of(algorithm, shape: tuple, radices=RADICES) -> list[int]:
+def settings_of(algorithm, shape: tuple, radices=RADICES, node_phase: str = "shm") -> list[int]:
     """The settings ``choose_call`` tries for ``algorithm`` on nodes of ``shape``: Bruck radices
     (each of ``radices`` up to the size of the communicator the rounds run on, the world or a lane
     of one rank per node, and that size: one round to every peer), leaders per node for
-    multi-leader (powers of two below the smallest node: at its size the lanes do better), else [2]."""
+    multi-leader (powers of two below the smallest node: at its size the lanes do better), the
+    pipelined node phase's chunks for linear lanes (``CHUNKS``; with the "shm" node phase only, the
+    one that pipelines), else [2]."""
     algo = ALGORITHM[algorithm] if isinstance(algorithm, str) else algorithm
+    if algo.chunked:
+        return list(CHUNKS) if node_phase == "shm" else [1]
     if algo.led:
         return [1 << i for i in range(max(min(shape) - 1, 1).bit_length()) if (1 << i) < min(shape)] or [1]
     if algo.radixed:
@@ -96,7 +104,8 @@ def choose_call(model: Parameters, mode: str, nodes: int, per_node: int, pattern
     communicator their rounds run on (the world, or a lane of one rank per node) and at that size
     (one round to every peer), multi-leader (with the "shm" node phase) at every power of two
     leaders per node below the smallest node's size, and MPI_Alltoall for uniform counts. The
-    radix of the pick is its leaders per node for multi-leader. ``sizes``: as ``predict_call``.
+    radix of the pick is its leaders per node for multi-leader, its chunks for linear lanes. ``sizes``: as
+    ``predict_call``.
     """
     shape = call_shape(nodes, per_node, sizes)
     pat = pattern if isinstance(pattern, Pattern) else Pattern.even(sum(shape), pattern)
@@ -107,7 +116,7 @@ def choose_call(model: Parameters, mode: str, nodes: int, per_node: int, pattern
     for algo in ALGORITHM.values():
         if runs_as(algo, hier_ok) is not algo or (algo.led and node_phase != "shm"):
             continue
-        cands += [(algo.name, k) for k in settings_of(algo, shape, radices)]
+        cands += [(algo.name, k) for k in settings_of(algo, shape, radices, node_phase)]
     best = min((predict_call(model, a, mode, nodes, per_node, pat, node_phase, k, cpu, numpy, shape), i)
                for i, (a, k) in enumerate(cands))
     algo, radix = cands[best[1]]

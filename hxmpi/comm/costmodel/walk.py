@@ -4,8 +4,9 @@
 simulator replays) into units every rank takes at once (a run of copies, a node barrier, a
 message phase: exchanges posted together, one pairwise exchange, one Bruck round) and prices each
 with alpha-beta-LogP terms; a call costs, per unit, its costliest rank, summed over units
-(``ProgramPrice``). ``layout_price`` prices an even call of an algorithm on a layout from a few
-representative ranks (``representative_ranks``), and ``shape_price`` caches that per node shape,
+(``ProgramPrice``). Messages left in flight (a pipelined node phase) make one unit with the copies
+and barriers that run beside them up to their wait: it costs the larger of the two.
+``layout_price`` prices an even call of an algorithm on a layout from a few representative ranks (``representative_ranks``), and ``shape_price`` caches that per node shape,
 so any block and pattern is then arithmetic.
 """
 from __future__ import annotations
@@ -16,8 +17,8 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..plan import (HEADER_BYTES, Algorithm, BarrierStep, CopyStep, Layout, StepProgram, bruck_rounds, check_radix,
-                    exclusive_cumsum, program_steps)
+from ..plan import (HEADER_BYTES, Algorithm, BarrierStep, CopyStep, Layout, StepProgram, WaitStep, bruck_rounds,
+                    check_radix, exclusive_cumsum, program_steps)
 from .collectives import alltoallv_algorithm, dissemination_distances
 from .params import INDEX, NAMES, Parameters
 
@@ -116,6 +117,7 @@ def _units(layout: Layout, rank: int, prog: StepProgram, learned: bool, rule: st
     me = int(node_of[rank])
     out: list = []
     group: list = []
+    beside: Optional[dict] = None  # the message unit left in flight: what the rank does meanwhile
 
     def messages(kind: str, peers_: np.ndarray, nu: np.ndarray, nc: np.ndarray, copy_u: float = 0.0,
                  copy_c: float = 0.0, **extra) -> dict:
@@ -123,8 +125,11 @@ def _units(layout: Layout, rank: int, prog: StepProgram, learned: bool, rule: st
         return {"kind": kind, "copy_u": copy_u, "copy_c": copy_c, "to": peers_, "nu": nu, "nc": nc, **extra}
 
     def copied(nbytes: float) -> None:
-        """Consecutive copies are one unit (one rank packs where another does not)."""
-        if out and out[-1]["kind"] == "copy":
+        """Consecutive copies are one unit (one rank packs where another does not); beside
+        messages in flight, part of their unit."""
+        if beside is not None:
+            beside["side_u"] += nbytes
+        elif out and out[-1]["kind"] == "copy":
             out[-1]["copy_u"] += nbytes
         else:
             out.append({"kind": "copy", "copy_u": nbytes, "copy_c": 0.0})
@@ -134,7 +139,13 @@ def _units(layout: Layout, rank: int, prog: StepProgram, learned: bool, rule: st
             copied(float(st.nbytes))
             continue
         if isinstance(st, BarrierStep):
-            out.append({"kind": "barrier", "size": layout.node_sizes[me]})
+            if beside is not None:
+                beside["side_rounds"] += len(dissemination_distances(layout.node_sizes[me]))
+            else:
+                out.append({"kind": "barrier", "size": layout.node_sizes[me]})
+            continue
+        if isinstance(st, WaitStep):
+            beside = None
             continue
         peers = layout.comm_members(rank, st.comm)
         n = len(peers)
@@ -169,6 +180,9 @@ def _units(layout: Layout, rank: int, prog: StepProgram, learned: bool, rule: st
         nu = np.concatenate([g[1] for g in group])
         out.append(messages(how, to, nu, np.zeros(nu.size), sum(g[2] for g in group), world=st.comm == "world"))
         group = []
+        if st.in_flight:  # what runs up to the wait runs beside these messages, in their unit
+            beside = out[-1]
+            beside["side_u"], beside["side_rounds"] = 0.0, 0
     return out
 
 
@@ -308,6 +322,10 @@ def _unit_rows(rows: _Rows, i: int, kind: str, group: list, layout: Layout, load
         on = (m_inter > 0) * 1.0
         rows.add(i, lat + copy_c + _cols(n, nic_msg_rate=on * node_m, nic_bandwidth=on * node_c),
                  copy_u + _cols(n, nic_bandwidth=on * node_u), world, pw)
+    if "side_u" in group[0][1]:  # messages in flight: the copies and barriers beside them
+        rounds = col("side_rounds")
+        rows.add(i, _cols(n, alpha_intra=rounds, msg_overhead=2 * rounds), _cols(n, beta_copy=col("side_u")), world,
+                 pw)
 
 
 def representative_ranks(layout: Layout, algorithm: Algorithm) -> tuple:
@@ -331,7 +349,7 @@ def representative_ranks(layout: Layout, algorithm: Algorithm) -> tuple:
     return tuple(int(r) for r in layout.members[0])
 
 
-def layout_price(layout: Layout, algorithm, radix: int = 2, node_phase: str = "shm", learned: bool = True,
+def layout_price(layout: Layout, algorithm, radix: Optional[int] = None, node_phase: str = "shm", learned: bool = True,
                  rule: str = "", ranks: Optional[Sequence[int]] = None, uniform: bool = False) -> ProgramPrice:
     """The ``ProgramPrice`` of an even call of ``algorithm`` on ``layout`` (it runs as ``runs_as``
     says): the programs the planners make for ``ranks`` (default ``representative_ranks``; every
