@@ -37,6 +37,7 @@ cdef struct HierCall:
     int64_t chunks             # the pipelined node phase's chunks (1: none)
     int64_t* clw               # chunk k's lane li vectors from word 4 * n * (k * nl + li) on
     int64_t* cout              # chunk k's out list (p blocks) from word 3 * p * k on
+    int64_t* cpack             # chunk k's pack list (p blocks) from word 3 * p * k on
 
 
 cdef inline int64_t _pack_list(HierCall* c, int64_t* packed) noexcept nogil:
@@ -241,52 +242,91 @@ cdef inline void _chunk_range(int64_t length, int64_t k, int64_t chunks, int64_t
     hi[0] = length * (k + 1) // chunks
 
 
-cdef inline void _chunk_vectors(HierCall* c) noexcept nogil:
-    """Each chunk's lane vectors: chunk k of every segment a lane sends and receives (its counts
-    the chunk's bytes, its displacements moved to the chunk's first byte)."""
-    cdef int64_t n = c.n, nl = c.nl, k, li, m, side, lo, hi
-    cdef int64_t* src
-    cdef int64_t* dst
+cdef inline int64_t _chunk_bytes(const int64_t* lengths, int64_t stride, int64_t count, int64_t k,
+                                 int64_t chunks) noexcept nogil:
+    """Bytes of chunk ``k`` over ``count`` blocks of ``lengths`` (``stride`` words apart): each
+    block's part ``_chunk_range``."""
+    cdef int64_t i, lo, hi, total = 0
+    for i in range(count):
+        _chunk_range(lengths[i * stride], k, chunks, &lo, &hi)
+        total += hi - lo
+    return total
+
+
+cdef inline int64_t _chunk_pack(HierCall* c) noexcept nogil:
+    """Each chunk's pack list and the own lane's send vectors: chunk k holds part k of every block
+    this rank sends to another node (``_chunk_range``), grouped by node, chunks one after another
+    in the scratch buffer; so every rank of a receiving node finds its part of each chunk in the
+    chunk that carries it, and all of them copy out as each chunk lands. Returns the bytes packed."""
+    cdef int64_t p = c.p, n = c.n, nl = c.nl, k, m, i, d, lo, hi, pos = 0
+    cdef int64_t* q_s
+    cdef int64_t* q_d
+    cdef int64_t* q_l
+    cdef int64_t* v
     for k in range(c.chunks):
-        for li in range(nl):
-            src = c.lw + 4 * n * li
-            dst = c.clw + 4 * n * (k * nl + li)
-            for side in range(2):  # send (counts, displs), then receive (counts, displs)
-                for m in range(n):
-                    _chunk_range(src[2 * side * n + m], k, c.chunks, &lo, &hi)
-                    dst[2 * side * n + m] = hi - lo
-                    dst[(2 * side + 1) * n + m] = src[(2 * side + 1) * n + m] + lo
+        q_s = c.cpack + 3 * p * k
+        q_d, q_l = q_s + p, q_s + 2 * p
+        v = c.clw + 4 * n * (k * nl)  # this rank's own lane: the first served
+        for m in range(n):
+            v[n + m] = pos
+            for i in range(c.nstart[m], c.nstart[m + 1]):
+                d = c.dest[i]
+                lo = hi = 0
+                if m != c.node:  # blocks for its own node never travel on a lane
+                    _chunk_range(c.sc[d], k, c.chunks, &lo, &hi)
+                q_s[i], q_d[i], q_l[i] = c.sd[d] + lo, pos, hi - lo
+                pos += hi - lo
+            v[m] = pos - v[n + m]
+    return pos
+
+
+cdef inline void _chunk_receives(HierCall* c) noexcept nogil:
+    """Each chunk's lane vectors besides the own lane's sends: every served lane receives chunk k
+    of each other node's segment, the chunks laid one after another in the segment's place of
+    the window; a lane it stands in for sends nothing."""
+    cdef int64_t p = c.p, n = c.n, nl = c.nl, g = c.g, k, li, m, s, at
+    cdef int64_t* v
+    for li in range(nl):
+        for m in range(n):
+            s = c.lane_src[li * n + m]
+            at = c.seg[s] if s >= 0 and c.seg[s] >= 0 else 0
+            for k in range(c.chunks):
+                v = c.clw + 4 * n * (k * nl + li)
+                if li > 0:
+                    v[m], v[n + m] = 0, 0
+                if s < 0 or c.seg[s] < 0:
+                    v[2 * n + m], v[3 * n + m] = 0, 0
+                    continue
+                v[2 * n + m] = _chunk_bytes(c.rc_node + s, p, g, k, c.chunks)
+                v[3 * n + m] = at
+                at += v[2 * n + m]
 
 
 cdef inline void _chunk_out(HierCall* c) noexcept nogil:
-    """Each chunk's out list: this rank's part of chunk k of every segment in the window (its
-    block of the segment cut to the chunk), and in chunk 0 the blocks the node's other ranks
-    wrote to their own regions for it (no lane carries those)."""
-    cdef int64_t p = c.p, g = c.g, k, s, i, seglen, b0, b1, lo, hi, start, end
+    """Each chunk's out list: this rank's part of chunk k of every segment in the window (after the
+    parts of the node's ranks before it), to its place in the receive buffer; in chunk 0 also the
+    blocks the node's other ranks wrote to their own regions for it (no lane carries those)."""
+    cdef int64_t p = c.p, g = c.g, local = c.local, k, s, lo, hi, at
     cdef int64_t* o_s = c.out
     cdef int64_t* o_d = o_s + p
     cdef int64_t* o_l = o_d + p
     cdef int64_t* q_s
     cdef int64_t* q_d
     cdef int64_t* q_l
-    for k in range(c.chunks):
-        q_s = c.cout + 3 * p * k
-        q_d, q_l = q_s + p, q_s + 2 * p
-        for s in range(p):
+    for s in range(p):
+        at = c.seg[s]  # where chunk k of s's segment starts
+        for k in range(c.chunks):
+            q_s = c.cout + 3 * p * k
+            q_d, q_l = q_s + p, q_s + 2 * p
             q_s[s], q_d[s], q_l[s] = 0, 0, 0
-            if c.seg[s] < 0:  # a rank of this node: its block came through its own region
+            if at < 0:  # a rank of this node: its block came through its own region
                 if k == 0:
                     q_s[s], q_d[s], q_l[s] = o_s[s], o_d[s], o_l[s]
                 continue
-            seglen = 0
-            for i in range(g):
-                seglen += c.rc_node[i * p + s]
-            b0 = o_s[s] - c.seg[s]
-            b1 = b0 + o_l[s]
-            _chunk_range(seglen, k, c.chunks, &lo, &hi)
-            start, end = max(b0, lo), min(b1, hi)
-            if end > start:
-                q_s[s], q_d[s], q_l[s] = c.seg[s] + start, o_d[s] + start - b0, end - start
+            _chunk_range(c.rc[s], k, c.chunks, &lo, &hi)
+            q_s[s] = at + _chunk_bytes(c.rc_node + s, p, local, k, c.chunks)
+            q_d[s], q_l[s] = c.rd[s] + lo, hi - lo
+            at += _chunk_bytes(c.rc_node + s, p, g, k, c.chunks)
 
 
 #: The most chunks a pipelined node phase is cut into.
@@ -309,7 +349,7 @@ cdef class HierPlanner:
     # lists as the program's above (moved by ``_shift``), then the chunks' lane vectors and out
     # lists; made at its first use.
     cdef readonly StepProgram pipelined
-    cdef int64_t _shift, _at_clanes, _at_cout, _cwords
+    cdef int64_t _shift, _at_clanes, _at_cout, _at_cpack, _cwords
     # The layout's arrays and the planner's scratch through their data pointers: they are never
     # reallocated, and acquiring typed memoryviews per call cost more than the planning itself.
     cdef const int64_t* _members
@@ -360,12 +400,13 @@ cdef class HierPlanner:
         self.program = StepProgram(np.zeros(self._words, dtype=i64))
         self._w = <int64_t*>cnp.PyArray_DATA(self.program.words)
         self.pipelined = None
-        # Rows: pack, self, own, chunk 0's lanes, then per chunk a wait, the next chunk's lanes, a
-        # barrier and an out list; a last barrier.
-        self._shift = (MAX_CHUNKS * (nl + 3) + nl + 8) * ROW_WORDS - (nl + 8) * ROW_WORDS
+        # Rows: self, two packs, chunk 0's lanes, own, then per chunk a wait, the next chunk's
+        # lanes, a barrier, an out list and a pack; a last barrier.
+        self._shift = (MAX_CHUNKS * (nl + 4) + nl + 8) * ROW_WORDS - (nl + 8) * ROW_WORDS
         self._at_clanes = self._words + self._shift
         self._at_cout = self._at_clanes + MAX_CHUNKS * 4 * n * nl
-        self._cwords = self._at_cout + MAX_CHUNKS * 3 * p
+        self._at_cpack = self._at_cout + MAX_CHUNKS * 3 * p
+        self._cwords = self._at_cpack + MAX_CHUNKS * 3 * p
         self.seg_off = np.zeros(p, dtype=i64)
         self.region_start = np.zeros(g + 1, dtype=i64)
         self._members = <int64_t*>cnp.PyArray_DATA(self.members)
@@ -405,7 +446,7 @@ cdef class HierPlanner:
                 self.pipelined = StepProgram(np.zeros(self._cwords, dtype=np.int64))
             out, shift, words = self.pipelined, self._shift, self._cwords
             w = <int64_t*>cnp.PyArray_DATA(out.words)
-            c.clw, c.cout = w + self._at_clanes, w + self._at_cout
+            c.clw, c.cout, c.cpack = w + self._at_clanes, w + self._at_cout, w + self._at_cpack
         c.sc = _vector(send_counts, p, "send counts")
         c.sd = _vector(send_displs, p, "send displs")
         c.rc = _vector(recv_counts, p, "receive counts")
@@ -432,42 +473,46 @@ cdef class HierPlanner:
             w[shift + self._at_self], w[shift + self._at_self + 1], w[shift + self._at_self + 2] = \
                 c.sd[c.me], c.rd[c.me], c.sc[c.me]
             if c.chunks > 1:
-                _chunk_vectors(&c)
+                packed = _chunk_pack(&c)
+                _chunk_receives(&c)
                 _chunk_out(&c)
-                self._write_pipelined(&c, w, base)
+                self._write_pipelined(&c, w)
+                base = -1  # always packed: chunk by chunk
             else:
                 self._write_steps(&c, rounds, radix, base, nrep)
             _finish(w, packed if base < 0 and packed > p2tot else p2tot, c.rstart[g], words)
         return out
 
-    cdef void _write_pipelined(self, HierCall* c, int64_t* w, int64_t base) noexcept nogil:
+    cdef void _write_pipelined(self, HierCall* c, int64_t* w) noexcept nogil:
         """The pipelined program's steps (linear lanes, shared-memory node phase, ``c.chunks``
-        chunks): chunk 0 of every served lane is started, then this rank's own blocks for its node
-        go to the window beside it; then, for each chunk k, wait for it, start chunk k + 1, a node
-        barrier (every server's chunk k is in the window), and copy this rank's part of chunk k out
-        while chunk k + 1 is on the wire; a last barrier frees the window."""
-        cdef int64_t p = c.p, n = c.n, g = c.g, nl = c.nl, k, s = self._shift
+        chunks): chunk 0 is packed and started on every served lane, then this rank's own blocks
+        for its node go to the window and chunk 1 is packed beside it; then, for each chunk k,
+        wait for it, start chunk k + 1, a node barrier (every server's chunk k is in the window),
+        copy this rank's part of chunk k out and pack chunk k + 2 while chunk k + 1 is on the wire;
+        a last barrier frees the window."""
+        cdef int64_t p = c.p, g = c.g, k, s = self._shift
         _start(w, self._pool + s, STAGE_SHARED)
-        if base < 0:
-            _copy_step(w, COPY_PACK, BUF_SEND, BUF_SCRATCH, s + self._at_pack, p, p)
         _copy_step(w, COPY_SELF, BUF_SEND, BUF_RECV, s + self._at_self, 1, 1)
-        self._chunk_lanes(c, w, 0, base >= 0)
+        _copy_step(w, COPY_PACK, BUF_SEND, BUF_SCRATCH, self._at_cpack, p, p)
+        self._chunk_lanes(c, w, 0)
         _copy_step(w, COPY_OWN, BUF_SEND, BUF_STAGE, s + self._at_own, g, g)
+        _copy_step(w, COPY_PACK, BUF_SEND, BUF_SCRATCH, self._at_cpack + 3 * p, p, p)
         for k in range(c.chunks):
             _emit(w, STEP_WAIT, 0, 0, 0)
             if k + 1 < c.chunks:
-                self._chunk_lanes(c, w, k + 1, base >= 0)
+                self._chunk_lanes(c, w, k + 1)
             _emit(w, STEP_BARRIER, 0, 0, 0)   # every server's chunk k (and every own block) is in place
             _copy_step(w, COPY_OUT, BUF_STAGE, BUF_RECV, self._at_cout + 3 * p * k, p, p)
+            if k + 2 < c.chunks:
+                _copy_step(w, COPY_PACK, BUF_SEND, BUF_SCRATCH, self._at_cpack + 3 * p * (k + 2), p, p)
         _emit(w, STEP_BARRIER, 0, 0, 0)       # nobody reads the window any more: the next call may write it
 
-    cdef void _chunk_lanes(self, HierCall* c, int64_t* w, int64_t k, bint in_place) noexcept nogil:
+    cdef void _chunk_lanes(self, HierCall* c, int64_t* w, int64_t k) noexcept nogil:
         """Chunk ``k`` of every served lane, posted together and left in flight."""
         cdef int64_t li, n = c.n, nl = c.nl
         for li in range(nl):
             _exchange_step(w, self._served[li], ROUNDS_LINEAR, 0, WITH_NEXT if li + 1 < nl else IN_FLIGHT,
-                           BUF_SEND if in_place else BUF_SCRATCH, BUF_STAGE,
-                           self._at_clanes + 4 * n * (k * nl + li), n)
+                           BUF_SCRATCH, BUF_STAGE, self._at_clanes + 4 * n * (k * nl + li), n)
 
     cdef void _write_steps(self, HierCall* c, int64_t rounds, int64_t radix, int64_t base, int64_t nrep) noexcept nogil:
         """The program's steps, in the order every runner takes them (phase 1 from the send buffer

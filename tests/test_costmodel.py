@@ -312,8 +312,9 @@ def _grid():
 def test_auto_pick_is_the_models_argmin_on_a_grid():
     """auto's pick, one-shot and plan, is the cheapest option the model prices (MPI_Alltoall is
     hxmpi's flat on uniform counts): every algorithm the layout runs at every radix of
-    ``RADICES`` (capped at its communicator's size), and within 5% of every radix."""
-    from hxmpi.comm.costmodel import CALL_ALGORITHMS, RADICES, CpuTimes, Pattern, auto_pick
+    ``RADICES`` (capped at its communicator's size), and within 5% of every radix; the linear
+    lanes at every chunk count of ``CHUNKS``."""
+    from hxmpi.comm.costmodel import CALL_ALGORITHMS, CHUNKS, RADICES, CpuTimes, Pattern, auto_pick
     from hxmpi.comm.plan import ALGORITHM
     cpu = CpuTimes.load()
     for m, n, g, block in _grid():
@@ -326,7 +327,8 @@ def test_auto_pick_is_the_models_argmin_on_a_grid():
                     continue
                 size = max(2, n if algo is not None and algo.hierarchical else n * g)
                 radixed = algo is not None and algo.radixed
-                for k in (range(2, size + 1) if radixed else [2]):
+                chunked = algo is not None and algo.chunked
+                for k in (range(2, size + 1) if radixed else CHUNKS if chunked else [2]):
                     t = predict_call(m, name, mode, n, g, pat, cpu=cpu, radix=k)
                     every.append(t)
                     if not radixed or k in RADICES or k == size:

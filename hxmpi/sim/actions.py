@@ -132,7 +132,7 @@ def exchange_actions(rank: int, step, layout: Layout, tags: Optional[_Tags] = No
 WAITALL_MAX = 8
 
 
-def wait_lines(posted: Sequence[str]) -> list[str]:
+def wait_lines(posted: Sequence[str], by_name: bool = False) -> list[str]:
     """Lines that wait for every request of ``posted`` (irecv/isend lines of one rank).
 
     Few requests: one ``waitall``. Many: a ``wait SRC DST TAG`` for each, which costs SMPI O(n)
@@ -140,8 +140,10 @@ def wait_lines(posted: Sequence[str]) -> list[str]:
     peers at 1024 ranks). SMPI charges a small message's receive overhead when its wait finishes
     it, so the waits go in the order the messages are expected to arrive, as a waitall would take
     them: receives by size (the smallest arrive first; posting order among equals), then sends.
+    ``by_name``: a ``wait`` for each whatever their number (other requests of the rank are pending:
+    a ``waitall`` would wait for them too).
     """
-    if len(posted) <= WAITALL_MAX:
+    if len(posted) <= WAITALL_MAX and not by_name:
         return [f"{posted[0].split()[0]} waitall"] if posted else []
     parts = [ln.split() for ln in posted]
     order = sorted(range(len(parts)), key=lambda i: (parts[i][1] != "irecv", int(parts[i][4]), i))
@@ -153,23 +155,27 @@ def wait_lines(posted: Sequence[str]) -> list[str]:
     return out
 
 
-def dissemination(rank: int, layout: Layout, tag: int, nbytes, ahead: bool = True) -> list[str]:
+def dissemination(rank: int, layout: Layout, tag: int, nbytes, ahead: bool = True, alone: bool = False) -> list[str]:
     """A dissemination over the rank's node (``dissemination_distances``: ceil(log2 G) rounds): in
     round d, send to the rank d ahead and receive from the rank d behind (``ahead`` False: the
-    other way round), ``nbytes(d, G)`` bytes each way, at tag ``tag`` + the round's index."""
+    other way round), ``nbytes(d, G)`` bytes each way, at tag ``tag`` + the round's index.
+    ``alone``: wait for each round's two messages by name (messages left in flight beside it
+    must not be waited for: SMPI's ``waitall`` waits for every request of the rank)."""
     members = layout.members[int(layout.node_of[rank])].tolist()
     pos, size, lines = members.index(rank), len(members), []
     way = 1 if ahead else -1
     for i, dist in enumerate(dissemination_distances(size)):
         n = nbytes(dist, size)
-        lines += [f"{rank} isend {members[(pos + way * dist) % size]} {tag + i} {n}",
-                  f"{rank} irecv {members[(pos - way * dist) % size]} {tag + i} {n}", f"{rank} waitall"]
+        posted = [f"{rank} isend {members[(pos + way * dist) % size]} {tag + i} {n}",
+                  f"{rank} irecv {members[(pos - way * dist) % size]} {tag + i} {n}"]
+        lines += posted + (wait_lines(posted, by_name=True) if alone else [f"{rank} waitall"])
     return lines
 
 
-def barrier_actions(rank: int, layout: Layout) -> list[str]:
-    """A dissemination barrier over the rank's node: ceil(log2 G) rounds of 1-byte messages."""
-    return dissemination(rank, layout, PHASE_TAG["barrier"] * TAG_STRIDE, lambda d, g: 1)
+def barrier_actions(rank: int, layout: Layout, alone: bool = False) -> list[str]:
+    """A dissemination barrier over the rank's node: ceil(log2 G) rounds of 1-byte messages
+    (``alone``: as ``dissemination``'s)."""
+    return dissemination(rank, layout, PHASE_TAG["barrier"] * TAG_STRIDE, lambda d, g: 1, alone=alone)
 
 
 @dataclass(frozen=True)

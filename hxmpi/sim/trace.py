@@ -71,12 +71,12 @@ def rank_trace(layout: Layout, counts: np.ndarray, rank: int, algorithm, node_ph
             lines += coarse_actions(rank, step, layout, counts, coarse, tags) \
                 if coarse and coarsenable(step, layout, rank) else exchange_actions(rank, step, layout, tags)
         elif isinstance(step, Wait):
-            lines += wait_lines(in_flight)
+            lines += wait_lines(in_flight, by_name=True)
             in_flight = []
         elif isinstance(step, Collective):
             lines += collective_actions(rank, step, layout, model, library, coarse)
-        else:
-            lines += barrier_actions(rank, layout)
+        else:  # beside messages in flight, a barrier waits for its own alone
+            lines += barrier_actions(rank, layout, alone=bool(in_flight))
     flush(copy_bytes)
     lines.append(f"{rank} finalize")
     return lines

@@ -38,7 +38,7 @@ class CostModel(Parameters):
         algo = runs_as(algorithm, has_hierarchy(nodes, per_node))
         if algo.radixed:
             raise ValueError(f"features: {algo.name}'s rounds are not linear in the parameters; use predict")
-        sk = shape_price(call_shape(nodes, per_node), algo.name, 2, node_phase, True, "")
+        sk = shape_price(call_shape(nodes, per_node), algo.name, algo.setting(), node_phase, True, "")
         f = sk.linear(float(block))
         f[INDEX["overhead_hier" if algo.hierarchical else "overhead_flat"]] += 1.0
         return f
@@ -51,7 +51,7 @@ class CostModel(Parameters):
             raise ValueError(f"node_phase must be one of {tuple(NODE_PHASES)}, got {node_phase!r}")
         algo = runs_as(algorithm, has_hierarchy(nodes, per_node))
         fixed = self.overhead_hier if algo.hierarchical else self.overhead_flat
-        walk = shape_price(call_shape(nodes, per_node), algo.name, 2, node_phase, True, "")
+        walk = shape_price(call_shape(nodes, per_node), algo.name, algo.setting(), node_phase, True, "")
         return fixed + walk.price(self, float(block))
 
     def choose(self, nodes: int, per_node: int, block: float, node_phase: str = "shm") -> str:
