@@ -92,16 +92,16 @@ class Engine:
     ``radix``, ``leaders``, ``chunks``: an explicit Bruck radix, multi-leader count and pipelined
     node phase's chunks (``plan.Algorithm.setting``); ``cost_model``,
     ``cpu_times``: what "auto" prices with; ``cache_entries``, ``cache_bytes``: the plan cache's
-    bounds; ``deferred``: a nonblocking calls' engine (``topology`` a duplicate of its HierComm's,
-    its data's alone; agreements and gathers on duplicates of its own; its runs handed over, never
-    run here; no compiled call path).
+    bounds; ``deferred``: a nonblocking calls' engine's (gather, agreement) communicators, or None
+    (``topology`` is then a duplicate of its HierComm's, its data's alone; its runs are handed
+    over, never run here; no compiled call path).
     """
 
     def __init__(self, topology: Topology, layout: Layout, node_phase: str, key: tuple, algorithm: str, radix: int,
                  leaders: int, chunks: int, cost_model: CostModel, cpu_times: CpuTimes, cache_entries: int,
-                 cache_bytes: int, deferred: bool = False):
+                 cache_bytes: int, deferred: Optional[tuple] = None):
         t = self.topology = topology
-        self.comm, self.deferred = t.comm, deferred
+        self.comm, self.deferred = t.comm, deferred is not None
         # Only the shared-memory node phase pipelines (its window holds every chunk).
         self.algorithm, self.radix, self.leaders = algorithm, radix, leaders
         self.chunks = chunks if node_phase == "shm" else 1
@@ -113,15 +113,14 @@ class Engine:
         self.window = NodeWindow(t.intra) if node_phase == "shm" else None
         #: each exchange's communicator by its code in a step program (``plan.ExchangeStep.comm``)
         self.comms = {"world": self.comm, "node": t.intra, **dict(t.served_lanes)}
-        #: where a hierarchical miss gathers its node's counts, and where calls agree
-        self.gather_comm, agree_comm = t.intra, self.comm
-        if deferred:  # the agreements' and the gathers' own duplicates: started as requests move,
-            # their collectives never interleave with each other or with the data's (on ``topology``'s)
-            self.gather_comm, agree_comm = t.intra.Dup(), self.comm.Dup()
+        #: where a hierarchical miss gathers its node's counts, and where calls agree: a nonblocking
+        #: calls' engine has duplicates of its own (``deferred``), as its collectives, started as
+        #: requests move, must never interleave with each other or with the data's (on ``topology``'s)
+        self.gather_comm, agree_comm = deferred if deferred is not None else (t.intra, self.comm)
         # One-shot runs are compiled (None where the MPI's handles cannot be passed from compiled
         # code: their steps are walked in Python then).
         try:
-            self.runner: Optional[Runner] = None if deferred else Runner(
+            self.runner: Optional[Runner] = None if self.deferred else Runner(
                 self.comm, t.intra, t.served_lanes, MPI.BYTE, BRUCK_TAG, bruck_rounds)
         except NotImplementedError:
             self.runner = None
@@ -134,7 +133,7 @@ class Engine:
         self.calls = CallTable(self.agreement, self.plan_cache, self.scratch, self.window, self.comm.size)
         self.plan_cache.on_drop = self.calls.forget
         self.choices: dict[tuple, tuple[Algorithm, int]] = {}  # auto's picks by pattern class (``pick``)
-        if not deferred:  # a deferred call's run is handed over, never run here
+        if not self.deferred:  # a deferred call's run is handed over, never run here
             self._compiled_paths(key)
         self.node_of = np.asarray(t.node_of, dtype=np.int64)
         self.members = self.layout.members[t.node]

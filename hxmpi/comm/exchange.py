@@ -120,14 +120,16 @@ class HierComm(Deriving):
         self._count_request: Optional[ExchangeRequest] = None
         self._typed: Optional[TypedSides] = None  # Alltoallw's layouts and kept calls, made on first use
         self._progress: Optional[Progress] = None  # the nonblocking calls' thread, made on first use
-        # Request mode's queue and engine, made here (collective) so that a nonblocking call stays
-        # local: its agreement, gathers and data move on duplicates of this HierComm's
+        # Request mode's queue and engine, made here (collective), so that a nonblocking call stays
+        # local: its agreements, gathers and data move on duplicates of this HierComm's
         # communicators, with the node phase by message passing (a window's barriers would need
         # every rank of the node inside the library at once).
         self._requests: Optional[Requests] = None
         if progress == "request":
-            engine = Engine(self.topology.duplicate(), self.layout, "mpi", key, *engine_args, deferred=True)
-            self._requests = Requests(engine, partial(one_rank_error, comm=self.comm))
+            twin = self.topology.duplicate()
+            deferred = (self.topology.intra.Dup(), self.comm.Dup())  # the gathers' and the agreements'
+            self._requests = Requests(Engine(twin, self.layout, "mpi", key, *engine_args, deferred=deferred),
+                                      partial(one_rank_error, comm=self.comm))
         self._request_types: Optional[TypedSides] = None  # Ialltoallw's layouts and kept calls
         #: what a HierComm with this one's layout and settings is built from (the progress thread's)
         self._settings = dict(node_of=list(self.topology.node_of), algorithm=algorithm, tuning=tuning,

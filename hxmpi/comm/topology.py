@@ -159,7 +159,9 @@ class Topology:
 
     def duplicate(self) -> "Topology":
         """The same nodes over duplicates of this Topology's communicators (collective): what a
-        HierComm's nonblocking calls move on, apart from its blocking ones."""
+        HierComm's nonblocking calls move on, apart from its blocking ones. (Blocking
+        ``MPI_Comm_dup``s: Open MPI's nonblocking ``MPI_Comm_idup`` can deadlock against other
+        collectives on the same communicator, open-mpi/ompi#2025.)"""
         twin = copy.copy(self)
         twin.comm, twin.intra = self.comm.Dup(), self.intra.Dup()
         twin.served_lanes = tuple((lane, comm.Dup()) for lane, comm in self.served_lanes)
