@@ -38,7 +38,8 @@ def _call(label: str) -> tuple[str, int]:
 
 def fields(rec: dict) -> list[tuple[str, str, str, int]]:
     """(field, algorithm, mode, radix) of each call a record replays."""
-    out = [("bare_alltoallv", "flat", "bare", 2), ("bare_alltoall", "alltoall", "bare", 2)]
+    out = [("bare_alltoallv", "flat", "bare", 2), ("bare_alltoall", "alltoall", "bare", 2),
+           ("bare_alltoallv_plan", "flat", "bare_plan", 2)]  # MPI's persistent collective
     for a in ALGORITHMS:
         k = rec.get(f"{a}_radix", 2) if ALGORITHM[a].radixed else 2
         out.append((a, a, "oneshot", k))

@@ -1,11 +1,13 @@
-"""OSU-style all-to-all latency: bare MPI, flat/hier/auto HierComm, persistent plans, a naive mpi4py user.
+"""OSU-style all-to-all latency: bare MPI (one-shot and persistent), flat/hier/auto HierComm, persistent
+plans, a naive mpi4py user.
 
     mpirun -np 4 python benchmarks/osu_alltoallv.py -m 8:1048576 --ranks-per-node 2 --json out.json
 
 Sizes are bytes per block (per destination rank), as in osu_alltoallv. Latency is the mean time
 per call in microseconds over ``-i`` iterations after ``-x`` warm-up calls, averaged over ranks
 (``-f`` adds min and max over ranks). Columns: "bare" is ``comm.Alltoallv`` on prebuilt specs (C int
-counts, MPI.BYTE), the floor for any wrapper; "flat", "hier", "auto" are ``HierComm.Alltoallv`` calls
+counts, MPI.BYTE), the floor for any one-shot wrapper; "bare-plan" is MPI's persistent collective on the
+same specs (``comm.Alltoallv_init`` once, then Start/Wait: MPI-4), the floor for any plan; "flat", "hier", "auto" are ``HierComm.Alltoallv`` calls
 (validated unless ``--no-validate``) with the same specs every call, so from the third call on they
 run their cached persistent plan; so are "bruck" (flat radix-k Bruck), "hier_pairwise" and
 "hier_bruck" (hier with pairwise or Bruck lanes; radix ``--radix``); "A-new" (A one of flat, hier,
@@ -14,6 +16,9 @@ receive displacements shift through 1024 patterns, none repeated within a size, 
 agrees, plans and binds anew); "A-plan" are persistent requests (``HierComm.Alltoallv_init`` once,
 then Start/Wait); "naive" is what a user without hxmpi writes:
 per-destination numpy arrays, ``np.concatenate``, ``comm.Alltoallv``, ``np.split``.
+The table shows the one-shot columns beside "bare", the plans beside "bare-plan"; ratios (printed for
+the first and last size, every one in the JSON's ``ratios``) set one-shot columns over "bare" and
+plans over the faster of "bare" and "bare-plan" (``hxmpi.baselines``).
 ``-c`` checks one extra, untimed call of every column per size against ``MPI_Alltoallv``, with the
 receive buffer poisoned first; the verdict is agreed by all ranks.
 ``--uneven`` draws skewed counts (Zipf-like, as MoE routing produces) with the same mean.
@@ -28,12 +33,19 @@ import numpy as np
 from mpi4py import MPI
 
 import hxmpi  # before mpi4py: it keeps Open MPI's UCX one-sided component out (docs/staging.md)
+from hxmpi.baselines import BARE_PLAN, baseline, is_plan
 from hxmpi.cli import command_line
 from hxmpi.provenance import provenance
 
 ALGORITHMS = ("flat", "hier", "bruck", "hier_pairwise", "hier_bruck")
-COLUMNS = ("bare", *ALGORITHMS, "auto", *(f"{a}-new" for a in ALGORITHMS), *(f"{a}-plan" for a in ALGORITHMS),
-           "naive")
+#: One-shot calls after MPI's one-shot call, plans after MPI's persistent one (the order printed).
+COLUMNS = ("bare", *ALGORITHMS, "auto", *(f"{a}-new" for a in ALGORITHMS), "naive",
+           BARE_PLAN, *(f"{a}-plan" for a in ALGORITHMS))
+#: The ratios printed (every column's is in the JSON), and two of hxmpi's paths against each other.
+SHOWN_RATIOS = ("flat", "flat-new", "hier", "auto", BARE_PLAN, "flat-plan", "hier-plan")
+PAIRS = (("hier", "flat"), ("hier-plan", "flat-plan"))
+#: How the ratios name the baseline of a plan.
+PLAN_BASE = "min(bare, bare-plan)"
 POISON = 0xA5
 # Receive-displacement shifts of the "-new" columns: none comes back within a run, so the plan cache
 # (which keeps every 8th pattern of a long run of misses) never serves one.
@@ -77,7 +89,8 @@ def run_size(hc: hxmpi.HierComm, nbytes: int, args, rng) -> dict:
                   [rbuf, (rc.astype(np.intc), np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.intc)),
                    MPI.BYTE])
     plans = {col: hc.Alltoallv_init([sbuf, sc, MPI.BYTE], [rbuf, rc, MPI.BYTE], algorithm=col[:-5])
-             for col in COLUMNS if col.endswith("-plan")}
+             for col in COLUMNS if is_plan(col)}
+    plans[BARE_PLAN] = comm.Alltoallv_init(*bare_specs)  # MPI's own plan: its schedule built here, once
     for col in COLUMNS:
         def once():
             if col == "naive":
@@ -127,6 +140,14 @@ def run_size(hc: hxmpi.HierComm, nbytes: int, args, rng) -> dict:
     return result
 
 
+def size_ratios(r: dict) -> dict:
+    """One size's ratios: every column but "bare" over its baseline (one-shot calls and "bare-plan"
+    over "bare", plans over the faster of "bare" and "bare-plan"; ``hxmpi.baselines``), then ``PAIRS``."""
+    times = {c: r[c]["avg_us"] for c in COLUMNS}
+    out = {f"{c}/{PLAN_BASE if is_plan(c) else 'bare'}": times[c] / baseline(c, times) for c in COLUMNS if c != "bare"}
+    return out | {f"{a}/{b}": times[a] / times[b] for a, b in PAIRS}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-m", "--message-size", default="8:1048576", help="MIN:MAX bytes per block (powers of 2)")
@@ -162,6 +183,7 @@ def main(argv=None) -> int:
         if args.full:
             head += "".join(f"{c + ' min/max':>22}" for c in ("flat", "hier"))
         print(head)
+        print("# one-shot columns to bare's right, plans to bare-plan's (MPI_Alltoallv_init once, then Start/Wait)")
         for r in rows:
             line = f"{r['size']:<10d}" + "".join(f"{r[c]['avg_us']:{width[c]}.2f}" for c in COLUMNS)
             line += f"{r['auto_choice']:>12}"
@@ -170,12 +192,11 @@ def main(argv=None) -> int:
             print(line, flush=True)
         if args.check:
             print(f"# check passed: {len(COLUMNS)} columns x {len(rows)} sizes equal MPI_Alltoallv on every rank")
-        ratios = {f"{a}/{b} @ {r['size']} B": r[a]["avg_us"] / r[b]["avg_us"] for r in rows
-                  for a, b in (("flat", "bare"), ("flat-new", "bare"), ("hier", "bare"), ("flat-plan", "bare"),
-                               ("hier-plan", "bare"), ("hier", "flat"), ("hier-plan", "flat-plan"))}
+        ratios = {f"{k} @ {r['size']} B": v for r in rows for k, v in size_ratios(r).items()}
         for r in ({rows[0]['size']: rows[0], rows[-1]['size']: rows[-1]}.values()):
-            print(f"# ratios @ {r['size']} B: " + ", ".join(f"{k.split(' @')[0]} {v:.2f}x" for k, v in ratios.items()
-                                                           if k.endswith(f"@ {r['size']} B")))
+            shown = {k: v for k, v in size_ratios(r).items() if k.split("/")[0] in SHOWN_RATIOS or
+                     tuple(k.split("/")) in PAIRS}
+            print(f"# ratios @ {r['size']} B: " + ", ".join(f"{k} {v:.2f}x" for k, v in shown.items()))
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump({"benchmark": "osu_alltoallv", "provenance": provenance(command_line("benchmarks/osu_alltoallv.py", comm.size)),

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from statistics import median
 
+from hxmpi.baselines import BARE_PLAN, BASELINE_WORDS, BASELINES, baseline, is_plan, ratio
+
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The measured CPU per path that ships with the package (package data, not under results/).
 PACKAGED_CPU = Path(__file__).resolve().parent.parent / "hxmpi" / "comm" / "overhead.json"
@@ -121,26 +123,50 @@ def provenance_text(name: str, data: dict) -> str:
 
 
 # --------------------------------------------------------------------------------------- renderers
+def _ratio_cell(v) -> str:
+    """A ratio to a baseline as the tables show it; n/a where the file has no baseline for it."""
+    return NA if v is None else f"{v:.2f}"
+
+
+#: What a table shows where a file has no baseline for a column (made before it was measured).
+NA = "n/a"
+
+
 def render_osu(d):
+    """osu_alltoallv.py's table: one-shot columns beside bare, plans beside bare-plan (MPI's
+    persistent MPI_Alltoallv_init; n/a in files made before it was measured), then each column
+    over its baseline (``hxmpi.baselines``)."""
     res = d["results"]
     cols = [k for k in res[0] if isinstance(res[0][k], dict) and "avg_us" in res[0][k]]
+    persistent = BARE_PLAN
+    oneshot = [c for c in cols if c != persistent and not is_plan(c)]
+    cols = oneshot + [persistent] + [c for c in cols if is_plan(c)]
     header = ["block"] + cols + (["auto's pick"] if "auto_choice" in res[0] else [])
-    rows = []
+    rows, ratios = [], []
     for r in res:
-        row = [size(r["size"])] + [num(r[c]["avg_us"], 2) if c in r else "-" for c in cols]
+        times = {c: r[c]["avg_us"] for c in cols if c in r}
+        row = [size(r["size"])] + [num(times[c], 2) if c in times else NA for c in cols]
         rows.append(row + ([r.get("auto_choice", "")] if "auto_choice" in res[0] else []))
+        ratios.append([size(r["size"])] + [_ratio_cell(ratio(c, times)) for c in cols if c != "bare"])
     checked = all(all(r.get("check", {}).values()) for r in res) and "check" in res[0]
     note = (f"Layout {layout(d.get('node_sizes'))}, {d['world_size']} ranks, "
-            f"{'uneven' if d.get('uneven') else 'even'} counts; us per call (mean over ranks). "
+            f"{'uneven' if d.get('uneven') else 'even'} counts; us per call (mean over ranks): one-shot calls "
+            f"beside `bare` (`MPI_Alltoallv`), plans beside `{persistent}` (MPI's persistent `MPI_Alltoallv_init`, "
+            "Start + Wait). "
             + ("Every column was checked against `MPI_Alltoallv` (`-c`): all equal. " if checked else "")
             + f"MPI: {d.get('mpi', '?').split(',')[0].strip(chr(0))}.")
-    return note + "\n\n" + table(header, rows)
+    why = (f"Each column over its baseline: one-shot calls (and `{persistent}`) over `bare`, plans over the faster "
+           f"of `bare` and `{persistent}`" + (f" ({NA}: this file has no `{persistent}` column; rerun it)"
+                                               if persistent not in res[0] else "") + ":")
+    return "\n\n".join([note, table(header, rows), why, table(["block"] + [c for c in cols if c != "bare"], ratios)])
 
 
 def render_overhead(d):
+    m = d["median_us"]
     out = [f"Layout {layout(d.get('node_sizes'))}, {d.get('block')} B blocks, Bruck radix {d.get('radix')}; "
-           "median over the rounds, us per call."]
-    out.append(table(["column", "us"], [(k, num(v, 2)) for k, v in d["median_us"].items()]))
+           "median over the rounds, us per call; x base: plans (`A-plan`) over the faster of `bare` and `bare-plan` "
+           "(MPI's persistent `MPI_Alltoallv_init`), every other column over `bare`."]
+    out.append(table(["column", "us", "x base"], [(k, num(v, 2), _ratio_cell(ratio(k, m))) for k, v in m.items()]))
     formula = d.get("cpu_formula", {})
     out.append("CPU per path (`cpu_s_per_call`), us:")
     out.append(table(["key", "us", "formula"],
@@ -186,7 +212,8 @@ def render_overhead_combined(d):
 
 
 def _ratios_to_bare(inputs) -> str:
-    """Each column of the input runs over that run's bare call: median (min-max) per layout."""
+    """Each column of the input runs over that run's baseline (plans over the faster of bare and
+    bare-plan, the rest over bare; ``hxmpi.baselines``): median (min-max) per layout."""
     layouts = sorted({tuple(i.get("node_sizes") or ()) for i in inputs}, key=len)
     groups = [[i for i in inputs if tuple(i.get("node_sizes") or ()) == lay] for lay in layouts]
     columns = [c for c in inputs[0]["median_us"] if all(c in i["median_us"] for i in inputs)]
@@ -194,11 +221,12 @@ def _ratios_to_bare(inputs) -> str:
     for c in columns:
         cells = []
         for group in groups:
-            ratios = [i["median_us"][c] / i["median_us"]["bare"] for i in group]
-            cells.append(f"{median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
+            ratios = [ratio(c, i["median_us"]) for i in group]
+            cells.append(NA if None in ratios else f"{median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
         rows.append((c, *cells))
-    return ("Each column over the same run's bare call, median (min-max) over the input runs of a layout:\n\n"
-            + table(["column"] + [f"x bare, {layout(list(lay))}" for lay in layouts], rows))
+    return ("Each column over the same run's baseline (plans over the faster of `bare` and `bare-plan`, the rest "
+            "over `bare`), median (min-max) over the input runs of a layout:\n\n"
+            + table(["column"] + [f"x base, {layout(list(lay))}" for lay in layouts], rows))
 
 
 def render_pack(d):
@@ -287,26 +315,33 @@ def render_simulate(d):
         for r in recs:
             src = "model" if r.get("by_model") else "sim"
             get = (lambda k: r.get(f"model_{k}_s")) if r.get("by_model") else (lambda k: r.get(f"{k}_sim_s"))
-            bare = [v for v in (get("bare_alltoallv"), get("bare_alltoall")) if v is not None]
-            best = min(bare) if bare else None
-            plan, one, agr = get("auto_plan"), get("auto"), get("agreement")
+            times = {k: get(k) for k in (*BASELINES, "auto", "auto_plan")}
+            plan, one, agr, bare_plan = get("auto_plan"), get("auto"), get("agreement"), get("bare_alltoallv_plan")
+            best = baseline("auto", times)
             rows.append((layout(r.get("node_sizes") or [r["ranks_per_node"]] * r["nodes"]), size(r["block_bytes"]),
                          src, us(get("bare_alltoallv")), us(get("bare_alltoall")), us(agr),
-                         f"{us(one)} ({r.get('auto_pick')})", f"{us(plan)} ({r.get('auto_plan_pick')})",
-                         num(plan / best, 2) if plan and best else "-",
+                         f"{us(one)} ({r.get('auto_pick')})",
                          num((one - agr) / best, 2) if one and agr and best else "-",
+                         us(bare_plan) if "bare_alltoallv_plan_sim_s" in r else NA,
+                         f"{us(plan)} ({r.get('auto_plan_pick')})", _ratio_cell(ratio("auto_plan", times)),
                          ", ".join(r.get("timed_out") or []) or ""))
         out.append(table(["layout", "block", "from", "bare Alltoallv", "bare Alltoall", "agreement",
-                          "auto one-shot (pick)", "auto plan (pick)", "plan / best bare",
-                          "(one-shot - agreement) / best bare", "timed out"], rows))
+                          "auto one-shot (pick)", "(one-shot - agreement) / best bare one-shot",
+                          "bare Alltoallv_init (MPI's plan)", "auto plan (pick)",
+                          "plan / best bare, persistent incl.", "timed out"], rows))
+        out.append(f"One-shot calls are set against {BASELINE_WORDS['oneshot']}, plans against {BASELINE_WORDS['plan']}"
+                   + (f"; {NA}: this file has no MPI persistent call (made before it was simulated; rerun it)"
+                      if not any("bare_alltoallv_plan_sim_s" in r for r in recs) else "") + ".")
         fams = ["flat", "hier", "bruck", "hier_bruck"]
         rows = [(layout(r.get("node_sizes") or [r["ranks_per_node"]] * r["nodes"]), size(r["block_bytes"]),
                  *[f"{us(r.get(f'{f}_sim_s'))} / {us(r.get(f'model_{f}_s'))}" for f in fams],
+                 f"{us(r.get('bare_alltoallv_plan_sim_s'))} / {us(r.get('model_bare_alltoallv_plan_s'))}"
+                 if "model_bare_alltoallv_plan_s" in r else NA,
                  *[f"{us(r.get(f'{f}_plan_sim_s'))} / {us(r.get(f'model_{f}_plan_s'))}" for f in fams[1:]])
                 for r in recs]
         out.append("Each algorithm, simulated / the cost model's prediction, us:")
-        out.append(table(["layout", "block"] + [f"{f} one-shot" for f in fams] + [f"{f} plan" for f in fams[1:]],
-                         rows))
+        out.append(table(["layout", "block"] + [f"{f} one-shot" for f in fams] + ["bare Alltoallv_init"]
+                         + [f"{f} plan" for f in fams[1:]], rows))
     else:
         rows = [(layout(r.get("node_sizes") or [r["ranks_per_node"]] * r["nodes"]), size(r["block_bytes"]),
                  us(r.get("flat_sim_s")), us(r.get("hier_sim_s")), us(r.get("model_flat_s")),
@@ -429,6 +464,11 @@ def _nic_floor(r, nic):
     return g * (p - g) * r["block_bytes"] / nic["bandwidth"]
 
 
+def _lower_bound_of(d) -> str:
+    """The bare calls a scale file's lower bound is the fastest of, as its records name them."""
+    return " / ".join(sorted({r.get("lower_bound_of", "MPI_Alltoallv and MPI_Alltoall") for r in d["records"]}))
+
+
 def render_scale(d):
     """The scale table: hxmpi's one-shot and plan against Open MPI's tuned decision and HAN (each
     replayed with its fitted CPU per block) and the CPU-free lower bound."""
@@ -438,8 +478,8 @@ def render_scale(d):
               f"{num(nic['bandwidth'] / 1e9, 2)} GB/s per node")
            + (", linear world phases replayed coarsely" if d.get("coarse") else "")
            + ". Microseconds per call; \"from\" says whether the row is replayed or given by the models. "
-           "Open MPI tuned and HAN carry Open MPI's fitted CPU per block; the lower bound (the faster of bare "
-           "MPI_Alltoallv and of Open MPI's tuned MPI_Alltoall) carries none."]
+           "Open MPI tuned and HAN carry Open MPI's fitted CPU per block; the lower bound (the fastest of the bare "
+           f"calls {_lower_bound_of(d)}) carries none."]
     rows = []
     for r in d["records"]:
         rows.append((layout(r["node_sizes"]), size(r["block_bytes"]), us(r["auto_s"]), us(r["auto_plan_s"]),
@@ -456,6 +496,9 @@ def render_scale(d):
     if any(r.get("lower_bound_of") == "MPI_Alltoall" for r in d["records"]):
         out.append("Bare MPI_Alltoallv was not replayed here (`--no-alltoallv`): the lower bound is Open MPI's "
                    "tuned MPI_Alltoall without CPU.")
+    elif not all("MPI_Alltoallv_init" in r.get("lower_bound_of", "") for r in d["records"]):
+        out.append("This file's lower bound leaves out MPI's persistent MPI_Alltoallv_init (made before it was "
+                   "replayed; rerun it): its plan / lower bound is against one-shot calls only.")
     if d.get("complete") is False:
         out.append("The sweep was stopped before its last rows: the table holds the rows it replayed.")
     errs = d.get("model_errors", {})
@@ -630,38 +673,84 @@ def _sim_record(d: dict, nodes: int, per_node: int, block: int) -> dict:
     return next(r for r in d["records"] if (r["nodes"], r["ranks_per_node"], r["block_bytes"]) == (nodes, per_node, block))
 
 
+#: The simulator's preset the README quotes: the one calibrated to published timings.
+CALIBRATED = "preset slingshot"
+#: The bare MPI call behind each baseline field (``hxmpi.baselines``), as the sentences name it.
+CALLED = {"bare": "MPI_Alltoallv", "bare_alltoallv": "MPI_Alltoallv", "bare_alltoall": "MPI_Alltoall",
+          "bare-plan": "MPI_Alltoallv_init", "bare_alltoallv_plan": "MPI_Alltoallv_init"}
+
+
+def _calibrated(d: dict, name: str) -> dict:
+    """A simulate file the README may quote: made on the calibrated preset, or refused."""
+    if d.get("source") != CALIBRATED:
+        raise SystemExit(f"report.py: the README quotes {CALIBRATED} results only; {name} is {d.get('source')!r}")
+    return d
+
+
+def _against(name: str, times: dict) -> tuple[float, str]:
+    """(the time column ``name`` is set against, the words for it, naming the call): its baseline
+    (``hxmpi.baselines``); for a plan in a file made before MPI's persistent call was run, the best
+    bare one-shot call, said so."""
+    base = baseline(name, times)
+    if base is not None:
+        words = "the best bare MPI call, persistent included," if is_plan(name) else "the best bare one-shot MPI call,"
+    else:
+        base = baseline("bare", times)
+        words = "the best bare one-shot MPI call (MPI's persistent `MPI_Alltoallv_init` is not in this file),"
+    return base, f"{words} `{CALLED[next(k for k in CALLED if times.get(k) == base)]}`"
+
+
+def _sim_times(r: dict) -> dict:
+    return {k: r.get(f"{k}_sim_s") for k in (*BASELINES, "auto", "auto_plan")}
+
+
 def _sim_even(results: Path) -> tuple[str, str]:
-    d = _load(results, "simulate_call_even.json")
-    r = _sim_record(d, 32, 8, 512)
-    plan, best = r["auto_plan_sim_s"], r["best_bare_sim_s"]
-    bare = "MPI_Alltoall" if r["bare_alltoall_sim_s"] <= r["bare_alltoallv_sim_s"] else "MPI_Alltoallv"
-    return (f"**Simulated 256 ranks (32 nodes x 8), 512 B blocks, even counts** (SimGrid, "
-            f"{d['source'].replace('preset ', '')} preset, hxmpi's measured CPU per call): `auto`'s persistent "
-            f"plan ({r['auto_plan_pick']}) takes **{plan / best:.2f}x** the best bare MPI call ({plan * 1e6:.1f} "
-            f"against {best * 1e6:.1f} us for `{bare}`).", "scale")
+    name = "simulate_costmodel.json"
+    d = _calibrated(_load(results, name), name)
+    r = _sim_record(d, 8, 8, 512)
+    times = _sim_times(r)
+    plan = r["auto_plan_sim_s"]
+    base, words = _against("auto_plan", times)
+    return (f"**Simulated 64 ranks (8 nodes x 8), 512 B blocks, even counts** (SimGrid, slingshot preset: "
+            f"calibrated to Open MPI's published timings; hxmpi's measured CPU per call): `auto`'s persistent "
+            f"plan ({r['auto_plan_pick']}) takes **{plan / base:.2f}x** {words} ({plan * 1e6:.1f} against "
+            f"{base * 1e6:.1f} us).", "scale")
 
 
 def _sim_skewed(results: Path) -> tuple[str, str]:
-    d = _load(results, "simulate_call_64x8_uneven.json")
-    r = _sim_record(d, 64, 8, 8)
-    plan, one, bare = r["auto_plan_sim_s"], r["auto_sim_s"], r["bare_alltoallv_sim_s"]
-    return (f"**Simulated 512 ranks (64 nodes x 8), 8 B blocks, skewed (Zipf-like) counts**: `auto`'s plan "
-            f"({r['auto_plan_pick']}) takes **{plan / bare:.2f}x** a bare `MPI_Alltoallv` ({plan * 1e6:.1f} against "
-            f"{bare * 1e6:.1f} us); a one-shot call, agreement included, {one / bare:.2f}x ({one * 1e6:.1f} us).",
-            "scale")
+    name = "simulate_slingshot_8x8_uneven.json"
+    d = _calibrated(_load(results, name), name)
+    r = _sim_record(d, 8, 8, 8)
+    times = _sim_times(r)
+    plan, one, agr = r["auto_plan_sim_s"], r["auto_sim_s"], r["agreement_sim_s"]
+    base, words = _against("auto_plan", times)
+    base1, words1 = _against("auto", times)
+    return (f"**Simulated 64 ranks (8 nodes x 8), 8 B blocks, skewed (Zipf-like) counts** (slingshot preset): "
+            f"`auto`'s plan ({r['auto_plan_pick']}) takes **{plan / base:.2f}x** {words} ({plan * 1e6:.1f} against "
+            f"{base * 1e6:.1f} us); a one-shot call, agreement included, {one / base1:.2f}x {words1} "
+            f"({one * 1e6:.1f} against {base1 * 1e6:.1f} us; its agreement {agr * 1e6:.1f} us).", "scale")
 
 
 def _osu_row(d: dict, size: int) -> dict:
     return next(r for r in d["results"] if r["size"] == size)
 
 
+def _osu_times(r: dict) -> dict:
+    """An osu_alltoallv row's columns: us per call."""
+    return {c: v["avg_us"] for c, v in r.items() if isinstance(v, dict) and "avg_us" in v}
+
+
 def _cluster(results: Path) -> tuple[str, str]:
     d = _load(results, "osu_cluster_221.json")
     r = _osu_row(d, 8)
-    plan, bare, flat = r["hier-plan"]["avg_us"], r["bare"]["avg_us"], r["flat"]["avg_us"]
+    times = _osu_times(r)
+    plan, flat = times["hier-plan"], times["flat"]
+    base, words = _against("hier-plan", times)
+    base1, words1 = _against("flat", times)
     return (f"**Emulated 3-host cluster (2+2+1 ranks over TCP), 8 B blocks**: the hierarchical persistent "
-            f"request takes **{plan / bare:.2f}x** a bare `MPI_Alltoallv` ({plan:.2f} against {bare:.2f} us); a "
-            f"one-shot call pays the agreement on top (flat, same pattern every call, {flat:.2f} us).", "exchange")
+            f"request takes **{plan / base:.2f}x** {words} ({plan:.2f} against {base:.2f} us); a one-shot call pays "
+            f"the agreement on top (flat, same pattern every call, {flat / base1:.2f}x {words1}, {flat:.2f} us).",
+            "exchange")
 
 
 def _overhead(results: Path) -> tuple[str, str]:
@@ -749,23 +838,25 @@ def comparison(results: Path = RESULTS) -> str:
     row("mpi4py `comm.Alltoallv`", f"{where}; one-shot call, the same pattern every call", "measured",
         m["flat-repeat"], m["bare"], "overhead_np4.json")
     u = _load(results, "osu_1host_np4.json")
-    r = _osu_row(u, 8)
-    plans = {k: v["avg_us"] for k, v in r.items() if k.endswith("-plan")}
+    times = _osu_times(_osu_row(u, 8))
+    plans = {k: v for k, v in times.items() if is_plan(k)}
     best = min(plans, key=plans.get)
-    row("mpi4py `comm.Alltoallv`", f"one host, {layout(u['node_sizes'])} ranks, 8 B blocks; persistent request "
-        f"(fastest: {best})", "measured", plans[best], r["bare"]["avg_us"], "osu_1host_np4.json")
+    base, words = _against(best, times)
+    row(f"mpi4py: {words}", f"one host, {layout(u['node_sizes'])} ranks, 8 B blocks; persistent request "
+        f"(fastest: {best})", "measured", plans[best], base, "osu_1host_np4.json")
     c = _load(results, "osu_cluster_221.json")
-    r = _osu_row(c, 8)
-    row("MPI_Alltoallv over TCP", f"emulated cluster, {layout(c['node_sizes'])} ranks on 3 hosts, 8 B blocks; "
-        "hier persistent request", "measured", r["hier-plan"]["avg_us"], r["bare"]["avg_us"], "osu_cluster_221.json")
+    times = _osu_times(_osu_row(c, 8))
+    base, words = _against("hier-plan", times)
+    row(f"MPI over TCP: {words}", f"emulated cluster, {layout(c['node_sizes'])} ranks on 3 hosts, 8 B blocks; "
+        "hier persistent request", "measured", times["hier-plan"], base, "osu_cluster_221.json")
     for name in ("simulate_1024_128x8_8.json", "simulate_1024_32x32_8.json"):
         d = _load(results, name)
         r = d["records"][0]
-        bare = "MPI_Alltoall" if r["bare_alltoall_sim_s"] <= r["bare_alltoallv_sim_s"] else "MPI_Alltoallv"
-        row(f"Open MPI's default algorithms (best of `MPI_Alltoall`, `MPI_Alltoallv`: {bare})",
+        base, words = _against("auto_plan", _sim_times(r))
+        row(f"Open MPI's default algorithms: {words}",
             f"{r['nodes']} x {r['ranks_per_node']} ranks, {r['block_bytes']} B blocks, "
             f"{d['source'].replace('preset ', '')} preset; auto's persistent plan ({r['auto_plan_pick']})",
-            "projected (SimGrid)", r["auto_plan_sim_s"] * 1e6, r["best_bare_sim_s"] * 1e6, name)
+            "projected (SimGrid)", r["auto_plan_sim_s"] * 1e6, base * 1e6, name)
     f = _load(results, "fit_slingshot.json")
     pub = {(p["algorithm"], p["transport"]): p["published_s"] for p in f["points"] if p["block_bytes"] == 8}
     if ("han_alltoall", "mtl") in pub and ("ompi_bruck", "mtl") in pub:

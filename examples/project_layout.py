@@ -16,8 +16,10 @@ if MPI.COMM_WORLD.rank == 0:
     for nodes, per_node in ((32, 8), (128, 8)):
         for block in (8, 4096):
             algorithm, radix, seconds = choose_call(model, "plan", nodes, per_node, block, cpu=cpu)
+            # A plan's baselines: MPI's one-shot call and its own persistent MPI_Alltoallv_init.
             bare = predict_call(model, "flat", "bare", nodes, per_node, block)
-            print(f"{nodes} x {per_node}, {block} B blocks: pick {algorithm}"
+            mpi_plan = predict_call(model, "flat", "bare_plan", nodes, per_node, block)
+            print(f"{nodes} x {per_node}, {block} B blocks: plan {algorithm}"
                   f"{'/' + str(radix) if 'bruck' in algorithm else ''} {seconds * 1e6:.1f} us,"
-                  f" bare MPI_Alltoallv {bare * 1e6:.1f} us")
+                  f" bare MPI_Alltoallv {bare * 1e6:.1f} us, MPI_Alltoallv_init {mpi_plan * 1e6:.1f} us")
     print("projection ok")

@@ -1,5 +1,6 @@
 """Benchmarks record where their JSON came from (``provenance``: the command, commit, date, version,
 MPI library and cores; the docs render it with the tables)."""
+import importlib.util
 import json
 import shlex
 import subprocess
@@ -10,6 +11,7 @@ import pytest
 from mpilaunch import launcher_family, mpirun_command, run_job
 
 from hxmpi import __version__
+from hxmpi.baselines import baseline, ratio
 from hxmpi.provenance import PROVENANCE_KEYS, source_commit
 
 MPIRUN = mpirun_command()
@@ -36,12 +38,52 @@ def test_a_serial_benchmark_records_its_command(tmp_path):
 @pytest.mark.parametrize("n", [2, 3])
 def test_an_mpi_benchmark_records_its_command_and_ranks(tmp_path, n):
     out = tmp_path / "osu.json"
-    args = ["-m", "8:16", "-i", "2", "-x", "1", "--json", str(out)]
+    args = ["-m", "8:16", "-i", "2", "-x", "1", "-c", "--json", str(out)]
     proc = run_job(MPIRUN + ["-n", str(n), sys.executable, "benchmarks/osu_alltoallv.py", *args],
                    timeout=90, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
-    prov = json.loads(out.read_text())["provenance"]
+    data = json.loads(out.read_text())
+    # MPI's persistent Alltoallv_init is timed and checked (-c) like every other column; plans are
+    # set against the faster of it and the one-shot call.
+    assert all(r["check"]["bare-plan"] and r["bare-plan"]["avg_us"] > 0 for r in data["results"])
+    assert "check passed" in proc.stdout and "hier-plan/min(bare, bare-plan) @ 8 B" in data["ratios"]
+    assert "| bare-plan | flat-plan |" in report_module().render_osu(data)
+    prov = data["provenance"]
     assert prov["command"] == shlex.join(["mpirun", "-np", str(n), "python", "benchmarks/osu_alltoallv.py", *args])
     # The library the job ran on, as its launcher's family names it.
     assert {"openmpi": "Open MPI", "hydra": "MPICH"}[launcher_family()] in prov["mpi"], prov
     assert prov["commit"] == source_commit()[0]
+
+
+def report_module():
+    """benchmarks/report.py, loaded by path (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("hxmpi_report", ROOT / "benchmarks" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_plans_are_set_against_mpi_persistent_call_and_one_shot_calls_against_its_one_shot_call():
+    """hxmpi.baselines: a plan over the faster of MPI's one-shot and persistent calls, a one-shot
+    call (and MPI's own plan) over the one-shot; a plan without MPI's persistent call has none."""
+    times = {"bare": 10.0, "bare-plan": 4.0, "flat": 12.0, "flat-plan": 5.0}
+    assert (baseline("flat", times), baseline("flat-plan", times), ratio("bare-plan", times)) == (10.0, 4.0, 0.4)
+    assert baseline("hier-plan", {"bare": 10.0, "hier-plan": 5.0}) is None
+    assert ratio("hier-plan", {"bare": 10.0, "hier-plan": 5.0}) is None
+    sim = {"bare_alltoallv": 3.0, "bare_alltoall": 2.5, "bare_alltoallv_plan": 2.0, "auto_plan": 1.0}
+    assert (baseline("auto", sim), baseline("auto_plan", sim), ratio("auto_plan", sim)) == (2.5, 2.0, 0.5)
+
+
+def test_report_sets_plans_beside_mpi_plan_and_says_na_where_a_file_has_none():
+    """The osu table: one-shot columns after bare, plans after bare-plan, then the ratios; a file
+    made before bare-plan was measured still renders, its plan ratios n/a."""
+    report = report_module()
+    row = {"size": 8, "check": {}, "bare": {"avg_us": 10.0}, "flat": {"avg_us": 12.0},
+           "bare-plan": {"avg_us": 4.0}, "flat-plan": {"avg_us": 5.0}, "naive": {"avg_us": 20.0}}
+    d = {"world_size": 2, "node_sizes": [2], "mpi": "Open MPI v5", "results": [row]}
+    text = report.render_osu(d)
+    assert "| block | bare | flat | naive | bare-plan | flat-plan |" in text
+    assert "| 8 B | 1.20 | 2.00 | 0.40 | 1.25 |" in text  # flat/bare, naive/bare, bare-plan/bare, flat-plan/bare-plan
+    old = {**d, "results": [{k: v for k, v in row.items() if k != "bare-plan"}]}
+    text = report.render_osu(old)
+    assert "| 8 B | 10.00 | 12.00 | 20.00 | n/a | 5.00 |" in text and "| 8 B | 1.20 | 2.00 | n/a | n/a |" in text

@@ -5,7 +5,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from hxmpi.comm.costmodel import CostModel, alltoallv_algorithm, fit, fixed_cpu, predict_call
+from hxmpi.comm.costmodel import CPU_KEYS, CostModel, CpuTimes, alltoallv_algorithm, fit, fixed_cpu, predict_call
 
 # Linear and pairwise flat worlds, node sizes 2 to 8, one single-node world (intra-node latency
 # apart from the fixed costs): every parameter shows in some feature.
@@ -358,3 +358,17 @@ def test_mpi_alltoall_follows_open_mpis_decision_with_its_cpu():
     assert predict_call(cpu, "alltoall", "plan", 32, 32, 512) == predict_call(base, "alltoall", "plan", 32, 32, 512)
     # The Bruck's CPU grows as P log P blocks: at 1024 ranks it is most of the call.
     assert extra > 0.5 * predict_call(cpu, "alltoall", "plan", 32, 32, 8)
+
+
+def test_mpi_persistent_collective_is_priced_as_libnbc_runs_it():
+    """A bare plan (MPI_Alltoallv_init or MPI_Alltoall_init, then Start + Wait) costs the flat exchange
+    with every message posted at once: what a bare one-shot call costs where Open MPI's blocking rule
+    is linear (8 ranks), less than its pairwise rounds on 64 ranks, and no CPU of hxmpi's."""
+    m = CostModel()
+    assert predict_call(m, "flat", "bare_plan", 2, 4, 64) == pytest.approx(predict_call(m, "flat", "bare", 2, 4, 64))
+    assert predict_call(m, "flat", "bare_plan", 8, 8, 8) < predict_call(m, "flat", "bare", 8, 8, 8)
+    assert predict_call(m, "alltoall", "bare_plan", 8, 8, 8) == predict_call(m, "flat", "bare_plan", 8, 8, 8)
+    costly = CpuTimes({k: 1.0 for k in CPU_KEYS}, "test")
+    assert predict_call(m, "flat", "bare_plan", 8, 8, 8, cpu=costly) == predict_call(m, "flat", "bare_plan", 8, 8, 8)
+    with pytest.raises(ValueError, match="persistent collective"):
+        predict_call(m, "hier", "bare_plan", 8, 8, 8)

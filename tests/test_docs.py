@@ -117,6 +117,20 @@ def test_readme_numbers_are_the_result_files():
     assert results.count("\n- **") == len(report.HEADLINES) >= 6
 
 
+def test_readme_sets_plans_against_mpi_persistent_call_and_quotes_the_calibrated_preset():
+    """Each README sentence on a plan names MPI's persistent MPI_Alltoallv_init (its baseline, or
+    that the file lacks it); the simulated ones come from the slingshot preset, the calibrated one."""
+    report = report_module()
+    for make in report.HEADLINES:
+        text, _ = make(report.RESULTS)
+        if " plan " in text or "persistent request" in text:
+            assert "MPI_Alltoallv_init" in text, text
+        if text.startswith("**Simulated"):
+            assert "slingshot preset" in text and "hdr" not in text, text
+    with pytest.raises(SystemExit, match="slingshot"):
+        report._calibrated({"source": "preset hdr"}, "simulate_call_even.json")
+
+
 def test_readme_is_rewritten_from_the_files(tmp_path):
     """--readme rewrites only the generated blocks, from the files given."""
     report = report_module()

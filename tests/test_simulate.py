@@ -466,3 +466,37 @@ def test_pairwise_lanes_of_one_rank_replay_in_turn():
     lines = rank_trace(layout, counts, 4, Call("hier_pairwise", "plan"), "shm", plain_model())
     peers = [int(ln.split()[2]) for ln in lines if ln.split()[1] in ("isend", "irecv")]
     assert peers.index(1) > max(i for i, q in enumerate(peers) if q in (0, 2))  # lane 1 after lane 0
+
+
+def test_mpi_persistent_collective_posts_the_flat_exchange_at_once():
+    """MPI's persistent Alltoallv_init (mode "bare_plan", as Open MPI's libnbc runs it) on 64 ranks:
+    the messages of the blocking call's 63 pairwise rounds, posted at once, with no hxmpi CPU and no
+    agreement; its Alltoall_init the same trace."""
+    layout, counts = Layout(node_of_sizes([32, 32])), make_counts(64, 8, False)
+    model = plain_model(overhead_flat=1e-3)  # a CPU cost a bare call must not pay
+    bare = rank_trace(layout, counts, 5, Call("flat", "bare"), "shm", model)
+    plan = rank_trace(layout, counts, 5, Call("flat", "bare_plan"), "shm", model)
+    assert trace_stats(plan) == trace_stats(bare) == {"flat": {"messages": 63, "bytes": 8 * 63}}
+    verbs = [ln.split()[1] for ln in plan]
+    assert "waitall" not in verbs and "allreduce" not in verbs
+    assert [ln for ln in plan if " sleep " in ln] == [ln for ln in bare if " sleep " in ln]  # its copy, no CPU
+    assert {"isend", "irecv"}.isdisjoint(verbs[verbs.index("wait"):])  # every message posted before any wait
+    assert rank_trace(layout, counts, 5, Call("alltoall", "bare_plan"), "shm", model) == plan
+    assert Call("flat", "bare_plan").bare and not Call("flat", "plan").bare
+
+
+@needs_simgrid
+def test_mpi_persistent_collective_replays_as_the_model_prices_it(tmp_path):
+    """4 ranks (Open MPI's blocking rule is linear there too): MPI's plan replays as its one-shot
+    call; 8 x 8 ranks at 8 B: linear beats the blocking call's pairwise rounds, and the model prices
+    both within the tolerance the sweep's other checks use. A plan is set against the faster."""
+    small = simulate_point([2, 2], 64, PRESETS["hdr"], Network(), only=["bare_alltoallv", "bare_alltoallv_plan"])
+    assert small["bare_alltoallv_plan_sim_s"] == small["bare_alltoallv_sim_s"]
+    rec = simulate_point([8] * 8, 8, PRESETS["hdr"], Network(),
+                         only=["bare_alltoallv", "bare_alltoall", "bare_alltoallv_plan", "auto_plan"])
+    assert rec["bare_alltoallv_plan_sim_s"] < rec["bare_alltoallv_sim_s"]
+    for k in ("bare_alltoallv", "bare_alltoallv_plan"):
+        assert rec[f"model_{k}_s"] == pytest.approx(rec[f"{k}_sim_s"], rel=0.25)
+    bare = [rec[f"{k}_sim_s"] for k in ("bare_alltoallv", "bare_alltoall", "bare_alltoallv_plan")]
+    assert rec["plan_baseline_sim_s"] == min(bare) and rec["best_bare_sim_s"] == min(bare[:2])
+    assert "flat bare_plan" in rec["replay_s"]

@@ -2,7 +2,7 @@
 (the agreement's collectives, then the exchange as the planner's step program says)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 import numpy as np
@@ -10,9 +10,9 @@ import numpy as np
 from ..comm.costmodel.agreement import agreement_steps as cost_agreement_steps
 from ..comm.plan import ALGORITHM, Layout
 from .errors import SimulateError
-from .schedule import Collective, rank_schedule
+from .schedule import Collective, Exchange, rank_schedule
 
-__all__ = ["node_of_sizes", "make_counts", "Call", "needs_hierarchy", "has_radix", "agreement_steps", "call_steps"]
+__all__ = ["node_of_sizes", "make_counts", "BARE_MODES", "Call", "needs_hierarchy", "has_radix", "agreement_steps", "call_steps"]
 
 
 def node_of_sizes(sizes: Sequence[int]) -> np.ndarray:
@@ -34,6 +34,10 @@ def make_counts(size: int, block: int, uneven: bool, seed: int = 0) -> np.ndarra
     return counts
 
 
+#: The modes of MPI's own calls, without hxmpi: one-shot and persistent.
+BARE_MODES = ("bare", "bare_plan")
+
+
 @dataclass(frozen=True)
 class Call:
     """One simulated call: ``algorithm`` (``plan.ALGORITHMS``, or "alltoall": MPI_Alltoall inside hxmpi,
@@ -41,13 +45,21 @@ class Call:
     leaders per node, chunks; None: its default), and ``mode``: "oneshot" (hxmpi's agreement on a plan-cache
     miss, then the exchange; Bruck sends length headers), "hit" (a one-shot call the plan cache
     serves: the agreement's Allreduce, no node Allgather, lengths known), "plan" (a persistent
-    request: no agreement, lengths known), "bare" (the MPI call alone, no hxmpi CPU) or
+    request: no agreement, lengths known), "bare" (the MPI call alone, no hxmpi CPU), "bare_plan"
+    (MPI's persistent collective, ``MPI_Alltoallv_init`` or ``MPI_Alltoall_init`` then Start + Wait,
+    as Open MPI's coll/libnbc runs it: the flat exchange with every message posted at once, built
+    once, so no per-call CPU; ``algorithm`` "flat" or "alltoall", the same messages) or
     "agreement" (the agreement's collectives alone). ``numpy``: the ``alltoallv(array, counts)`` form, whose
     agreement also exchanges the counts (one Alltoall of an int64 per peer)."""
     algorithm: str
     mode: str = "oneshot"
     radix: Optional[int] = None
     numpy: bool = False
+
+    @property
+    def bare(self) -> bool:
+        """Whether it is MPI's call alone (one-shot or persistent): no hxmpi CPU, no library CPU."""
+        return self.mode in BARE_MODES
 
     @property
     def hier(self) -> bool:
@@ -100,6 +112,12 @@ def call_steps(layout: Layout, counts: np.ndarray, rank: int, call: Call, node_p
         block = int(counts[0, 0])
         if not (counts == block).all():
             raise SimulateError("MPI_Alltoall needs uniform counts")
-        return steps + [Collective("alltoall", block)]
+        if call.mode != "bare_plan":
+            return steps + [Collective("alltoall", block)]
+    if call.mode == "bare_plan":
+        # libnbc's persistent schedule: the flat exchange, every message posted at once (its
+        # MPI_Alltoall_init too: its Bruck is disabled), whatever the blocking call's rule says.
+        return [replace(st, schedule="linear") if isinstance(st, Exchange) else st
+                for st in rank_schedule(layout, counts, rank, "flat", node_phase, learned=True)]
     return steps + rank_schedule(layout, counts, rank, call.algorithm, node_phase, call.radix,
                                  learned=call.mode != "oneshot")

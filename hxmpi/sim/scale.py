@@ -8,8 +8,9 @@ One row per layout and block size (even counts), in seconds per call:
   (``reference.tuned_alltoall``: its modified Bruck, linear or pairwise), with the CPU per block
   the preset's fit found in Open MPI's Bruck (``RefCpu.ddt_block``);
 - HAN: coll/han's ``alltoall_using_smsc`` with its fitted CPU per block (``RefCpu.han_block``);
-- lower bound: the faster of bare ``MPI_Alltoallv`` (Open MPI's rule, as ``python -m hxmpi.sim``
-  replays it) and ``MPI_Alltoall`` as Open MPI's tuned decision runs it, both replayed with no
+- lower bound: the fastest of bare ``MPI_Alltoallv`` (Open MPI's rule, as ``python -m hxmpi.sim``
+  replays it), MPI's persistent ``MPI_Alltoallv_init`` (Open MPI's libnbc: every message posted at
+  once) and ``MPI_Alltoall`` as Open MPI's tuned decision runs it, all replayed with no
   library CPU at all (only the platform's per-message cost): no MPI library runs that fast, so a
   ratio to it is an upper bound of hxmpi's cost.
 
@@ -44,13 +45,16 @@ from .replay import replay_traces, simgrid
 from .simgrid import SimGrid
 from .sweep import DEFAULT_MAX_REPLAY_RANKS, simulate_point
 
-__all__ = ["BASELINES", "HXMPI_FIELDS", "COLUMNS", "scale_point", "model_errors", "build_parser", "main"]
+__all__ = ["BASELINES", "HXMPI_FIELDS", "ALLTOALLV_FIELDS", "COLUMNS", "scale_point", "model_errors", "build_parser", "main"]
 
 #: Open MPI's schedules replayed: (record key, reference schedule, with the library's CPU).
 BASELINES = (("ompi_tuned", "ompi_tuned", True), ("han", "han_alltoall", True),
              ("ompi_tuned_free", "ompi_tuned", False))
 #: simulate_point's fields the table needs (the rest of its record is not replayed).
-HXMPI_FIELDS = ("bare_alltoallv", "auto", "auto_plan", "agreement")
+HXMPI_FIELDS = ("bare_alltoallv", "bare_alltoallv_plan", "auto", "auto_plan", "agreement")
+#: The fields of bare MPI_Alltoallv, one-shot and persistent: the same messages (``--no-alltoallv``
+#: skips both).
+ALLTOALLV_FIELDS = ("bare_alltoallv", "bare_alltoallv_plan")
 #: The table's columns: (record key, heading).
 COLUMNS = (("auto", "hxmpi one-shot"), ("auto_plan", "hxmpi plan"), ("ompi_tuned", "Open MPI tuned + CPU"),
            ("han", "HAN + CPU"), ("lower_bound", "lower bound (CPU-free bare)"))
@@ -64,9 +68,9 @@ def scale_point(sizes: Sequence[int], block: int, model: CostModel, ref: RefCpu,
     baseline of ``BASELINES`` replayed (``<key>_sim_s``, wall seconds in ``replay_s``) and
     modelled (``model_<key>_s``), and ``lower_bound_sim_s`` / ``model_lower_bound_s``; ``<column>_s``
     is the replay's value, or the model's where the world is not replayed. ``alltoallv=False``: bare
-    MPI_Alltoallv is not replayed (the lower bound is then Open MPI's tuned MPI_Alltoall alone;
-    ``lower_bound_of`` says which)."""
-    only = HXMPI_FIELDS if alltoallv else tuple(f for f in HXMPI_FIELDS if f != "bare_alltoallv")
+    MPI_Alltoallv, one-shot and persistent, is not replayed (the lower bound is then Open MPI's
+    tuned MPI_Alltoall alone; ``lower_bound_of`` says which)."""
+    only = HXMPI_FIELDS if alltoallv else tuple(f for f in HXMPI_FIELDS if f not in ALLTOALLV_FIELDS)
     rec = simulate_point(sizes, block, model, network, timeout=timeout, cpu=cpu, max_replay_ranks=max_replay_ranks,
                          only=only, sg=sg, nic=nic, coarse=coarse)
     layout = Layout(node_of_sizes(sizes))
@@ -89,11 +93,11 @@ def scale_point(sizes: Sequence[int], block: int, model: CostModel, ref: RefCpu,
         except ReplayTimeout:
             rec["timed_out"].append(key)
         rec["replay_s"][key] = round(time.perf_counter() - t0, 3)
-    rec["model_lower_bound_s"] = min([rec["model_ompi_tuned_free_s"]] + ([rec["model_bare_alltoallv_s"]] if alltoallv
-                                                                          else []))
-    free = [rec["ompi_tuned_free_sim_s"]] + ([rec["bare_alltoallv_sim_s"]] if alltoallv else [])
+    bare = ALLTOALLV_FIELDS if alltoallv else ()
+    rec["model_lower_bound_s"] = min([rec["model_ompi_tuned_free_s"]] + [rec[f"model_{k}_s"] for k in bare])
+    free = [rec["ompi_tuned_free_sim_s"]] + [rec[f"{k}_sim_s"] for k in bare]
     rec["lower_bound_sim_s"] = None if None in free else min(free)
-    rec["lower_bound_of"] = "MPI_Alltoallv and MPI_Alltoall" if alltoallv else "MPI_Alltoall"
+    rec["lower_bound_of"] = "MPI_Alltoallv, MPI_Alltoallv_init and MPI_Alltoall" if alltoallv else "MPI_Alltoall"
     for key, _ in COLUMNS:
         shown = rec[f"model_{key}_s"] if rec["by_model"] else rec[f"{key}_sim_s"]
         rec[f"{key}_s"] = shown
@@ -127,9 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "injection bandwidth per node)")
     p.add_argument("--coarse", action="store_true", help="replay linear world phases coarsely (one message per "
                    "node pair and local rank; their CPU and NIC costs kept)")
-    p.add_argument("--no-alltoallv", action="store_true", help="do not replay bare MPI_Alltoallv (its linear phase "
-                   "is the slowest replay at 1024 ranks on SimGrid 3.32); the lower bound is then Open MPI's tuned "
-                   "MPI_Alltoall without CPU")
+    p.add_argument("--no-alltoallv", action="store_true", help="do not replay bare MPI_Alltoallv nor MPI's "
+                   "persistent MPI_Alltoallv_init (their linear phase is the slowest replay at 1024 ranks on SimGrid "
+                   "3.32); the lower bound is then Open MPI's tuned MPI_Alltoall without CPU")
     add_replay_flags(p)
     p.add_argument("--json", help="write the records here")
     return p

@@ -40,14 +40,14 @@ def rank_trace(layout: Layout, counts: np.ndarray, rank: int, algorithm, node_ph
     (default: the model's fixed costs). ``coarse``: replay linear world phases coarsely
     (``coarse_actions``; the faster replay of large worlds). ``MPI_Alltoall`` (the "alltoall" call,
     the numpy form's counts) runs as Open MPI's tuned decision, with the MPI library's CPU per
-    block (the model's ``mpi_ddt_block``) but in a "bare" call: the CPU-free lower bound.
+    block (the model's ``mpi_ddt_block``) but in a bare call (``Call.bare``): the CPU-free lower bound.
     """
     call = algorithm if isinstance(algorithm, Call) else Call(algorithm)
     cpu = cpu or CpuTimes.fixed(model)
     steps = call_steps(layout, counts, rank, call, node_phase)
     lines = [f"{rank} init"]
     fixed = cpu(call.cpu_key) if call.mode in ("oneshot", "hit", "plan") else 0.0
-    library = RefCpu() if call.mode == "bare" else RefCpu(ddt_block=model.mpi_ddt_block)
+    library = RefCpu() if call.bare else RefCpu(ddt_block=model.mpi_ddt_block)
     tags = _Tags()
     copy_bytes = 0
     in_flight: list = []  # the posts of messages left in flight, up to the next Wait

@@ -60,12 +60,12 @@ from .cpu import CPU_KEYS, ENV_OVERHEAD, CpuTimes, fixed_cpu
 from .model import CostModel, fit
 from .params import ENV_TUNING, RATE_FIELDS
 from .pattern import KIB_CAP, Pattern, pattern_class
-from .pick import CALL_ALGORITHMS, CHUNKS, RADICES, auto_pick, choose_call, predict_call, settings_of
+from .pick import CALL_ALGORITHMS, CHUNKS, MODES, RADICES, auto_pick, choose_call, predict_call, settings_of
 from .walk import ProgramPrice, layout_price, price_program, representative_ranks
 
 __all__ = ["alltoallv_algorithm", "alltoall_algorithm", "CostModel", "fit", "CpuTimes", "fixed_cpu", "Pattern",
            "ProgramPrice", "price_program", "layout_price", "representative_ranks", "AgreementStep",
            "agreement_steps", "predict_agreement", "predict_call", "settings_of", "choose_call", "pattern_class",
            "auto_pick", "RATE_FIELDS", "COUNT_BYTES", "ALLTOALL_TUNED", "bruck_schedule", "dissemination_distances",
-           "ENV_TUNING", "ENV_OVERHEAD", "CPU_KEYS", "CALL_ALGORITHMS", "RADICES", "CHUNKS", "AGREEMENT_BYTES",
-           "KIB_CAP"]
+           "ENV_TUNING", "ENV_OVERHEAD", "CPU_KEYS", "CALL_ALGORITHMS", "MODES", "RADICES", "CHUNKS",
+           "AGREEMENT_BYTES", "KIB_CAP"]

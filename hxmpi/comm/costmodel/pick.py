@@ -17,11 +17,14 @@ from .params import Parameters
 from .pattern import Pattern, pattern_class
 from .walk import call_shape, shape_price
 
-__all__ = ["CALL_ALGORITHMS", "RADICES", "CHUNKS", "predict_call", "settings_of", "choose_call", "auto_pick"]
+__all__ = ["CALL_ALGORITHMS", "MODES", "RADICES", "CHUNKS", "predict_call", "settings_of", "choose_call", "auto_pick"]
 
 #: The algorithms ``predict_call`` knows: hxmpi's (``plan.ALGORITHMS``) and "alltoall"
 #: (MPI_Alltoall, uniform blocks only).
 CALL_ALGORITHMS = (*ALGORITHMS, "alltoall")
+#: The modes of a whole call ``predict_call`` prices (hxmpi's one-shot call and plan; MPI's
+#: one-shot call and persistent collective).
+MODES = ("oneshot", "plan", "bare", "bare_plan")
 #: Radices ``choose_call`` tries for the Bruck algorithms.
 RADICES = (2, 3, 4, 6, 8, 12, 16, 24, 32)
 #: Chunks ``choose_call`` tries for the pipelined node phase (1: none; up to ``plan.MAX_CHUNKS``).
@@ -40,11 +43,20 @@ def _predict_call(m: Parameters, algorithm: str, mode: str, shape: tuple, pat: P
         key = ("flat" if call == "alltoall" else ALGORITHM[call].cpu_key) + ("_plan" if mode == "plan" else "")
         t += cpu(key) if cpu is not None else fixed_cpu(m, key)
     b = pat.rank_bytes / p                        # effective block
+    frac = min(pat.rank_messages, p - 1.0) / (p - 1) if p > 1 else 1.0
+    if mode == "bare_plan":
+        # MPI's persistent collective (MPI_Alltoallv_init, MPI_Alltoall_init; then Start + Wait).
+        # Open MPI 5 serves both from coll/libnbc, whose schedule (built once, at init) posts every
+        # message at once: the flat exchange run linear, whatever the blocking call's rule (or,
+        # for MPI_Alltoall, its tuned Bruck) would pick. What a persistent call saves is per-call
+        # setup, and a bare one-shot call is charged none (it is the CPU-free floor: no hxmpi CPU,
+        # no mpi_ddt_block), so nothing is taken off; the messages stay, with their per-message
+        # CPU and, on a platform with a NIC, its rates. MPI_Alltoall_init is the same exchange.
+        return shape_price(shape, "flat", 2, node_phase, True, "linear").price(m, b, None, frac)
     if call == "alltoall":
         return t + alltoall_price(m, shape, b, library=mode != "bare")
     # Pairwise rounds each wait for the larger of their two blocks (flat: the agreed sum).
     pair = pat.pairwise_bytes / (p * (p - 1)) if pat.pairwise_bytes and p > 1 else None
-    frac = min(pat.rank_messages, p - 1.0) / (p - 1) if p > 1 else 1.0
     k = ALGORITHM[call].setting(radix)
     sk = shape_price(shape, call, k, node_phase, mode != "oneshot", "")
     return t + sk.price(m, b, pair, frac)
@@ -54,7 +66,10 @@ def predict_call(model: Parameters, algorithm: str, mode: str, nodes: int, per_n
                  node_phase: str = "shm", radix: Optional[int] = None, cpu=None, numpy: bool = False,
                  sizes: Optional[Sequence[int]] = None) -> float:
     """Predicted seconds of a whole call: ``mode`` "oneshot" (agreement + CPU + exchange), "plan"
-    (CPU + exchange, lengths known) or "bare" (the exchange alone).
+    (CPU + exchange, lengths known), "bare" (MPI's one-shot call of the exchange alone) or
+    "bare_plan" (MPI's persistent collective, ``MPI_Alltoallv_init`` or ``MPI_Alltoall_init``, as
+    Open MPI's coll/libnbc runs it: the flat exchange, every message posted at once; ``algorithm``
+    "flat" or "alltoall", the same price).
 
     ``pattern``: a ``Pattern`` or a block size (bytes, even counts). ``radix``: the algorithm's
     setting (``plan.Algorithm.setting``: Bruck radix, leaders, chunks; None: its default).
@@ -65,8 +80,11 @@ def predict_call(model: Parameters, algorithm: str, mode: str, nodes: int, per_n
     """
     if algorithm not in CALL_ALGORITHMS:
         raise ValueError(f"algorithm must be one of {CALL_ALGORITHMS}, got {algorithm!r}")
-    if mode not in ("oneshot", "plan", "bare"):
-        raise ValueError(f"mode must be 'oneshot', 'plan' or 'bare', got {mode!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "bare_plan" and algorithm not in ("flat", "alltoall"):
+        raise ValueError(f"a bare plan is MPI's own persistent collective: algorithm 'flat' or 'alltoall', "
+                         f"got {algorithm!r}")
     if node_phase not in NODE_PHASES:
         raise ValueError(f"node_phase must be one of {tuple(NODE_PHASES)}, got {node_phase!r}")
     pat = pattern if isinstance(pattern, Pattern) else Pattern.even(sum(call_shape(nodes, per_node, sizes)), pattern)
