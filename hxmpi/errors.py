@@ -20,22 +20,90 @@ if TYPE_CHECKING:  # importing this module does not start MPI
 
 
 class HxmpiError(Exception):
-    """Base class of every error hxmpi raises on purpose."""
+    """Base class of every error hxmpi raises on purpose: ``except hxmpi.HxmpiError`` catches them all.
+
+    Raised as itself for a nonblocking call of a ``HierComm(progress="thread")`` where MPI runs below
+    ``MPI_THREAD_MULTIPLE`` (on every rank). Where an error concerns input every rank must agree on,
+    it is raised on every rank alike, so a program may catch it and go on, or exit cleanly; an error
+    that one rank alone meets inside a collective ends the job instead (``MPI_Abort``), unless the
+    user chose ``MPI.ERRORS_RETURN``.
+
+    Examples
+    --------
+    >>> try:
+    ...     hc.Alltoallv([sbuf, "many", MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+    ... except hxmpi.HxmpiError as exc:
+    ...     print(type(exc).__name__)
+    ExchangeTypeError
+    """
 
 
 class TopologyError(HxmpiError, ValueError):
-    """Bad node layout (node_of, ranks_per_node) or derived communicator's argument: raised on every rank."""
+    """Bad node layout (``node_of``, ``ranks_per_node``) or derived communicator's argument: raised on every rank.
+
+    Raised by ``Topology`` and ``HierComm`` for a layout that is bad or differs between ranks, and by
+    the derived-communicator calls (``Dup``, ``Split``, ``Split_type``, ``Create_cart``, ``Sub``,
+    ``Create``) for a bad argument on any rank, before the MPI call. ``Create_group``'s bad argument
+    is the passing rank's alone: it ends the job, unless the user chose ``MPI.ERRORS_RETURN`` (then it
+    is raised on that rank). Also a ``ValueError``.
+
+    Examples
+    --------
+    >>> try:
+    ...     hxmpi.HierComm(MPI.COMM_WORLD, ranks_per_node=0)
+    ... except hxmpi.TopologyError as exc:
+    ...     print("positive integer" in str(exc))
+    True
+    """
 
 
 class ExchangeError(HxmpiError, ValueError):
-    """Bad all-to-all input (counts, displacements, buffers): raised on every rank, before data moves."""
+    """Bad all-to-all input (counts, displacements, buffers): raised on every rank, before data moves.
+
+    Also bad or differing ``HierComm`` settings (and unreadable tuning or CPU-per-path files),
+    datatypes, and bytes that differ between sender and receiver. The message names every failing
+    rank and its reason. A nonblocking call's is raised by its request's ``Wait``/``Test``. Also a
+    ``ValueError``.
+
+    Examples
+    --------
+    >>> try:
+    ...     hc.Alltoallv([sbuf, scounts + 1, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+    ... except hxmpi.ExchangeError as exc:
+    ...     print(str(exc).startswith("rank 0: send block"))
+    True
+    """
 
 
 class SettingError(HxmpiError, ValueError):
     """A run setting with a bad value (or a bad combination), raised on every rank.
 
-    ``setting`` names the setting (a ``hxmpi.train.run_config.TrainConfig`` field), never a command-line flag: the
-    CLI maps it to its flag when it prints the error.
+    ``setting`` names the setting (a ``hxmpi.train.run_config.TrainConfig`` field), never a
+    command-line flag: the CLI maps it to its flag when it prints the error. Also a ``ValueError``.
+
+    Parameters
+    ----------
+    setting : str
+        The setting's name.
+    detail : str
+        What is wrong with it; the message is ``f"{setting} {detail}"``.
+
+    Attributes
+    ----------
+    setting : str
+        The setting's name.
+    detail : str
+        What is wrong with it.
+
+    Examples
+    --------
+    >>> from hxmpi.errors import SettingError
+    >>> from hxmpi.train.run_config import TrainConfig
+    >>> try:
+    ...     TrainConfig(momentum=2.0)
+    ... except SettingError as exc:
+    ...     print(exc.setting, "|", exc)
+    momentum | momentum must lie in [0, 1), got 2.0
     """
 
     def __init__(self, setting: str, detail: str):
@@ -44,25 +112,94 @@ class SettingError(HxmpiError, ValueError):
 
 
 class CpuFileError(HxmpiError, ValueError):
-    """A CPU-per-path file (``bench_overhead.py --json`` output) that is missing or malformed; the
-    message names the file and the problem."""
+    """A CPU-per-path file (``bench_overhead.py --json`` output) that is missing or malformed.
+
+    The message names the file and the problem. Raised where such a file is read (the simulator's
+    tools); ``HierComm(overhead=...)`` raises it as an ``ExchangeError`` on every rank instead. Also a
+    ``ValueError``.
+
+    Examples
+    --------
+    >>> from hxmpi.errors import CpuFileError
+    >>> from hxmpi.comm.costmodel import CpuTimes
+    >>> try:
+    ...     CpuTimes.load("no-such-overhead.json")
+    ... except CpuFileError as exc:
+    ...     print(exc)
+    CPU file no-such-overhead.json: cannot read it: No such file or directory
+    """
 
 
 class PlanStateError(HxmpiError, RuntimeError):
-    """A request used out of order or as MPI forbids: a persistent one started twice, waited for
-    without a start or used after ``Free``; a nonblocking one cancelled."""
+    """A request used out of order or as MPI forbids; raised on the rank that does so.
+
+    A persistent request (``ExchangeRequest``) started twice, waited for without a start, or used
+    after ``Free``; a nonblocking request (``HierRequest``) used after ``Free``, used by two threads
+    at once, or cancelled. Refused before anything is communicated. Also a ``RuntimeError``.
+
+    Examples
+    --------
+    >>> from hxmpi.errors import PlanStateError
+    >>> req = hc.Alltoallv_init([sbuf, scounts, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+    >>> try:
+    ...     req.Wait()
+    ... except PlanStateError as exc:
+    ...     print(exc)
+    Wait() without Start(); call Start() first
+    >>> req.Free()
+    """
 
 
 class NonFiniteLoss(HxmpiError, ArithmeticError):
-    """The training loss became NaN or infinite (raised on every rank, after an agreement)."""
+    """The training loss became NaN or infinite (raised on every rank, after an agreement).
+
+    Raised by the trainer at the end of the epoch in which it happened; the message names the epoch
+    and step. Also an ``ArithmeticError``.
+
+    Examples
+    --------
+    >>> from hxmpi.errors import NonFiniteLoss
+    >>> from hxmpi.train.run_config import TrainConfig
+    >>> from hxmpi.train.trainer import Trainer
+    >>> with np.errstate(all="ignore"):
+    ...     try:
+    ...         Trainer(TrainConfig(epochs=1, lr=1e30, quiet=True), MPI.COMM_WORLD).run()
+    ...     except NonFiniteLoss:
+    ...         print("diverged: lower lr")
+    diverged: lower lr
+    """
 
 
 class ExchangeTypeError(ExchangeError, TypeError):
-    """A spec item of the wrong kind (not a buffer, non-integer counts): mpi4py raises TypeError here."""
+    """A spec item of the wrong kind (not a buffer, non-integer counts): mpi4py raises TypeError here.
+
+    Raised on every rank, before data moves, as an ``ExchangeError`` that is also a ``TypeError``
+    (also for device memory hxmpi cannot read).
+
+    Examples
+    --------
+    >>> try:
+    ...     hc.Alltoallv([sbuf, "many", MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+    ... except TypeError as exc:
+    ...     print(isinstance(exc, hxmpi.ExchangeTypeError))
+    True
+    """
 
 
 class ExchangeKeyError(ExchangeError, KeyError):
-    """A typecode string that names no MPI datatype: mpi4py raises KeyError here."""
+    """A typecode string that names no MPI datatype: mpi4py raises KeyError here.
+
+    Raised on every rank, before data moves, as an ``ExchangeError`` that is also a ``KeyError``;
+    its message is printed as written.
+
+    Examples
+    --------
+    >>> try:
+    ...     hc.Alltoallv([sbuf, scounts, "zz"], [rbuf, rcounts, MPI.DOUBLE])
+    ... except hxmpi.ExchangeKeyError as exc:
+    ...     print("typecode 'zz'" in str(exc))
+    True
+    """
 
     __str__ = Exception.__str__  # the message as written, not KeyError's repr of it
 

@@ -420,3 +420,55 @@ def simgrid_missing():
     except SimulateError as exc:
         return str(exc)
     return None
+
+
+# ------------------------------------------------------------------------------- the API's docstrings
+#: Where the docstrings of the public API are, by group: ``tests/test_api_examples.py`` runs each
+#: group's examples as one script; ``tests/test_docs.py`` checks that they are the docstrings of
+#: every public name. Each entry is (source file, name in it, public owner): a class brings its
+#: own docstring (not where the name ends in ``.*``) and those of the public methods and
+#: properties it defines, in source order, named after the public owner (``Deriving.*`` of
+#: derived.py brings ``HierComm.Dup`` ...); ``*`` brings every class of the file; a function
+#: brings its own.
+API_SOURCES = {
+    "HierComm": [("hxmpi/comm/exchange.py", "HierComm", "HierComm"),
+                 ("hxmpi/comm/derived.py", "Deriving.*", "HierComm")],
+    "CartHierComm": [("hxmpi/comm/exchange.py", "CartHierComm", "CartHierComm"),
+                     ("hxmpi/comm/derived.py", "CartDeriving.*", "CartHierComm")],
+    "Topology": [("hxmpi/comm/topology.py", "Topology", "Topology")],
+    "HierRequest": [("hxmpi/comm/nonblocking.py", "HierRequest", "HierRequest"),
+                    ("hxmpi/comm/nonblocking.py", "waitall", None)],
+    "ExchangeRequest": [("hxmpi/comm/persistent.py", "ExchangeRequest", "ExchangeRequest")],
+    "errors": [("hxmpi/errors.py", "*", None)],
+}
+
+
+def api_docstrings(root: Path = Path(__file__).resolve().parent.parent) -> dict:
+    """``{group: {public name: docstring}}`` of ``API_SOURCES``, read from the source files (nothing
+    is imported, so no MPI starts): names such as ``HierComm``, ``HierComm.Alltoallv``, ``waitall``,
+    ``PlanStateError``; docstrings as ``inspect.cleandoc`` leaves them."""
+    import ast
+    import inspect
+
+    def public(node) -> bool:
+        return isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")
+
+    groups = {}
+    for group, entries in API_SOURCES.items():
+        docs = groups[group] = {}
+        for path, name, owner in entries:
+            tree = ast.parse((root / path).read_text())
+            top = {n.name: n for n in tree.body if public(n)}
+            if name == "*":
+                chosen = [(n.name, n, False) for n in top.values() if isinstance(n, ast.ClassDef)]
+            else:
+                chosen = [(owner or name.removesuffix(".*"), top[name.removesuffix(".*")], name.endswith(".*"))]
+            for public_name, node, members_only in chosen:
+                if not members_only:
+                    docs[public_name] = inspect.cleandoc(ast.get_docstring(node, clean=False) or "")
+                if isinstance(node, ast.ClassDef):
+                    for member in node.body:
+                        if public(member):
+                            docs[f"{public_name}.{member.name}"] = inspect.cleandoc(
+                                ast.get_docstring(member, clean=False) or "")
+    return groups

@@ -436,10 +436,147 @@ def _modules():
             yield ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts), f
 
 
+def public_api() -> dict:
+    """Every public name the API page documents, by short name (``HierComm``, ``HierComm.Dup``,
+    ``waitall``, ``PlanStateError``), with its object: what ``import hxmpi`` exports but
+    ``__version__`` (a string, named on the page), the persistent request ``ExchangeRequest``,
+    every error class of ``hxmpi.errors``, and the public methods and properties of each of those
+    classes but the errors, hxmpi's inherited ones included (``HierComm.Dup`` from ``Deriving``);
+    a class lists none that a public class it derives from lists (``CartHierComm`` adds ``Sub``)."""
+    import inspect
+
+    import hxmpi
+    from hxmpi import errors
+    from hxmpi.comm.exchange import ExchangeRequest
+    top = {n: getattr(hxmpi, n) for n in hxmpi.__all__ if n != "__version__"}
+    top["ExchangeRequest"] = ExchangeRequest
+    top.update({n: v for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, Exception)})
+    api = dict(top)
+    for name, cls in top.items():
+        if not inspect.isclass(cls) or issubclass(cls, BaseException):
+            continue
+        inherited = {m for base in cls.__mro__[1:] if base in top.values() for m in dir(base)}
+        for klass in cls.__mro__:
+            if not klass.__module__.startswith("hxmpi."):
+                continue
+            for m, value in vars(klass).items():
+                if m.startswith("_") or m in inherited or f"{name}.{m}" in api:
+                    continue
+                if isinstance(value, (classmethod, staticmethod)):
+                    value = value.__func__
+                if isinstance(value, property) or inspect.isfunction(value):
+                    api[f"{name}.{m}"] = value
+    return api
+
+
+#: Classes whose instances hxmpi makes and a call returns: their constructors are not public, so
+#: their docstrings need no Parameters (docs/conf.py shows no signature for them either).
+MADE_BY_HXMPI = {"HierRequest", "ExchangeRequest"}
+#: The sections of a numpy docstring this page's checks read.
+NUMPY_SECTIONS = ("Parameters", "Returns", "Raises", "Attributes", "Examples")
+
+
+def numpy_sections(doc: str) -> dict:
+    """A numpy docstring's sections, by heading (a line underlined with dashes of its length):
+    ``{heading: body text}``, the summary under ``""``."""
+    import inspect
+    parts = re.split(r"^(\w[\w ]*)\n(-+)\n", inspect.cleandoc(doc or ""), flags=re.M)
+    sections = {"": parts[0]}
+    for heading, rule, body in zip(parts[1::3], parts[2::3], parts[3::3]):
+        if len(rule) == len(heading):
+            sections[heading] = body
+    return sections
+
+
+def _documented_names(section: str) -> set:
+    """The names a Parameters or Attributes section documents: its unindented lines up to " : "
+    (``a, b : int`` documents a and b)."""
+    return {n.strip() for line in section.splitlines() if line and not line[0].isspace()
+            for n in line.split(" : ")[0].split(",") if n.strip()}
+
+
+def _signature_names(func) -> list:
+    """The parameters a caller passes (not self or cls, nor ``*args``/``**kwargs``)."""
+    import inspect
+    return [p.name for p in inspect.signature(func).parameters.values()
+            if p.name not in ("self", "cls") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _returns_a_value(func) -> bool:
+    """Whether ``func``'s source returns something (a ``return`` with a value other than None)."""
+    import ast
+    import inspect
+    import textwrap
+    tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(func))))
+    return any(isinstance(n, ast.Return) and n.value is not None
+               and not (isinstance(n.value, ast.Constant) and n.value.value is None) for n in ast.walk(tree))
+
+
+def _attributes_set_by(cls) -> set:
+    """The public instance attributes ``cls.__init__`` (its own) assigns: ``self.name = ...``."""
+    import ast
+    import inspect
+    import textwrap
+    init = vars(cls).get("__init__")
+    if init is None:
+        return set()
+    tree = ast.parse(textwrap.dedent(inspect.getsource(inspect.unwrap(init))))
+    return {t.attr for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign))
+            for target in (n.targets if isinstance(n, ast.Assign) else [n.target])
+            for t in ast.walk(target) if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
+            and t.value.id == "self" and not t.attr.startswith("_")}
+
+
+def docstring_problems(name: str, obj) -> list:
+    """What the numpy docstring of the public ``obj`` lacks: a one-line summary; ``Parameters``
+    naming exactly the arguments a caller passes, where it takes any (a class: its constructor's,
+    unless hxmpi makes its instances); ``Returns`` where it returns something (a property always,
+    a function where its source returns a value); ``Raises`` (every function, method and class
+    but an error class: an error class says when it is raised instead); ``Attributes`` naming
+    every public attribute its constructor sets; ``Examples`` with at least one ``>>>`` line."""
+    import inspect
+    doc = obj.fget.__doc__ if isinstance(obj, property) else obj.__dict__.get("__doc__") \
+        if inspect.isclass(obj) else obj.__doc__
+    sections = numpy_sections(doc)
+    summary = sections[""].strip().splitlines()
+    problems = [] if summary and summary[0].strip() and (len(summary) == 1 or not summary[1].strip()) \
+        else [f"{name}: no one-line summary"]
+    need = {"Examples"}
+    takes = []
+    if inspect.isclass(obj):
+        error = issubclass(obj, BaseException)
+        if not error:
+            need.add("Raises")
+        if name not in MADE_BY_HXMPI and (not error or "__init__" in vars(obj)):
+            takes = _signature_names(obj.__init__)
+        if _attributes_set_by(obj):
+            need.add("Attributes")
+            listed = _documented_names(sections.get("Attributes", ""))
+            problems += [f"{name}: attribute {a} not in Attributes" for a in sorted(_attributes_set_by(obj) - listed)]
+    elif isinstance(obj, property):
+        need.add("Returns")
+    else:
+        need.add("Raises")
+        takes = _signature_names(obj)
+        if _returns_a_value(obj):
+            need.add("Returns")
+    if takes:
+        need.add("Parameters")
+        listed = _documented_names(sections.get("Parameters", ""))
+        if "Parameters" in sections and listed != set(takes):
+            problems.append(f"{name}: Parameters documents {sorted(listed)}, the call takes {sorted(takes)}")
+    problems += [f"{name}: no {s} section" for s in NUMPY_SECTIONS if s in need and s not in sections]
+    if "Examples" in sections and ">>> " not in sections["Examples"]:
+        problems.append(f"{name}: Examples without a >>> line")
+    return problems
+
+
 def test_every_public_name_is_in_all_exists_and_has_a_docstring():
     """``__all__`` is what the API reference shows: in every module that defines public classes or
     functions it lists each of them, every name in it exists, and every class and function in it
-    has a docstring of its own (not a dataclass's generated signature)."""
+    has a docstring of its own (not a dataclass's generated signature). Every public name of the
+    API page (``public_api``) has a numpy docstring with the sections it needs
+    (``docstring_problems``)."""
     import ast
     import inspect
     from importlib import import_module
@@ -462,36 +599,147 @@ def test_every_public_name_is_in_all_exists_and_has_a_docstring():
                 doc = obj.__dict__.get("__doc__") if inspect.isclass(obj) else obj.__doc__
                 if not doc or not doc.strip() or doc.startswith(f"{obj.__name__}("):
                     problems.append(f"{name}.{n}: no docstring")
+    api = public_api()
+    assert len(api) >= 50 and {"HierComm.Dup", "CartHierComm.Sub", "Topology.lane", "HierRequest.Waitall",
+                               "ExchangeRequest.algorithm", "waitall", "PlanStateError"} <= set(api)
+    problems += [p for name, obj in api.items() for p in docstring_problems(name, obj)]
     assert problems == []
 
 
+def test_the_docstring_check_catches_a_missing_section():
+    """``docstring_problems`` on a complete docstring, and on copies that each lack one part."""
+    def documented(count, label="x"):
+        """Repeat a label ``count`` times.
+
+        Parameters
+        ----------
+        count : int
+            How many times.
+        label : str, default "x"
+            What to repeat.
+
+        Returns
+        -------
+        str
+            The labels.
+
+        Raises
+        ------
+        ValueError
+            ``count`` is negative.
+
+        Examples
+        --------
+        >>> documented(2)
+        'xx'
+        """
+        return label * count
+
+    assert docstring_problems("documented", documented) == []
+    full = documented.__doc__
+    cuts = {"Raises": "no Raises section", "Returns": "no Returns section", "Examples": "no Examples section",
+            "Parameters": "no Parameters section"}
+    for section, problem in cuts.items():
+        sections = re.split(r"\n\n(?=        \w+\n        -+\n)", full)
+        documented.__doc__ = "\n\n".join(s for s in sections if not s.lstrip().startswith(section + "\n"))
+        assert docstring_problems("documented", documented) == [f"documented: {problem}"], section
+    documented.__doc__ = full.replace("        label : str, default \"x\"\n            What to repeat.\n", "")
+    assert docstring_problems("documented", documented) == \
+        ["documented: Parameters documents ['count'], the call takes ['count', 'label']"]
+    documented.__doc__ = full.replace(">>> documented(2)", "documented(2)")
+    assert docstring_problems("documented", documented) == ["documented: Examples without a >>> line"]
+    documented.__doc__ = "Repeat a label\n        ``count`` times.\n" + full.split("\n", 1)[1]
+    assert docstring_problems("documented", documented) == ["documented: no one-line summary"]
+
+    class Made:
+        """A thing.
+
+        Examples
+        --------
+        >>> Made(1).size
+        1
+        """
+
+        def __init__(self, size):
+            self.size = size
+    assert docstring_problems("Made", Made) == ["Made: attribute size not in Attributes", "Made: no Parameters section",
+                                                "Made: no Raises section", "Made: no Attributes section"]
+
+
+def test_the_examples_test_reads_the_docstrings_of_every_public_name():
+    """``tests/test_api_examples.py`` runs the examples of the docstrings ``support.api_docstrings``
+    reads from the source files: they are those of every public name, and those alone."""
+    import inspect
+    from support import api_docstrings
+    read = {name: doc for group in api_docstrings().values() for name, doc in group.items()}
+    api = public_api()
+    assert sorted(set(api) ^ set(read)) == []
+    docs = {name: inspect.cleandoc((obj.fget.__doc__ if isinstance(obj, property) else obj.__dict__["__doc__"]
+                                    if inspect.isclass(obj) else obj.__doc__) or "") for name, obj in api.items()}
+    assert [name for name in api if docs[name] != read[name]] == []
+
+
 # ------------------------------------------------------------------------------ the curated reference
+def _autodoc_directives(text: str) -> list:
+    """(kind, target, explicit signature or None, options) of every autodoc directive of ``text``."""
+    found = []
+    for m in re.finditer(r"^\.\. auto(class|exception|function|method|attribute|data|module|summary)::[ \t]*"
+                         r"([\w.]*)(\(.*\))?\n((?:[ \t]+:.*\n)*)", text, re.M):
+        options = dict(re.findall(r"^\s+:([\w-]+):[ \t]*(.*)$", m.group(4), re.M))
+        found.append((m.group(1), m.group(2), m.group(3), options))
+    return found
+
+
 def _autodoc_targets(text: str) -> list:
-    return re.findall(r"^\.\. auto(?:class|exception|function|method|attribute|data|module|summary)::\s*(\S*)",
-                      text, re.M)
+    return [target for _, target, _, _ in _autodoc_directives(text)]
 
 
 def test_api_reference_shows_every_public_name_and_no_private_module():
-    """Every name ``import hxmpi`` exports and every public method and attribute of HierComm is on
-    the API page, in a table of specs; the page documents public names only (no module listings,
-    nothing from a private module)."""
+    """The API page renders the docstring of every public name (``public_api``), and documents
+    public names only (no module listings, nothing from a private module): an autodoc entry for
+    every class, function and error, each class with all its members (a ``:members:`` list would
+    not narrow them: Sphinx replaces it with the default), hiding none but attributes its
+    docstring's ``Attributes`` section lists; an explicit signature is its constructor's own."""
+    import inspect
+
+    from mpi4py import MPI
+
     import hxmpi
     from hxmpi import errors
-    from hxmpi.comm.exchange import HierComm
-    api = (DOCS / "reference" / "api.md").read_text()
-    missing = [n for n in hxmpi.__all__ if f"`{n}" not in api and f"hxmpi.{n}" not in api]
-    members = [n for n in vars(HierComm) if not n.startswith("_")]
-    attributes = ["topology", "comm", "algorithm", "radix", "node_phase", "cost_model", "cpu_times", "plan_cache",
-                  "layout"]
-    missing += [n for n in members + attributes if f"`{n}" not in api]
-    assert missing == []
+    api_page = (DOCS / "reference" / "api.md").read_text()
+    text = re.sub(r"```\{eval-rst\}\n", "", api_page)
+    directives = _autodoc_directives(text)
+    api = public_api()
+    tops = {n for n in api if "." not in n}
+    shown = {target.rsplit(".", 1)[1]: (kind, signature, options) for kind, target, signature, options in directives}
+    assert sorted(tops - set(shown)) == []
+    problems = []
+    for name, (kind, signature, options) in shown.items():
+        obj = api[name]
+        if "members" in options:
+            problems.append(f"{name}: a :members: list (Sphinx documents every member anyway)")
+        hidden = {n.strip() for n in options.get("exclude-members", "").split(",") if n.strip()}
+        attributes = {a for cls in getattr(obj, "__mro__", ()) if cls in api.values()
+                      for a in _documented_names(numpy_sections(cls.__dict__.get("__doc__")).get("Attributes", ""))}
+        problems += [f"{name}: hides {n}, not an attribute its docstring lists" for n in sorted(hidden - attributes)]
+        if signature:
+            written = inspect.signature(eval(f"lambda {signature[1:-1]}: 0", {"MPI": MPI}))
+            actual = inspect.signature(obj.__init__)
+            wanted = [(p.name, p.default) for p in actual.parameters.values() if p.name != "self"]
+            if [(p.name, p.default) for p in written.parameters.values()] != wanted:
+                problems.append(f"{name}: the page's signature {signature} is not the constructor's {actual}")
+    members = {n.split(".")[0] for n in api if "." in n}
+    problems += [f"{c}: its members inherited from hxmpi's classes are not shown" for c in members
+                 if any(f"{c}.{m}" in api and vars(api[c]).get(m) is None for m in dir(api[c]))
+                 and "inherited-members" not in shown[c][2]]
+    assert problems == []
     classes = {n for n, v in vars(errors).items() if isinstance(v, type) and issubclass(v, Exception)}
     public = {f"hxmpi.{n}" for n in hxmpi.__all__} | {f"hxmpi.errors.{n}" for n in classes} | \
         {"hxmpi.comm.exchange.ExchangeRequest"}
-    targets = _autodoc_targets(re.sub(r"```\{eval-rst\}\n", "", api))
+    targets = _autodoc_targets(text)
     assert targets and set(targets) <= public, set(targets) - public
-    assert "autosummary" not in api and "automodule" not in api
-    assert [c for c in classes if f"`{c}`" not in api] == []
+    assert "autosummary" not in api_page and "automodule" not in api_page
+    assert [n for n in hxmpi.__all__ if f"`{n}`" not in api_page and f"hxmpi.{n}" not in api_page] == []
 
 
 def test_every_error_class_has_a_troubleshooting_entry():
@@ -548,21 +796,76 @@ def test_the_html_check_reads_text_not_markup():
     assert [m.group(0) for m in HISTORY.finditer(FLOAT.sub(" ", html_text(page)))] == ["/tmp/", "3f74e83"]
 
 
-def test_the_built_site_holds_no_machine_paths_or_commit_hashes(tmp_path):
-    """The site as the build makes it (every generated fragment and API page included), built here
-    into a temporary directory: CI builds the docs after the tests, so the test cannot wait for
-    that build. Its text holds no machine path and no commit hash."""
+@pytest.fixture(scope="module")
+def built_site(tmp_path_factory) -> Path:
+    """The site as the build makes it (every generated fragment and API page included), built once
+    here into a temporary directory: CI builds the docs after the tests, so the tests cannot wait
+    for that build."""
     pytest.importorskip("sphinx")
     pytest.importorskip("myst_parser")
-    out = tmp_path / "html"
+    tmp = tmp_path_factory.mktemp("site")
+    out = tmp / "html"
     proc = subprocess.run([sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(out),
-                           "-d", str(tmp_path / "doctrees")], capture_output=True, text=True, timeout=900)
+                           "-d", str(tmp / "doctrees")], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def test_the_built_site_holds_no_machine_paths_or_commit_hashes(built_site):
+    """The built site's text holds no machine path and no commit hash."""
+    out = built_site
     assert (out / "reference" / "api.html").is_file() and (out / "when-to-use.html").is_file()
     assert history_in_html(out) == []
     built = DOCS / "_build" / "html"  # a build of the README's command, when there is one, holds none either
     if built.is_dir() and all(p.stat().st_mtime <= built.stat().st_mtime for p in PAGES):
         assert history_in_html(built) == []
+
+
+#: How a numpy section of a docstring shows on a built page (napoleon's fields, and a rubric).
+RENDERED = {"Parameters": r"\bParameters\s*:", "Returns": r"\bReturns\s*:", "Raises": r"\bRaises\s*:",
+            "Attributes": r"\bVariables\s*:", "Examples": r"\n\s*Examples\s*\n"}
+
+
+def api_entries(page: str) -> dict:
+    """The entries of the built API page, by short name (``HierComm``, ``HierComm.Dup``,
+    ``PlanStateError``), each as the text a reader sees from its signature to the next entry's."""
+    import html as html_lib
+    heads = list(re.finditer(r'<dt class="sig sig-object py"(?: id="([^"]+)")?>(.*?)</dt>', page, re.S))
+    entries, owner = {}, None
+    for k, m in enumerate(heads):
+        head = " ".join(html_lib.unescape(re.sub(r"<[^>]+>", "", m.group(2))).split())  # tags within names
+        end = heads[k + 1].start() if k + 1 < len(heads) else len(page)
+        kind, _, rest = head.partition(" ") if head.split(" ")[0] in ("class", "exception", "property",
+                                                                      "classmethod") else ("", "", head)
+        dotted = re.match(r"[\w.]+", rest).group(0)
+        if kind in ("class", "exception") or (m.group(1) and "." not in m.group(1).removeprefix("hxmpi.")):
+            owner = dotted.rsplit(".", 1)[1]
+            name = owner
+        else:
+            name = f"{owner}.{dotted.rsplit('.', 1)[-1]}" if kind or not dotted.startswith("hxmpi.") else \
+                dotted.rsplit(".", 1)[1]
+        entries[name] = html_text(page[m.start():end])
+    return entries
+
+
+def test_the_api_page_shows_every_public_name_with_its_sections(built_site):
+    """Every public name (``public_api``) has an entry on the built API page, showing its signature
+    (a callable's parentheses) and every section of its docstring: Parameters, Returns, Raises,
+    Attributes and Examples as the docstring has them."""
+    import inspect
+    entries = api_entries((built_site / "reference" / "api.html").read_text())
+    api = public_api()
+    assert sorted(set(api) - set(entries)) == []
+    problems = []
+    for name, obj in api.items():
+        doc = obj.fget.__doc__ if isinstance(obj, property) else obj.__dict__.get("__doc__") \
+            if inspect.isclass(obj) else obj.__doc__
+        shown = entries[name]
+        problems += [f"{name}: no {section}" for section in numpy_sections(doc) if section in RENDERED
+                     and not re.search(RENDERED[section], shown)]
+        if inspect.isfunction(obj) and "(" not in shown.split("\n", 2)[1]:
+            problems.append(f"{name}: no signature")
+    assert problems == []
 
 
 def test_changelog_follows_keep_a_changelog():

@@ -31,47 +31,238 @@ class Deriving:
 
     @guarded(owner="HierComm")
     def Dup(self, info: Optional[MPI.Info] = None):
-        """A HierComm over a duplicate of ``comm`` (``info``: its hints), with this one's settings
-        and nodes (``_derive``). Collective."""
+        """A HierComm over a duplicate of ``comm``, with this one's settings and nodes.
+
+        Collective. Each rank stays on the node its process has here (virtual nodes kept); over a
+        Cartesian communicator the result is a ``CartHierComm``.
+
+        Parameters
+        ----------
+        info : MPI.Info, optional
+            Hints for the new communicator.
+
+        Returns
+        -------
+        HierComm
+            The new HierComm; ``free()`` it when done.
+
+        Raises
+        ------
+        hxmpi.TopologyError
+            On every rank, before the MPI call: ``info`` is neither an ``MPI.Info`` nor None on some rank.
+
+        Examples
+        --------
+        >>> twin = hc.Dup()
+        >>> twin.topology.node_sizes == hc.topology.node_sizes
+        True
+        >>> twin.free()
+        """
         return self._derive(dup_problem(info), lambda comm: comm.Dup(info))
 
     def Dup_with_info(self, info: MPI.Info):
-        """``Dup`` with hints."""
+        """``Dup`` with hints.
+
+        Parameters
+        ----------
+        info : MPI.Info
+            Hints for the new communicator.
+
+        Returns
+        -------
+        HierComm
+            As ``Dup``.
+
+        Raises
+        ------
+        hxmpi.TopologyError
+            As ``Dup``.
+
+        Examples
+        --------
+        >>> info = MPI.Info.Create()
+        >>> info.Set("mpi_assert_no_any_tag", "true")
+        >>> hinted = hc.Dup_with_info(info)
+        >>> info.Free()
+        >>> hinted.free()
+        """
         return self.Dup(info)
 
     def Clone(self):
-        """``Dup``, under mpi4py's other name for it."""
+        """``Dup``, under mpi4py's other name for it.
+
+        Returns
+        -------
+        HierComm
+            As ``Dup``.
+
+        Raises
+        ------
+        hxmpi.TopologyError
+            As ``Dup``.
+
+        Examples
+        --------
+        >>> copy = hc.Clone()
+        >>> type(copy).__name__
+        'HierComm'
+        >>> copy.free()
+        """
         return self.Dup()
 
     @guarded(owner="HierComm")
     def Split(self, color: int = 0, key: int = 0):
-        """A HierComm over the ranks that pass this ``color``, ordered by ``key`` then by rank (as
-        ``MPI_Comm_split``); ``MPI.COMM_NULL`` on ranks passing ``MPI.UNDEFINED``. Settings and
-        nodes inherited (``_derive``). Collective."""
+        """A HierComm over the ranks that pass this ``color``, ordered by ``key`` then by rank.
+
+        As ``MPI_Comm_split``; settings and nodes inherited (each rank on the node its process has
+        here). Collective.
+
+        Parameters
+        ----------
+        color : int, default 0
+            The new communicator's colour (>= 0), or ``MPI.UNDEFINED`` for none.
+        key : int, default 0
+            Orders the ranks of a colour (ties: by rank here).
+
+        Returns
+        -------
+        HierComm or MPI.Comm
+            The new HierComm; ``MPI.COMM_NULL`` on ranks passing ``MPI.UNDEFINED``.
+
+        Raises
+        ------
+        hxmpi.TopologyError
+            On every rank, before the MPI call: a ``color`` that is not an integer >= 0 or
+            ``MPI.UNDEFINED``, or a ``key`` that is not an integer, on any rank.
+
+        Examples
+        --------
+        >>> half = hc.Split(color=rank % 2, key=rank)
+        >>> half.Get_size() == len(range(rank % 2, size, 2))
+        True
+        >>> half.free()
+        >>> first = hc.Split(0 if rank == 0 else MPI.UNDEFINED)
+        >>> (first == MPI.COMM_NULL) == (rank != 0)
+        True
+        >>> if rank == 0:
+        ...     first.free()
+        """
         return self._derive(split_problem(color, key), lambda comm: comm.Split(color, key))
 
     @guarded(owner="HierComm")
     def Split_type(self, split_type: int, key: int = 0, info: MPI.Info = MPI.INFO_NULL):
-        """A HierComm over the ranks this one's ``split_type`` (``MPI.COMM_TYPE_SHARED``, ...)
-        groups with this rank, ordered by ``key``; ``MPI.COMM_NULL`` for ``MPI.UNDEFINED``. Its
-        nodes are still this one's, virtual ones included (``_derive``). Collective."""
+        """A HierComm over the ranks that ``split_type`` groups with this rank, ordered by ``key``.
+
+        As ``MPI_Comm_split_type``. Its nodes are still this one's, virtual ones included. Collective.
+
+        Parameters
+        ----------
+        split_type : int
+            ``MPI.COMM_TYPE_SHARED`` or another ``MPI.COMM_TYPE_*`` constant, or ``MPI.UNDEFINED`` for
+            none; every rank passing one passes the same.
+        key : int, default 0
+            Orders the ranks of a group (ties: by rank here).
+        info : MPI.Info, default MPI.INFO_NULL
+            Hints for the new communicator.
+
+        Returns
+        -------
+        HierComm or MPI.Comm
+            The new HierComm; ``MPI.COMM_NULL`` on ranks passing ``MPI.UNDEFINED``.
+
+        Raises
+        ------
+        hxmpi.TopologyError
+            On every rank, before the MPI call: a bad ``split_type``, ``key`` or ``info`` on any rank,
+            or split types that differ between ranks.
+
+        Examples
+        --------
+        >>> shared = hc.Split_type(MPI.COMM_TYPE_SHARED)  # one host here: every rank
+        >>> shared.topology.node_sizes == hc.topology.node_sizes  # the virtual nodes stay
+        True
+        >>> shared.free()
+        """
         shared, problem = split_type_args(split_type, key, info)
         return self._derive(problem, lambda comm: comm.Split_type(split_type, key, info), "split_type", shared)
 
     @guarded(owner="HierComm")
     def Create_cart(self, dims, periods=None, reorder: bool = False):
-        """A ``CartHierComm`` over a grid of ``dims`` ranks per dimension (``periods``: which
-        wrap around; ``reorder``: MPI may renumber), as ``MPI_Cart_create``; ``MPI.COMM_NULL`` on
-        ranks outside the grid. Settings and nodes inherited (``_derive``). Collective."""
+        """A ``CartHierComm`` over a grid of ``dims`` ranks per dimension, as ``MPI_Cart_create``.
+
+        Settings and nodes inherited (each rank on the node its process has here). Collective.
+
+        Parameters
+        ----------
+        dims : sequence of int
+            Ranks per dimension, each >= 1 (``MPI.Compute_dims`` fills in zeros); their product at most
+            the communicator's size.
+        periods : sequence of bool, optional
+            Which dimensions wrap around, one per dimension; default: none.
+        reorder : bool, default False
+            Whether MPI may renumber the ranks.
+
+        Returns
+        -------
+        CartHierComm or MPI.Comm
+            The grid; ``MPI.COMM_NULL`` on ranks outside it.
+
+        Raises
+        ------
+        hxmpi.TopologyError
+            On every rank, before the MPI call: bad ``dims`` or ``periods`` on any rank, a grid larger
+            than the communicator, or ``dims``, ``periods`` and ``reorder`` that differ between ranks.
+
+        Examples
+        --------
+        >>> grid = hc.Create_cart([1, size], periods=[False, True])
+        >>> type(grid).__name__, grid.Get_coords(grid.Get_rank())[1] == grid.Get_rank()
+        ('CartHierComm', True)
+        >>> grid.free()
+        """
         args, problem = cart_args(dims, periods, reorder, self.comm.size)
         return self._derive(problem, lambda comm: comm.Create_cart(*args), "dims, periods and reorder", args)
 
     @guarded(owner="HierComm")
     def Create_group(self, group: MPI.Group, tag: int = 0):
-        """A HierComm over ``group``'s processes (a subgroup of ``comm``'s), as
-        ``MPI_Comm_create_group``: collective over the group alone, so a bad argument raises
-        ``TopologyError`` on each rank that passes it, with no communication; ``MPI.COMM_NULL``
-        on a rank outside the group. Settings and nodes inherited (``_derive``)."""
+        """A HierComm over ``group``'s processes, as ``MPI_Comm_create_group``: collective over the group alone.
+
+        The group's ranks call it; settings and nodes inherited (each rank on the node its process
+        has here).
+
+        Parameters
+        ----------
+        group : MPI.Group
+            A subgroup of ``comm``'s group.
+        tag : int, default 0
+            Tells concurrent calls apart (0 to ``MPI.TAG_UB``).
+
+        Returns
+        -------
+        HierComm or MPI.Comm
+            The new HierComm; ``MPI.COMM_NULL`` on a rank outside the group.
+
+        Raises
+        ------
+        hxmpi.TopologyError
+            A bad argument (``group`` not an ``MPI.Group``, ``tag`` out of range, group ranks that are
+            not processes of this communicator) is found on the rank that passes it, with no
+            communication: the other ranks cannot learn of it, so it ends the job (``MPI_Abort``),
+            naming the rank and the cause, unless the user chose ``MPI.ERRORS_RETURN`` for the
+            communicator: then it is raised on that rank.
+
+        Examples
+        --------
+        >>> pair = hc.Get_group().Incl([0, 1])  # ranks 0 and 1
+        >>> if rank < 2:
+        ...     duo = hc.Create_group(pair)
+        ...     print(duo.Get_size())
+        ...     duo.free()
+        ... else:
+        ...     print(2)
+        2
+        >>> pair.Free()
+        """
         problem = group_problem(group, tag, self.comm)
         if problem:
             raise TopologyError(problem)
@@ -79,9 +270,37 @@ class Deriving:
 
     @guarded(owner="HierComm")
     def Create(self, group: MPI.Group):
-        """A HierComm over ``group``'s processes (a subgroup of ``comm``'s; ranks may pass
-        disjoint groups), as ``MPI_Comm_create``: collective over ``comm``; ``MPI.COMM_NULL`` on a
-        rank outside its group. Settings and nodes inherited (``_derive``)."""
+        """A HierComm over ``group``'s processes, as ``MPI_Comm_create``: collective over ``comm``.
+
+        Ranks may pass disjoint groups; settings and nodes inherited (each rank on the node its process
+        has here).
+
+        Parameters
+        ----------
+        group : MPI.Group
+            A subgroup of ``comm``'s group.
+
+        Returns
+        -------
+        HierComm or MPI.Comm
+            The new HierComm; ``MPI.COMM_NULL`` on a rank outside its group.
+
+        Raises
+        ------
+        hxmpi.TopologyError
+            On every rank, before the MPI call: a bad ``group`` on any rank (not an ``MPI.Group``, or
+            ranks that are not processes of this communicator).
+
+        Examples
+        --------
+        >>> evens = hc.Get_group().Incl(list(range(0, size, 2)))
+        >>> sub = hc.Create(evens)  # every rank calls
+        >>> (sub == MPI.COMM_NULL) == (rank % 2 == 1)
+        True
+        >>> if rank % 2 == 0:
+        ...     sub.free()
+        >>> evens.Free()
+        """
         return self._derive(group_problem(group, 0, self.comm), lambda comm: comm.Create(group))
 
     def _derive(self, problem: Optional[str], make, what: Optional[str] = None, shared=None,
@@ -114,8 +333,35 @@ class CartDeriving(Deriving):
 
     @guarded(owner="HierComm")
     def Sub(self, remain_dims):
-        """The sub-grid of this rank's ranks that differ only along the dimensions ``remain_dims``
-        keeps (as ``MPI_Cart_sub``), with this one's settings and nodes. Collective."""
+        """The sub-grid of the ranks that differ from this one only along the dimensions ``remain_dims`` keeps.
+
+        As ``MPI_Cart_sub``, a ``CartHierComm`` with this one's settings and nodes. Collective.
+
+        Parameters
+        ----------
+        remain_dims : sequence of bool
+            One per dimension of the grid: True keeps it.
+
+        Returns
+        -------
+        CartHierComm
+            The sub-grid this rank is in.
+
+        Raises
+        ------
+        hxmpi.TopologyError
+            On every rank, before the MPI call: ``remain_dims`` not a sequence of booleans, of the wrong
+            length, or differing between ranks.
+
+        Examples
+        --------
+        >>> grid = hc.Create_cart([1, size])
+        >>> row = grid.Sub([False, True])
+        >>> type(row).__name__, row.Get_size() == size
+        ('CartHierComm', True)
+        >>> row.free()
+        >>> grid.free()
+        """
         kept, problem = sub_args(remain_dims, self.comm.Get_dim())
         return self._derive(problem, lambda comm: comm.Sub(kept), "remain_dims", kept)
 

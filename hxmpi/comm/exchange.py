@@ -42,36 +42,135 @@ _KIND_BITS = 20  # row kinds are agreed as a 20-bit code: its square summed over
 
 
 class HierComm(Deriving):
-    """All-to-all over a Topology: flat (one MPI_Alltoallv) or hierarchical (lanes, then nodes).
+    """All-to-all over MPI ranks grouped into nodes: flat, hierarchical or in log rounds.
 
-    ``algorithm`` is "flat", "hier", "auto", "bruck", "hier_pairwise", "hier_bruck" or
-    "hier_leaders" (per call overridable); "auto" asks the cost model, read from ``tuning`` (a calibration file) or env
-    HXMPI_TUNING, else built-in defaults, which algorithm and Bruck radix is fastest for each
-    call's agreed count pattern (``costmodel.auto_pick``), each path priced with hxmpi's measured
-    CPU per call from ``overhead`` (a ``bench_overhead.py --json`` file) or env HXMPI_OVERHEAD,
-    else the file packaged with hxmpi: the simulator's prices. Every rank must read the same files. ``radix`` (>= 2) is the Bruck radix of
-    an explicit "bruck" or "hier_bruck"; ``leaders`` (>= 1; above the smallest node's size it acts
-    as that) the leaders per node of an explicit "hier_leaders" (multi-leader: that many ranks of
-    each node carry its traffic to other nodes, through the node's shared window, so it needs the
-    "shm" node phase; "auto" picks the count itself).
-    ``node_phase`` is "auto" (shared memory where every node's ranks share memory), "shm" or "mpi";
-    env HXMPI_NODE_PHASE sets it when not given. ``cache_entries`` and ``cache_bytes`` bound the
-    agreed plan cache of one-shot calls (entries; bytes per rank; 0 entries turns it off).
-    Results equal ``comm.Alltoallv`` byte for byte. Bad input raises ``ExchangeError`` on every
-    rank. Collective.
+    A drop-in for mpi4py's communicator. ``Alltoallv``, ``Alltoall`` and ``Alltoallw`` (blocking),
+    their nonblocking ``Ialltoall...`` and persistent ``..._init`` forms, and the numpy
+    ``alltoallv`` take mpi4py's buffer specs and give what ``comm.Alltoallv`` gives, byte for byte,
+    moving the bytes flat (one ``MPI_Alltoallv``), hierarchically (lanes, then nodes) or in log
+    rounds (Bruck), as the call asks or "auto" picks. Every other public attribute of an
+    ``MPI.Intracomm`` (``Get_rank``, ``Allreduce``, ``Barrier``, ``Sendrecv``, ...) falls through to
+    ``comm`` (a duplicate of the communicator given), so a HierComm stands in wherever a client
+    passes a communicator. Over a Cartesian communicator the HierComm is a ``CartHierComm``.
+    Collective over ``comm``: every rank constructs it, with the same settings.
 
-    Beside Alltoall/Alltoallv (blocking, persistent), ``Alltoallw`` takes datatype specs and
-    ``Ialltoall``/``Ialltoallv``/``Ialltoallw`` return requests (``hxmpi/comm/nonblocking.py``):
-    ``progress`` "request" (the default) moves them inside their ``Test``/``Wait`` as state
-    machines over MPI's own nonblocking calls, "thread" on a progress thread (which needs
-    ``MPI_THREAD_MULTIPLE`` and pays where the thread has a spare core). An error that one rank
-    alone meets inside a call ends the job, naming the rank and the cause, rather than leaving the
-    others waiting (``errors.abort_job``). Every other public attribute of an ``MPI.Intracomm`` (``Get_rank``, ``Allreduce``,
-    ``Barrier``, ``Sendrecv``, ...) falls through to ``comm`` (a duplicate of the communicator
-    given), so a HierComm stands in wherever a client passes a communicator; ``Free`` is ``free``.
-    The communicators made from it (``Dup``, ``Split``, ``Split_type``, ``Create_cart``,
-    ``Create_group``) are HierComms too, with its settings and nodes; over a Cartesian communicator
-    the HierComm is a ``CartHierComm``.
+    Parameters
+    ----------
+    comm : MPI.Intracomm or hxmpi.HierComm, default MPI.COMM_WORLD
+        The ranks to exchange among; the HierComm works on a duplicate of it.
+    ranks_per_node : int, optional
+        Virtual nodes of k consecutive ranks (the last may be smaller). Default: env
+        ``HXMPI_RANKS_PER_NODE``, else the shared-memory domains (the real nodes).
+    node_of : sequence of int, optional
+        A node id per rank, any layout (``[0, 0, 1, 1, 0]``); ids are renumbered 0, 1, ... in
+        order of each node's lowest rank. Not with ``ranks_per_node``.
+    algorithm : str, default "auto"
+        "auto" (the cost model picks, per call), "flat" (one ``MPI_Alltoallv``), "hier" (lanes,
+        then the node phase), "hier_pairwise", "bruck", "hier_bruck" or "hier_leaders"
+        (multi-leader: ``leaders`` ranks of each node carry its traffic to other nodes, through
+        the node's shared window, so it needs the "shm" node phase). Every call may override it.
+        The hierarchical ones run flat on a layout without a hierarchy (one node, or nodes of one
+        rank). "auto" asks the cost model (``costmodel.auto_pick``) which algorithm and Bruck
+        radix is fastest for each call's agreed count pattern, each path priced with hxmpi's
+        measured CPU per call (``overhead``).
+    topology : hxmpi.Topology, optional
+        An existing ``Topology`` to reuse instead of building one; the HierComm then works on its
+        communicator (``comm``, ``ranks_per_node`` and ``node_of`` are not read), and ``free``
+        frees it.
+    tuning : str, optional
+        A calibration file (``benchmarks/calibrate.py``) that the cost model of "auto" reads. Default:
+        env ``HXMPI_TUNING``, else built-in defaults. Every rank must read the same file.
+    node_phase : {"auto", "shm", "mpi"}, optional
+        How the hierarchical path's node phase moves data: "auto" is shared memory wherever every
+        node's ranks share memory. Default: env ``HXMPI_NODE_PHASE``, else "auto".
+    cache_entries : int, default 16
+        Entries of the agreed plan cache of one-shot calls; 0 turns the cache off.
+    cache_bytes : int, default 268435456
+        Bytes per rank of plans and buffers the plan cache keeps alive.
+    radix : int, default 2
+        Bruck radix (>= 2) of an explicit "bruck" or "hier_bruck"; "auto" picks its own.
+    overhead : str, optional
+        A CPU-per-path file (``bench_overhead.py --json``) that "auto" prices hxmpi's own CPU
+        with. Default: env ``HXMPI_OVERHEAD``, else the file packaged with hxmpi (the simulator's
+        prices). Every rank must read the same file.
+    progress : {"request", "thread"}, default "request"
+        How nonblocking calls move: "request" inside any request's ``Test``/``Wait``, as state
+        machines over MPI's own nonblocking calls (no thread, any MPI thread level); "thread" on
+        a progress thread, which needs ``MPI_THREAD_MULTIPLE`` and pays where the thread has a
+        spare core (``hxmpi/comm/nonblocking.py``). The same on every rank.
+    leaders : int, default 2
+        Leaders per node (>= 1) of an explicit "hier_leaders"; above the smallest node's size it
+        acts as that size; "auto" picks the count itself. The same on every rank.
+
+    Raises
+    ------
+    hxmpi.ExchangeError
+        On every rank: a bad setting on any rank (``algorithm``, ``cache_entries``,
+        ``cache_bytes``, ``radix``, ``leaders``, ``progress``, ``node_phase``), a setting that
+        differs between ranks, a tuning or CPU-per-path file that cannot be read (the message
+        names the file), or ``node_phase="shm"`` where a node's ranks do not all share memory.
+    hxmpi.TopologyError
+        On every rank: a bad node layout (``ranks_per_node``, ``node_of``) or one that differs
+        between ranks.
+
+    Attributes
+    ----------
+    comm : MPI.Intracomm
+        The duplicate communicator the HierComm works on.
+    topology : hxmpi.Topology
+        The nodes and their communicators (intra-node, lanes).
+    algorithm : str
+        The default algorithm of calls, as given.
+    radix : int
+        The Bruck radix of an explicit "bruck" or "hier_bruck".
+    leaders : int
+        The leaders per node of an explicit "hier_leaders".
+    node_phase : str
+        "shm" or "mpi", as agreed: how the hierarchical path's node phase moves data.
+    progress : str
+        How nonblocking calls move: "request" or "thread".
+    cost_model : hxmpi.comm.costmodel.CostModel
+        What "auto" prices with (``predict``, ``choose``, ``crossover``); the same on every rank.
+    cpu_times : hxmpi.comm.costmodel.CpuTimes
+        hxmpi's CPU per path that "auto" adds to the cost model's prices.
+    plan_cache : hxmpi.comm.plancache.PlanCache
+        The agreed plan cache of one-shot calls.
+    layout : hxmpi.comm.plan.Layout
+        The static node layout the planners use (members, lanes).
+
+    See Also
+    --------
+    CartHierComm : a HierComm over a Cartesian communicator.
+    HierRequest : what the nonblocking calls return.
+
+    Notes
+    -----
+    Results equal ``comm.Alltoallv``'s byte for byte. Bad input raises ``ExchangeError`` on every
+    rank, before any data moves. An error that one rank alone meets inside a call (an MPI error, a
+    fault in a copy) cannot reach the other ranks, which would wait for it forever: it ends the
+    job (``MPI_Abort``, ``errors.abort_job``), naming the rank and the cause, as MPI's
+    ``MPI_ERRORS_ARE_FATAL`` does, unless the user chose ``MPI.ERRORS_RETURN`` for ``comm``: then
+    it is raised on that rank (``errors.returns_errors``). ``Free`` is ``free``. The communicators made from a HierComm
+    (``Dup``, ``Split``, ``Split_type``, ``Create_cart``, ``Create_group``, ``Create``) are
+    HierComms too, with its settings and nodes.
+
+    Examples
+    --------
+    >>> flat = hxmpi.HierComm(MPI.COMM_WORLD, ranks_per_node=2, algorithm="flat")
+    >>> flat.Alltoallv([sbuf, scounts, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+    >>> flat.last_stats["algorithm"], np.array_equal(rbuf, expected)
+    ('flat', True)
+    >>> flat.Get_size() == MPI.COMM_WORLD.Get_size()  # falls through to flat.comm
+    True
+    >>> flat.free()
+
+    A bad setting raises on every rank alike:
+
+    >>> try:
+    ...     hxmpi.HierComm(MPI.COMM_WORLD, algorithm="fastest")
+    ... except hxmpi.ExchangeError:
+    ...     print("refused")
+    refused
     """
 
     def __new__(cls, *args, **kwargs):
@@ -139,7 +238,60 @@ class HierComm(Deriving):
     # ------------------------------------------------------------------ public API
     @guarded
     def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
-        """All to All Scatter/Gather Vector, with mpi4py buffer specs (counts and displs in elements)."""
+        """All to All Scatter/Gather Vector: blocks of any size, counts and displacements in elements.
+
+        Rank i's block for rank j goes to rank j's block for rank i; the result equals
+        ``comm.Alltoallv``'s byte for byte. Collective over the HierComm's ranks.
+
+        Parameters
+        ----------
+        sendbuf : list or MPI.IN_PLACE
+            mpi4py's ``Alltoallv`` spec: ``[buf, counts]``, ``[buf, counts, datatype]``,
+            ``[buf, counts, displs, datatype]`` or ``[buf, (counts, displs), datatype]``. Counts and
+            displacements in elements of the datatype: one per rank, one int for all, or None; the
+            datatype an ``MPI.Datatype`` (predefined or contiguous), a typecode ("d") or None (from the
+            buffer). ``MPI.IN_PLACE``: the data to send is what the receive buffer holds.
+        recvbuf : list
+            The same forms, for what this rank receives.
+        algorithm : str, optional
+            This call's algorithm (one of ``HierComm``'s); None: the HierComm's own.
+        validate : bool, default True
+            False skips only the pairwise byte check (that each pair agrees on the bytes it sends and
+            expects); every other check stays.
+
+        Raises
+        ------
+        hxmpi.ExchangeError
+            On every rank, before any data moves, for bad input on any rank: counts, displacements,
+            buffers, datatypes, or bytes that differ between sender and receiver.
+        hxmpi.ExchangeTypeError
+            On every rank: a spec item of the wrong kind (not a buffer, non-integer counts).
+        hxmpi.ExchangeKeyError
+            On every rank: a typecode that names no MPI datatype.
+
+        See Also
+        --------
+        Alltoall : equal blocks.
+        Alltoallw : displacements in bytes, a datatype per peer.
+        Ialltoallv : the nonblocking form.
+        Alltoallv_init : the persistent form.
+
+        Examples
+        --------
+        >>> hc.Alltoallv([sbuf, scounts, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+        >>> np.array_equal(rbuf, expected)
+        True
+        >>> sdispls = np.arange(size) * (rank + 1)  # the same layout, displacements given
+        >>> hc.Alltoallv([sbuf, scounts, sdispls, MPI.DOUBLE], [rbuf, (rcounts, None), "d"], algorithm="flat")
+
+        Bad input raises on every rank, before any data moves:
+
+        >>> try:
+        ...     hc.Alltoallv([sbuf, scounts + 1, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+        ... except hxmpi.ExchangeError as exc:
+        ...     print("past the buffer" in str(exc))
+        True
+        """
         # A compiled hit goes from here to its return in compiled code: no call context is made.
         calls = self._engine.calls
         done = calls.call(sendbuf, recvbuf, algorithm, validate, False, self.algorithm)
@@ -156,18 +308,87 @@ class HierComm(Deriving):
     def Alltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather: equal blocks of ``len(buf) / size`` elements (or a given count).
 
-        Flat runs as ``MPI_Alltoall``, so the MPI library's own algorithms for it apply."""
+        Collective over the HierComm's ranks; the result equals ``comm.Alltoall``'s byte for byte. Flat
+        runs as ``MPI_Alltoall``, so the MPI library's own algorithms for it apply.
+
+        Parameters
+        ----------
+        sendbuf : buffer, list or MPI.IN_PLACE
+            mpi4py's ``Alltoall`` spec: ``buf``, ``[buf, datatype]``, ``[buf, count]``,
+            ``[buf, count, datatype]`` or ``[buf, (count, displ), datatype]`` (elements per rank; a
+            datatype as for ``Alltoallv``). ``MPI.IN_PLACE``: the data to send is what the receive
+            buffer holds.
+        recvbuf : buffer or list
+            The same forms, for what this rank receives.
+        algorithm : str, optional
+            This call's algorithm (one of ``HierComm``'s); None: the HierComm's own.
+        validate : bool, default True
+            False skips only the pairwise byte check.
+
+        Raises
+        ------
+        hxmpi.ExchangeError
+            On every rank, before any data moves, for bad input on any rank (as ``Alltoallv``).
+        hxmpi.ExchangeTypeError
+            On every rank: a spec item of the wrong kind.
+        hxmpi.ExchangeKeyError
+            On every rank: a typecode that names no MPI datatype.
+
+        Examples
+        --------
+        >>> a = np.arange(2 * size, dtype="i") + 100 * rank  # two ints for each rank
+        >>> b = np.empty_like(a)
+        >>> hc.Alltoall(a, b)
+        >>> b[::2].tolist() == [100 * src + 2 * rank for src in range(size)]
+        True
+        >>> hc.Alltoall([a, MPI.INT], [b, MPI.INT], algorithm="flat")  # runs MPI_Alltoall
+        """
         done = self._engine.calls.call(sendbuf, recvbuf, algorithm, validate, True, self.algorithm)
         if done != DONE:
             self._engine.general(Call(algorithm, validate, uniform=True), parse_alltoall, sendbuf, recvbuf, done)
 
     @guarded
     def Alltoallw(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
-        """All to All Scatter/Gather General, with mpi4py's spec ``[buf, counts, displs, datatypes]``:
-        displacements in bytes, one basic or derived datatype per peer (``hxmpi/comm/alltoallw.py``).
+        """All to All Scatter/Gather General: a datatype per peer, basic or derived, displacements in bytes.
 
-        Packs what is not contiguous, moves bytes as ``Alltoallv`` does (every algorithm), unpacks;
-        receive-buffer bytes outside the receive type maps stay untouched."""
+        Packs what is not contiguous, moves the bytes as ``Alltoallv`` does (every algorithm), unpacks
+        (``hxmpi/comm/alltoallw.py``); receive-buffer bytes outside the receive type maps stay
+        untouched, as with MPI. Collective over the HierComm's ranks.
+
+        Parameters
+        ----------
+        sendbuf : list or MPI.IN_PLACE
+            mpi4py's ``Alltoallw`` spec: ``[buf, counts, displs, datatypes]``,
+            ``[buf, (counts, displs), datatypes]`` or ``[buf, datatypes]`` (one item of each type at
+            displacement 0): for peer i, ``counts[i]`` items of ``datatypes[i]`` (committed) starting
+            ``displs[i]`` bytes into ``buf``. ``MPI.IN_PLACE``: the data to send is what the receive
+            side describes.
+        recvbuf : list
+            The same forms, for what this rank receives.
+        algorithm : str, optional
+            This call's algorithm (one of ``HierComm``'s); None: the HierComm's own.
+        validate : bool, default True
+            False skips only the pairwise byte check.
+
+        Raises
+        ------
+        hxmpi.ExchangeError
+            On every rank, before any data moves, for bad input on any rank: counts, displacements,
+            datatypes (one per peer, committed), buffers, bytes that differ between sender and receiver.
+        hxmpi.ExchangeTypeError
+            On every rank: a spec item of the wrong kind.
+
+        Examples
+        --------
+        >>> wsend = np.full(size, float(rank))  # one double for each rank
+        >>> wrecv = np.zeros(2 * size)          # received into every other slot
+        >>> hc.Alltoallw([wsend, [1] * size, [8 * i for i in range(size)], [MPI.DOUBLE] * size],
+        ...              [wrecv, [1] * size, [16 * i for i in range(size)], [MPI.DOUBLE] * size])
+        >>> wrecv[::2].tolist() == [float(src) for src in range(size)]
+        True
+        >>> not wrecv[1::2].any()  # bytes outside the receive type maps stay untouched
+        True
+        """
         typed, engine, call = self._typed, self._engine, Call(algorithm, validate)
         if typed is None:
             typed = self._typed = TypedSides(self.comm.size)
@@ -196,17 +417,127 @@ class HierComm(Deriving):
             kept.unpack.run()
 
     def Ialltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> HierRequest:
-        """Nonblocking ``Alltoallv``: returns a request whose ``Test``/``Wait`` move the data (or a
-        progress thread does, with ``progress="thread"``; ``hxmpi/comm/nonblocking.py``). The call
-        agrees the spec with every rank; errors are raised by ``Wait``/``Test``, on every rank."""
+        """Nonblocking ``Alltoallv``: returns a request at once; the data moves inside its ``Test``/``Wait``.
+
+        In request mode (``progress="request"``, the default) the call is local: it parses the spec,
+        queues the request and returns without waiting for any other rank, as MPI's nonblocking
+        collectives do. The request then moves at every ``Test``/``Wait`` of any hxmpi request of the
+        process, and needs no particular MPI thread level; with ``progress="thread"`` a progress thread
+        runs it (``hxmpi/comm/nonblocking.py``). Every rank makes its nonblocking calls on a HierComm in
+        the same order. The buffers, and the specs' counts, displacements and datatypes, must stay
+        untouched until the request completes.
+
+        Parameters
+        ----------
+        sendbuf, recvbuf : list
+            ``Alltoallv``'s specs (``MPI.IN_PLACE`` as ``sendbuf`` too).
+        algorithm : str, optional
+            This call's algorithm; None: the HierComm's own. "hier_leaders" is refused in request mode
+            (its nonblocking calls move the node phase by message passing).
+        validate : bool, default True
+            False skips only the pairwise byte check.
+
+        Returns
+        -------
+        HierRequest
+            The request. A bad spec, a mismatch between ranks, or a receive buffer that an earlier
+            request of this HierComm still receives into, is raised by its ``Wait``/``Test``, on every
+            rank (``ExchangeError`` or a subclass); the call itself never raises for bad input.
+
+        Raises
+        ------
+        hxmpi.HxmpiError
+            With ``progress="thread"`` where MPI runs below ``MPI_THREAD_MULTIPLE``: on every rank, at
+            the first nonblocking call (which sets the thread up, collectively).
+
+        Examples
+        --------
+        >>> req = hc.Ialltoallv([sbuf, scounts, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+        >>> while not req.Test():  # compute in slices, moving the exchange between them
+        ...     work = sum(range(1000))
+        >>> np.array_equal(rbuf, expected)
+        True
+
+        Errors come from ``Wait`` (or ``Test``), on every rank:
+
+        >>> bad = hc.Ialltoallv([sbuf, scounts + 1, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+        >>> try:
+        ...     bad.Wait()
+        ... except hxmpi.ExchangeError:
+        ...     print("raised by Wait")
+        raised by Wait
+        """
         return self._nonblocking("Alltoallv", sendbuf, recvbuf, algorithm, validate)
 
     def Ialltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> HierRequest:
-        """Nonblocking ``Alltoall`` (see ``Ialltoallv``)."""
+        """Nonblocking ``Alltoall`` (equal blocks); local in request mode, as ``Ialltoallv``.
+
+        Parameters
+        ----------
+        sendbuf, recvbuf : buffer or list
+            ``Alltoall``'s specs.
+        algorithm : str, optional
+            This call's algorithm; None: the HierComm's own.
+        validate : bool, default True
+            False skips only the pairwise byte check.
+
+        Returns
+        -------
+        HierRequest
+            The request; errors of the call (bad input, on every rank) are raised by its
+            ``Wait``/``Test``.
+
+        Raises
+        ------
+        hxmpi.HxmpiError
+            With ``progress="thread"`` where MPI runs below ``MPI_THREAD_MULTIPLE`` (as ``Ialltoallv``).
+
+        Examples
+        --------
+        >>> a = np.arange(2 * size, dtype="i") + 100 * rank
+        >>> b = np.empty_like(a)
+        >>> req = hc.Ialltoall(a, b)
+        >>> req.Wait()
+        True
+        >>> b[1::2].tolist() == [100 * src + 2 * rank + 1 for src in range(size)]
+        True
+        """
         return self._nonblocking("Alltoall", sendbuf, recvbuf, algorithm, validate)
 
     def Ialltoallw(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> HierRequest:
-        """Nonblocking ``Alltoallw`` (see ``Ialltoallv``)."""
+        """Nonblocking ``Alltoallw`` (a datatype per peer); local in request mode, as ``Ialltoallv``.
+
+        The received bytes are scattered into the receive buffer as the request completes.
+
+        Parameters
+        ----------
+        sendbuf, recvbuf : list
+            ``Alltoallw``'s specs (displacements in bytes).
+        algorithm : str, optional
+            This call's algorithm; None: the HierComm's own.
+        validate : bool, default True
+            False skips only the pairwise byte check.
+
+        Returns
+        -------
+        HierRequest
+            The request; errors of the call (bad input, on every rank) are raised by its
+            ``Wait``/``Test``.
+
+        Raises
+        ------
+        hxmpi.HxmpiError
+            With ``progress="thread"`` where MPI runs below ``MPI_THREAD_MULTIPLE`` (as ``Ialltoallv``).
+
+        Examples
+        --------
+        >>> wsend, wrecv = np.full(size, float(rank)), np.zeros(size)
+        >>> displs = [8 * i for i in range(size)]
+        >>> req = hc.Ialltoallw([wsend, [1] * size, displs, [MPI.DOUBLE] * size],
+        ...                     [wrecv, [1] * size, displs, [MPI.DOUBLE] * size])
+        >>> req.Wait(), wrecv.tolist() == [float(src) for src in range(size)]
+        (True, True)
+        """
         return self._nonblocking("Alltoallw", sendbuf, recvbuf, algorithm, validate)
 
     @guarded
@@ -256,16 +587,77 @@ class HierComm(Deriving):
 
     @guarded
     def Alltoallv_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> ExchangeRequest:
-        """Persistent All to All Scatter/Gather Vector (MPI-4 style): validate, agree and plan once.
+        """Persistent All to All Scatter/Gather Vector (MPI-4 style): validated, agreed and planned once.
 
-        Each ``Start()``/``Wait()`` of the returned request moves what the same buffers hold then
-        (with ``MPI.IN_PLACE``, what the receive buffer holds at ``Start``).
+        Each ``Start()``/``Wait()`` of the returned request moves what the same buffers hold then (with
+        ``MPI.IN_PLACE``, what the receive buffer holds at ``Start``), with nothing agreed or planned
+        again. Collective over the HierComm's ranks.
+
+        Parameters
+        ----------
+        sendbuf, recvbuf : list
+            ``Alltoallv``'s specs (``MPI.IN_PLACE`` as ``sendbuf`` too), bound to the request for good.
+        algorithm : str, optional
+            The request's algorithm; None: the HierComm's own ("auto" picks once, here).
+
+        Returns
+        -------
+        ExchangeRequest
+            The persistent request: ``Start``, ``Wait``, ``Free``; a context manager that frees it.
+
+        Raises
+        ------
+        hxmpi.ExchangeError
+            On every rank, for bad input on any rank, as ``Alltoallv`` (also ``ExchangeTypeError``,
+            ``ExchangeKeyError``).
+
+        Examples
+        --------
+        >>> send, recv = sbuf.copy(), np.empty_like(rbuf)
+        >>> req = hc.Alltoallv_init([send, scounts, MPI.DOUBLE], [recv, rcounts, MPI.DOUBLE])
+        >>> for step in range(3):
+        ...     send[:] = rank + step  # new contents, the same buffer
+        ...     req.Start()
+        ...     req.Wait()
+        >>> np.array_equal(recv, expected + 2)
+        True
+        >>> req.Free()
         """
         return make_request(self._engine, parse_alltoallv, False, sendbuf, recvbuf, algorithm, self._request_done)
 
     @guarded
     def Alltoall_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> ExchangeRequest:
-        """Persistent All to All Scatter/Gather (equal blocks); see ``Alltoallv_init``."""
+        """Persistent All to All Scatter/Gather (equal blocks): validated, agreed and planned once.
+
+        As ``Alltoallv_init``, with ``Alltoall``'s specs. Collective over the HierComm's ranks.
+
+        Parameters
+        ----------
+        sendbuf, recvbuf : buffer or list
+            ``Alltoall``'s specs (``MPI.IN_PLACE`` as ``sendbuf`` too), bound to the request for good.
+        algorithm : str, optional
+            The request's algorithm; None: the HierComm's own.
+
+        Returns
+        -------
+        ExchangeRequest
+            The persistent request.
+
+        Raises
+        ------
+        hxmpi.ExchangeError
+            On every rank, for bad input on any rank, as ``Alltoall``.
+
+        Examples
+        --------
+        >>> a = np.full(size, rank, dtype="i")
+        >>> b = np.empty_like(a)
+        >>> with hc.Alltoall_init(a, b) as req:  # freed on leaving the block
+        ...     req.Start()
+        ...     req.Wait()
+        >>> b.tolist() == list(range(size))
+        True
+        """
         return make_request(self._engine, parse_alltoall, True, sendbuf, recvbuf, algorithm, self._request_done)
 
     def _request_done(self, stats: ExchangeStats) -> None:
@@ -277,9 +669,41 @@ class HierComm(Deriving):
                   validate: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Send ``counts[d]`` consecutive rows of ``array`` (axis 0) to rank d; return (rows, recv counts).
 
-        Rows arrive ordered by source rank. The receive counts are learned from their senders (one
-        8-byte all-to-all), then the call is agreed as any other; every rank must pass the same
-        dtype and row shape.
+        The numpy form of ``Alltoallv``: the receive counts are learned from their senders (one 8-byte
+        all-to-all), then the call is agreed as any other. Collective over the HierComm's ranks.
+
+        Parameters
+        ----------
+        array : array_like
+            The rows to send, along axis 0, ordered by destination rank. Every rank must pass the same
+            dtype and row shape.
+        counts : sequence of int
+            Rows for each rank (one per rank); they sum to ``len(array)``.
+        algorithm : str, optional
+            This call's algorithm; None: the HierComm's own.
+        validate : bool, default True
+            False skips only the pairwise byte check.
+
+        Returns
+        -------
+        rows : numpy.ndarray
+            The rows received, ordered by source rank; ``array``'s dtype and row shape.
+        recv_counts : numpy.ndarray
+            Rows received from each rank (int64).
+
+        Raises
+        ------
+        hxmpi.ExchangeError
+            On every rank, for bad input on any rank: counts that are not one integer per rank or do not
+            sum to the rows, an array without rows (0-d), a dtype or row shape that differs between
+            ranks.
+
+        Examples
+        --------
+        >>> rows = np.full(((rank + 1) * size, 3), float(rank))  # rank + 1 rows of 3 for each rank
+        >>> got, got_counts = hc.alltoallv(rows, [rank + 1] * size)
+        >>> got_counts.tolist() == rcounts.tolist(), np.array_equal(got[:, 0], expected)
+        (True, True)
         """
         size = self.comm.size
         array = np.ascontiguousarray(array)
@@ -321,22 +745,79 @@ class HierComm(Deriving):
 
     @property
     def scratch_bytes(self) -> int:
-        """Scratch memory of one-shot calls on this rank: private buffers, the compiled runner's
-        Bruck send buffers and arenas, plus its share of the window (bytes)."""
+        """Scratch memory of one-shot calls on this rank, in bytes.
+
+        Private buffers, the compiled runner's Bruck send buffers and arenas, plus this rank's share of
+        the node window.
+
+        Returns
+        -------
+        int
+            Bytes.
+
+        Raises
+        ------
+        MPI.Exception
+            After ``free()`` (the communicators it reads are freed).
+
+        Examples
+        --------
+        >>> hc.Alltoallv([sbuf, scounts, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+        >>> hc.scratch_bytes >= 0
+        True
+        """
         return self._engine.scratch_bytes
 
     @property
     def last_stats(self) -> dict:
-        """Messages and bytes of the last call: per phase, across node boundaries, and copied (bytes);
-        ``algorithm`` (with ``radix`` for the Bruck ones, ``leaders`` for multi-leader) is what ran, "auto"'s
-        pick included; ``plan_cache``: "hit" (a cached persistent run), "hit-rebound" (a cached plan on new
-        buffers), "miss" (planned anew), "off" (cache off), "request" (a persistent request)."""
+        """Messages and bytes of the last call on this rank: per phase, across node boundaries, copied.
+
+        The last blocking call's, or the last completed ``Wait`` of a persistent request of this
+        HierComm (nonblocking calls do not set it); ``{}`` before any.
+
+        Returns
+        -------
+        dict
+            ``algorithm``: what ran, the pick of "auto" included (with ``radix`` for the Bruck ones,
+            ``leaders`` for multi-leader); ``plan_cache``: "hit" (a cached persistent run),
+            "hit-rebound" (a cached plan on new buffers), "miss" (planned anew), "off" (cache off) or
+            "request" (a persistent request); ``inter_node`` (messages and bytes across node boundaries)
+            and ``copy_bytes`` (bytes copied); ``flat`` (messages and bytes) for the flat path;
+            ``inter``, ``intra`` and ``node_phase`` for the hierarchical ones.
+
+        Raises
+        ------
+        MPI.Exception
+            After ``free()``, once a call was made (the communicator it reads is freed).
+
+        Examples
+        --------
+        >>> for _ in range(2):
+        ...     hc.Alltoallv([sbuf, scounts, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE], algorithm="flat")
+        >>> stats = hc.last_stats
+        >>> stats["algorithm"], stats["plan_cache"], stats["flat"]["messages"] == size - 1
+        ('flat', 'hit', True)
+        """
         return self._engine.stats()
 
     @guarded
     def free(self) -> None:
-        """Free cached runs, the node window and the Topology's communicators (collective); the
-        nonblocking calls still queued complete first."""
+        """Free cached runs, the node window, the progress thread and the Topology's communicators.
+
+        Collective. The nonblocking calls still queued complete first. A freed HierComm cannot be used
+        again, as a freed MPI communicator cannot: a call, or a second ``free``, ends the job.
+
+        Raises
+        ------
+        MPI.Exception
+            An MPI error of this rank's alone, where the user chose ``MPI.ERRORS_RETURN`` (else the job
+            ends).
+
+        Examples
+        --------
+        >>> other = hxmpi.HierComm(MPI.COMM_WORLD, ranks_per_node=2)
+        >>> other.free()
+        """
         if self._progress is not None:
             self._progress.close()
             self._progress = None
@@ -356,15 +837,49 @@ class HierComm(Deriving):
         self.topology.free()
 
     def Free(self) -> None:
-        """``free``, under the name a communicator's is called."""
+        """``free``, under the name a communicator's is called.
+
+        Raises
+        ------
+        MPI.Exception
+            As ``free``.
+
+        Examples
+        --------
+        >>> hxmpi.HierComm(MPI.COMM_WORLD).Free()
+        """
         self.free()
 
 
 class CartHierComm(CartDeriving, HierComm):
-    """A HierComm over a Cartesian communicator (``HierComm.Create_cart``): mpi4py's ``Cartcomm``
-    calls (``Get_coords``, ``Get_cart_rank``, ``Shift``, ``Get_topo``, ``dims``, ``periods``,
-    ``coords``, ``ndim``, ``topo``, the neighbour collectives) fall through to ``comm``; ``Sub``
-    returns a CartHierComm."""
+    """A HierComm over a Cartesian communicator: what ``HierComm.Create_cart`` returns.
+
+    ``HierComm(cartcomm)`` makes one too (as mpi4py's ``Dup`` of a ``Cartcomm`` is one). Every
+    ``HierComm`` method and attribute applies; mpi4py's ``Cartcomm`` calls (``Get_coords``,
+    ``Get_cart_rank``, ``Shift``, ``Get_topo``, ``dims``, ``periods``, ``coords``, ``ndim``,
+    ``topo``, the neighbour collectives) fall through to ``comm``; ``Sub`` returns a CartHierComm.
+
+    Parameters
+    ----------
+    comm : MPI.Cartcomm or hxmpi.CartHierComm, default MPI.COMM_WORLD
+        The Cartesian communicator (give one: the default is HierComm's, which is not).
+    ranks_per_node, node_of, algorithm, topology, tuning, node_phase, cache_entries, cache_bytes, radix, overhead, progress, leaders
+        As ``HierComm``'s.
+
+    Raises
+    ------
+    hxmpi.ExchangeError, hxmpi.TopologyError
+        As ``HierComm``'s constructor.
+
+    Examples
+    --------
+    >>> grid = hc.Create_cart([size], periods=[True])
+    >>> type(grid).__name__, grid.Get_coords(grid.Get_rank()) == [grid.Get_rank()]
+    ('CartHierComm', True)
+    >>> grid.Shift(0, 1) == ((rank - 1) % size, (rank + 1) % size)  # falls through to grid.comm
+    True
+    >>> grid.free()
+    """
 
 
 #: HierComm's constructor arguments, which ``HierComm.__new__`` reads the communicator from

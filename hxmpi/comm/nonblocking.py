@@ -78,15 +78,34 @@ EXIT_JOIN_S = 60.0
 class HierRequest:
     """The request of a nonblocking hxmpi all-to-all, with mpi4py's ``Request`` methods.
 
-    ``Test()`` moves every in-flight request of the process as far as it can without waiting and
-    returns whether this one completed; ``Wait()`` completes it (both raise the call's error, on
-    every rank alike); a completed request is inactive, so waiting again returns at once (as MPI's
+    What ``HierComm.Ialltoallv``, ``Ialltoall`` and ``Ialltoallw`` return. ``Test()`` moves every
+    in-flight request of the process as far as it can without waiting and returns whether this one
+    completed; ``Wait()`` completes it (both raise the call's error, on every rank alike); a
+    completed request is inactive, so ``Wait()`` and ``Test()`` return True at once (as for MPI's
     null request). ``Free()`` completes the exchange first (MPI forbids freeing an active
     collective); ``Cancel()`` raises (collectives cannot be cancelled). ``HierRequest.Waitall`` and
     ``hxmpi.waitall`` wait for a list of them, mpi4py requests mixed in; mpi4py's own
-    ``MPI.Request.Waitall`` takes mpi4py requests only (it raises ``TypeError``). A freed request
-    cannot be used again (``PlanStateError``); two threads in one request's calls at once are
-    refused (``PlanStateError``), as MPI forbids it.
+    ``MPI.Request.Waitall`` takes mpi4py requests only (it raises ``TypeError``).
+
+    Raises
+    ------
+    PlanStateError
+        A freed request used again; two threads in one request's ``Test``/``Wait``/``Free`` at once
+        (MPI forbids it: the second is refused); ``Cancel()``.
+
+    Notes
+    -----
+    In request mode every ``Test``/``Wait`` of any hxmpi request moves every in-flight request of the
+    process, on every HierComm: a rank waiting for one request moves what the other ranks need of it.
+    At ``MPI_THREAD_MULTIPLE`` several threads may test and wait on different requests at once.
+
+    Examples
+    --------
+    >>> req = hc.Ialltoallv([sbuf, scounts, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+    >>> isinstance(req, hxmpi.HierRequest)
+    True
+    >>> req.Wait(), req.Wait()  # completed: inactive, True at once
+    (True, True)
     """
 
     def __init__(self):
@@ -116,8 +135,40 @@ class HierRequest:
             raise error
 
     def Test(self, status: Optional[MPI.Status] = None) -> bool:
-        """Whether the exchange completed (moving every request on first; raises its error if it
-        failed). Never waits."""
+        """Whether the exchange completed; never waits.
+
+        In request mode it first moves every in-flight request of the process as far as it goes
+        without waiting (a thread moving them already: it returns at once); with
+        ``progress="thread"`` the thread moves them. A completed request returns True at once. The call's error, if it failed, is raised here (once),
+        on every rank alike.
+
+        Parameters
+        ----------
+        status : MPI.Status, optional
+            Accepted for mpi4py's signature; not filled in.
+
+        Returns
+        -------
+        bool
+            True once the exchange completed.
+
+        Raises
+        ------
+        hxmpi.ExchangeError
+            The call's bad input or mismatch between ranks (or a subclass), on every rank, when the
+            request completes.
+        PlanStateError
+            The request was freed, or another thread is in this request's ``Test``/``Wait``/``Free``.
+
+        Examples
+        --------
+        >>> req = hc.Ialltoallv([sbuf, scounts, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+        >>> polls = 1
+        >>> while not req.Test():  # work between the tests
+        ...     polls += 1
+        >>> req.Test(), np.array_equal(rbuf, expected)
+        (True, True)
+        """
         self._enter()
         try:
             if not self._done():
@@ -128,7 +179,36 @@ class HierRequest:
             self._inside.release()
 
     def Wait(self, status: Optional[MPI.Status] = None) -> bool:
-        """Wait for the exchange to complete (raises its error if it failed); returns True."""
+        """Wait for the exchange to complete.
+
+        In request mode it moves every in-flight request of the process meanwhile; with
+        ``progress="thread"`` it sleeps until the thread completed it. A completed request returns
+        True at once. The call's error, if it failed, is raised here (once),
+        on every rank alike.
+
+        Parameters
+        ----------
+        status : MPI.Status, optional
+            Accepted for mpi4py's signature; not filled in.
+
+        Returns
+        -------
+        bool
+            True.
+
+        Raises
+        ------
+        hxmpi.ExchangeError
+            The call's bad input or mismatch between ranks (or a subclass), on every rank.
+        PlanStateError
+            The request was freed, or another thread is in this request's ``Test``/``Wait``/``Free``.
+
+        Examples
+        --------
+        >>> req = hc.Ialltoallv([sbuf, scounts, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+        >>> req.Wait()
+        True
+        """
         self._enter()
         try:
             self._sleep_until_done()
@@ -138,7 +218,27 @@ class HierRequest:
             self._inside.release()
 
     def Free(self) -> None:
-        """Release the request; an active exchange is completed first (its error is dropped)."""
+        """Release the request; an active exchange is completed first (its error is dropped).
+
+        A freed request cannot be used again: any later ``Test``, ``Wait`` or ``Free`` raises
+        ``PlanStateError``.
+
+        Raises
+        ------
+        PlanStateError
+            The request was freed already, or another thread is in this request's
+            ``Test``/``Wait``/``Free``.
+
+        Examples
+        --------
+        >>> req = hc.Ialltoallv([sbuf, scounts, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+        >>> req.Free()  # completes the exchange first
+        >>> try:
+        ...     req.Wait()
+        ... except PlanStateError:
+        ...     print("freed")
+        freed
+        """
         self._enter()
         try:
             self._sleep_until_done()
@@ -148,19 +248,90 @@ class HierRequest:
             self._inside.release()
 
     def Cancel(self) -> None:
-        """Refused: MPI does not cancel collective operations."""
+        """Refused: MPI does not cancel collective operations; ``Wait()`` for the request instead.
+
+        Raises
+        ------
+        PlanStateError
+            Always.
+
+        Examples
+        --------
+        >>> req = hc.Ialltoallv([sbuf, scounts, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+        >>> try:
+        ...     req.Cancel()
+        ... except PlanStateError:
+        ...     print("cannot cancel")
+        cannot cancel
+        >>> req.Wait()
+        True
+        """
         raise PlanStateError("a nonblocking all-to-all cannot be cancelled (MPI cancels no collective); "
                              "Wait() for it")
 
     @classmethod
     def Waitall(cls, requests, statuses=None) -> bool:
-        """Wait for every request (``waitall``); returns True."""
+        """Wait for every request, hxmpi's and mpi4py's mixed (``hxmpi.waitall``).
+
+        Parameters
+        ----------
+        requests : sequence
+            ``HierRequest`` objects (or any with a ``Wait()``) and ``MPI.Request`` objects.
+        statuses : list, optional
+            Accepted for mpi4py's signature; not filled in.
+
+        Returns
+        -------
+        bool
+            True.
+
+        Raises
+        ------
+        hxmpi.ExchangeError
+            The first error among the requests, raised after every request has completed.
+
+        Examples
+        --------
+        >>> a = np.full(size, rank, dtype="i")
+        >>> b = np.empty_like(a)
+        >>> reqs = [hc.Ialltoall(a, b), MPI.COMM_WORLD.Ibarrier()]
+        >>> hxmpi.HierRequest.Waitall(reqs)
+        True
+        """
         return waitall(requests)
 
     @classmethod
     def Testall(cls, requests, statuses=None) -> bool:
-        """Whether every request completed (each moved on first); then they are all completed
-        (errors raised), else none is."""
+        """Whether every request completed, each moved on first; then they are all completed, else none is.
+
+        Parameters
+        ----------
+        requests : sequence
+            ``HierRequest`` objects and ``MPI.Request`` objects.
+        statuses : list, optional
+            Accepted for mpi4py's signature; not filled in.
+
+        Returns
+        -------
+        bool
+            True when every request completed (errors raised then), False when some has not (none is
+            completed).
+
+        Raises
+        ------
+        hxmpi.ExchangeError
+            The first error among the requests, once every one has completed.
+
+        Examples
+        --------
+        >>> a = np.full(size, rank, dtype="i")
+        >>> b = np.empty_like(a)
+        >>> reqs = [hc.Ialltoall(a, b)]
+        >>> while not hxmpi.HierRequest.Testall(reqs):
+        ...     pass
+        >>> b.tolist() == list(range(size))
+        True
+        """
         ours = [r for r in requests if isinstance(r, HierRequest)]
         if not all([r._done() for r in ours]):  # a list: every request is moved on, not the first few
             return False
@@ -171,9 +342,39 @@ class HierRequest:
 
 
 def waitall(requests) -> bool:
-    """Wait for every request of ``requests``: hxmpi's (``HierRequest``, or any with a ``Wait()``)
-    and mpi4py's, which MPI completes in one ``MPI_Waitall``. Every request is completed before the
-    first error among them is raised. Returns True."""
+    """Wait for every request of ``requests``: hxmpi's and mpi4py's, mixed.
+
+    hxmpi's requests (``HierRequest``, or any with a ``Wait()``) are waited for first, each
+    ``Wait`` moving every in-flight request of the process; mpi4py's are then completed in one
+    ``MPI_Waitall``. Every request is completed before the first error among them is raised.
+
+    Parameters
+    ----------
+    requests : sequence
+        ``HierRequest`` objects (or any with a ``Wait()``) and ``MPI.Request`` objects.
+
+    Returns
+    -------
+    bool
+        True.
+
+    Raises
+    ------
+    hxmpi.ExchangeError
+        The first error among hxmpi's requests (or a subclass; whatever their ``Wait`` raised),
+        raised after every request has completed.
+
+    Examples
+    --------
+    >>> a = np.full(size, rank, dtype="i")
+    >>> b = np.empty_like(a)
+    >>> reqs = [hc.Ialltoallv([sbuf, scounts, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE]),
+    ...         hc.Ialltoall(a, b), MPI.COMM_WORLD.Ibarrier()]
+    >>> hxmpi.waitall(reqs)
+    True
+    >>> np.array_equal(rbuf, expected), b.tolist() == list(range(size))
+    (True, True)
+    """
     theirs = [r for r in requests if isinstance(r, MPI.Request)]
     first: Optional[BaseException] = None
     # hxmpi's first: every Wait moves every in-flight request of the process, and the requests of a

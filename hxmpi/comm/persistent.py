@@ -43,9 +43,33 @@ def make_request(engine: Engine, parse, uniform: bool, sendbuf, recvbuf, algorit
 class ExchangeRequest:
     """A persistent all-to-all (as mpi4py's ``Prequest``): ``Start()``, ``Wait()``, ``Free()``.
 
-    Agreed, validated and planned once by ``HierComm.Alltoallv_init``; each Start/Wait moves what
-    the bound buffers hold at Start. Collective: every rank starts, waits and frees its requests in
-    the same order. Usable as a context manager (frees on exit).
+    Made, validated, agreed and planned once by ``HierComm.Alltoallv_init`` or ``Alltoall_init``,
+    bound for good to the caller's buffers, with a scratch and a node window of its own (it may be
+    started while one-shot calls run); each ``Start``/``Wait`` moves what the bound buffers hold at
+    ``Start``, with nothing agreed or planned again. Collective: every rank starts, waits and frees
+    its requests in the same order. Usable as a context manager (frees on exit).
+
+    Raises
+    ------
+    PlanStateError
+        A request used out of order: started twice without a ``Wait``, waited for without a
+        ``Start``, or started or waited for after ``Free``.
+
+    Attributes
+    ----------
+    comm : MPI.Intracomm
+        The owning HierComm's communicator, whose error handler an error of this rank's alone
+        follows.
+
+    Examples
+    --------
+    >>> send, recv = sbuf.copy(), np.empty_like(rbuf)
+    >>> with hc.Alltoallv_init([send, scounts, MPI.DOUBLE], [recv, rcounts, MPI.DOUBLE]) as req:
+    ...     for step in range(2):
+    ...         req.Start()
+    ...         req.Wait()
+    >>> np.array_equal(recv, expected)
+    True
     """
 
     def __init__(self, run: Run, done: Callable[[ExchangeStats], None], comm: MPI.Intracomm,
@@ -57,7 +81,25 @@ class ExchangeRequest:
 
     @property
     def algorithm(self) -> str:
-        """The algorithm this request runs (one of ``plan.ALGORITHMS``)."""
+        """The algorithm this request runs (one of ``plan.ALGORITHMS``): the pick of "auto", made once.
+
+        Returns
+        -------
+        str
+            "flat", "hier", "hier_pairwise", "bruck", "hier_bruck" or "hier_leaders".
+
+        Raises
+        ------
+        AttributeError
+            After ``Free`` (the request no longer holds a run).
+
+        Examples
+        --------
+        >>> req = hc.Alltoallv_init([sbuf, scounts, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE], algorithm="flat")
+        >>> req.algorithm
+        'flat'
+        >>> req.Free()
+        """
         return self._run.stats.algorithm
 
     def _live(self) -> Run:
@@ -67,7 +109,31 @@ class ExchangeRequest:
 
     @guarded
     def Start(self) -> None:
-        """Start one exchange of the bound buffers' current contents."""
+        """Start one exchange of the bound buffers' current contents.
+
+        With ``MPI.IN_PLACE`` as the send spec, what the receive buffer holds now is sent.
+
+        Raises
+        ------
+        PlanStateError
+            On this rank: ``Start()`` called twice without ``Wait()``, or after ``Free``. It is
+            refused before anything is communicated.
+        MPI.Exception
+            An MPI error of this rank's alone, where the user chose ``MPI.ERRORS_RETURN``; otherwise it
+            ends the job.
+
+        Examples
+        --------
+        >>> req = hc.Alltoallv_init([sbuf, scounts, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+        >>> req.Start()
+        >>> try:
+        ...     req.Start()
+        ... except PlanStateError:
+        ...     print("Wait() first")
+        Wait() first
+        >>> req.Wait()
+        >>> req.Free()
+        """
         run = self._live()
         if self._active:
             raise PlanStateError("Start() called twice without Wait(); call Wait() first")
@@ -79,7 +145,25 @@ class ExchangeRequest:
 
     @guarded
     def Wait(self) -> None:
-        """Complete the exchange started by ``Start()``."""
+        """Complete the exchange started by ``Start()``; the owning HierComm's ``last_stats`` are then its.
+
+        Raises
+        ------
+        PlanStateError
+            On this rank: ``Wait()`` without ``Start()``, or after ``Free``.
+        MPI.Exception
+            An MPI error of this rank's alone, where the user chose ``MPI.ERRORS_RETURN``; otherwise it
+            ends the job.
+
+        Examples
+        --------
+        >>> req = hc.Alltoallv_init([sbuf, scounts, MPI.DOUBLE], [rbuf, rcounts, MPI.DOUBLE])
+        >>> req.Start()
+        >>> req.Wait()
+        >>> hc.last_stats["plan_cache"]
+        'request'
+        >>> req.Free()
+        """
         run = self._live()
         if not self._active:
             raise PlanStateError("Wait() without Start(); call Start() first")
@@ -89,7 +173,27 @@ class ExchangeRequest:
 
     @guarded
     def Free(self) -> None:
-        """Release the request's MPI requests, datatypes and buffers (waits for an active exchange first)."""
+        """Release the request's MPI requests, datatypes, buffers and window; an active exchange is waited for first.
+
+        Freeing a freed request does nothing; any other use of it raises ``PlanStateError``.
+
+        Raises
+        ------
+        MPI.Exception
+            An MPI error of this rank's alone while completing an active exchange, where the user
+            chose ``MPI.ERRORS_RETURN``; otherwise it ends the job.
+
+        Examples
+        --------
+        >>> req = hc.Alltoall_init(sbuf[:size], rbuf[:size])
+        >>> req.Start()
+        >>> req.Free()  # waits for the exchange first
+        >>> try:
+        ...     req.Start()
+        ... except PlanStateError:
+        ...     print("freed")
+        freed
+        """
         if self._run is None:
             return
         if self._active:

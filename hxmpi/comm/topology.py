@@ -47,10 +47,70 @@ def _check_node_of(node_of, size: int) -> tuple[Optional[np.ndarray], Optional[s
 class Topology:
     """Node map of ``comm`` and its intra-node and lane communicators.
 
-    ``ranks_per_node=k`` makes virtual nodes of k consecutive ranks (the last may be smaller);
-    ``node_of`` gives every rank's node id explicitly (any layout). With neither, nodes are the
-    shared-memory domains (``Split_type(COMM_TYPE_SHARED)``), unless env ``HXMPI_RANKS_PER_NODE`` is set.
-    Node ids are renumbered 0..num_nodes-1 in order of each node's lowest rank. Collective.
+    A rank is (node n, local rank l). ``intra`` holds the ranks of its node in ``comm`` order; a lane
+    is the set of ranks that share a local rank, one per node, and ``inter`` is this rank's own lane.
+    On an irregular layout a rank of a small node also serves the lanes its node lacks
+    (``served_lanes``), so every lane communicator has one member per node, in node order. Node ids
+    are renumbered 0..num_nodes-1 in order of each node's lowest rank. Collective over ``comm``.
+
+    Parameters
+    ----------
+    comm : MPI.Intracomm or hxmpi.HierComm, default MPI.COMM_WORLD
+        The ranks to map (a HierComm stands for its communicator); the Topology works on a
+        duplicate.
+    ranks_per_node : int, optional
+        Virtual nodes of k consecutive ranks (the last may be smaller).
+    node_of : sequence of int, optional
+        Every rank's node id, explicitly (any layout). With neither, nodes are the shared-memory
+        domains (``Split_type(COMM_TYPE_SHARED)``), unless env ``HXMPI_RANKS_PER_NODE`` is set.
+
+    Raises
+    ------
+    hxmpi.TopologyError
+        On every rank: both ``ranks_per_node`` and ``node_of`` given, a ``ranks_per_node`` that is
+        not a positive integer, a ``node_of`` that is not one integer >= 0 per rank, a layout given
+        on some ranks only, or one that differs from rank 0's.
+
+    Attributes
+    ----------
+    comm : MPI.Intracomm
+        The duplicate of the communicator given.
+    intra : MPI.Intracomm
+        This node's ranks, in ``comm`` order.
+    inter : MPI.Intracomm
+        This rank's own lane: one rank per node, in node order (``inter.rank == node``).
+    node : int
+        This rank's node.
+    local_rank : int
+        This rank's rank on its node.
+    num_nodes : int
+        Number of nodes.
+    node_of : tuple of int
+        Every rank's node.
+    node_sizes : tuple of int
+        Ranks per node.
+    node_members : tuple of tuple of int
+        Every node's ranks.
+    local_rank_of : tuple of int
+        Every rank's local rank.
+    max_node_size : int
+        Ranks of the largest node.
+    is_regular : bool
+        Whether every node has the same number of ranks.
+    served_lanes : tuple of (int, MPI.Intracomm)
+        The lanes this rank serves, with their communicators: its own and, on a small node, the
+        lanes its node lacks.
+
+    Examples
+    --------
+    >>> topo = hxmpi.Topology(MPI.COMM_WORLD, ranks_per_node=2)
+    >>> topo.node == rank // 2, topo.local_rank == rank % 2
+    (True, True)
+    >>> topo.node_sizes == tuple([2] * (size // 2) + [1] * (size % 2))
+    True
+    >>> topo.inter.Get_rank() == topo.node
+    True
+    >>> topo.free()
     """
 
     def __init__(self, comm: MPI.Intracomm = MPI.COMM_WORLD, ranks_per_node: Optional[int] = None,
@@ -134,21 +194,82 @@ class Topology:
 
     @property
     def lane(self) -> MPI.Intracomm:
-        """This rank's own lane communicator (alias of ``inter``)."""
+        """This rank's own lane communicator (alias of ``inter``).
+
+        Returns
+        -------
+        MPI.Intracomm
+            One rank per node, in node order.
+
+        Examples
+        --------
+        >>> hc.topology.lane.Get_size() == hc.topology.num_nodes
+        True
+        """
         return self.inter
 
     @property
     def size(self) -> int:
-        """Number of ranks in ``comm``."""
+        """Number of ranks in ``comm``.
+
+        Returns
+        -------
+        int
+            ``comm``'s size.
+
+        Raises
+        ------
+        MPI.Exception
+            After ``free()``.
+
+        Examples
+        --------
+        >>> hc.topology.size == size
+        True
+        """
         return self.comm.size
 
     @property
     def rank(self) -> int:
-        """This rank in ``comm``."""
+        """This rank in ``comm``.
+
+        Returns
+        -------
+        int
+            ``comm``'s rank.
+
+        Raises
+        ------
+        MPI.Exception
+            After ``free()``.
+
+        Examples
+        --------
+        >>> hc.topology.rank == rank
+        True
+        """
         return self.comm.rank
 
     def describe(self) -> dict:
-        """This rank's topology as a plain dict (for logs and ``python -m hxmpi``)."""
+        """This rank's topology as a plain dict (for logs and ``python -m hxmpi``).
+
+        Returns
+        -------
+        dict
+            ``rank``, ``size``, ``host``, ``node``, ``local_rank``, ``lane`` (its own),
+            ``served_lanes``, ``num_nodes``, ``node_sizes``, ``is_regular``.
+
+        Raises
+        ------
+        MPI.Exception
+            After ``free()``.
+
+        Examples
+        --------
+        >>> info = hc.topology.describe()
+        >>> info["node"] == rank // 2, info["num_nodes"] == (size + 1) // 2
+        (True, True)
+        """
         return {
             "rank": self.rank, "size": self.size, "host": socket.gethostname(),
             "node": self.node, "local_rank": self.local_rank, "lane": self.local_rank,
@@ -158,10 +279,29 @@ class Topology:
         }
 
     def duplicate(self) -> "Topology":
-        """The same nodes over duplicates of this Topology's communicators (collective): what a
-        HierComm's nonblocking calls move on, apart from its blocking ones. (Blocking
-        ``MPI_Comm_dup``s: Open MPI's nonblocking ``MPI_Comm_idup`` can deadlock against other
-        collectives on the same communicator, open-mpi/ompi#2025.)"""
+        """The same nodes over duplicates of this Topology's communicators (collective).
+
+        What a HierComm's nonblocking calls move on, apart from its blocking ones.
+
+        Returns
+        -------
+        Topology
+            A Topology of its own communicators; ``free()`` it when done.
+
+        Raises
+        ------
+        MPI.Exception
+            After ``free()``.
+
+        Examples
+        --------
+        >>> twin = hc.topology.duplicate()
+        >>> twin.node_of == hc.topology.node_of, twin.comm != hc.topology.comm
+        (True, True)
+        >>> twin.free()
+        """
+        # Blocking duplicates: Open MPI's nonblocking MPI_Comm_idup can deadlock beside other
+        # collectives on the same communicator (open-mpi/ompi issue 2025).
         twin = copy.copy(self)
         twin.comm, twin.intra = self.comm.Dup(), self.intra.Dup()
         twin.served_lanes = tuple((lane, comm.Dup()) for lane, comm in self.served_lanes)
@@ -169,7 +309,18 @@ class Topology:
         return twin
 
     def free(self) -> None:
-        """Free the communicators this Topology created (collective)."""
+        """Free the communicators this Topology created (collective).
+
+        Raises
+        ------
+        MPI.Exception
+            When called a second time.
+
+        Examples
+        --------
+        >>> topo = hxmpi.Topology(MPI.COMM_WORLD, ranks_per_node=2)
+        >>> topo.free()
+        """
         for _, comm in self.served_lanes:
             comm.Free()
         self.served_lanes = ()
