@@ -101,12 +101,17 @@ class HierComm(Deriving):
     leaders : int, default 2
         Leaders per node (>= 1) of an explicit "hier_leaders"; above the smallest node's size it
         acts as that size; "auto" picks the count itself. The same on every rank.
+    chunks : int, default 1
+        Chunks (1 to 8) of an explicit "hier"'s pipelined node phase: the lanes move each node's
+        blocks in that many chunks, each on the wire while the node copies the one before it out
+        of the shared window (1: no pipeline; the "mpi" node phase never pipelines); "auto" picks
+        the count itself. The same on every rank.
 
     Raises
     ------
     hxmpi.ExchangeError
         On every rank: a bad setting on any rank (``algorithm``, ``cache_entries``,
-        ``cache_bytes``, ``radix``, ``leaders``, ``progress``, ``node_phase``), a setting that
+        ``cache_bytes``, ``radix``, ``leaders``, ``chunks``, ``progress``, ``node_phase``), a setting that
         differs between ranks, a tuning or CPU-per-path file that cannot be read (the message
         names the file), or ``node_phase="shm"`` where a node's ranks do not all share memory.
     hxmpi.TopologyError
@@ -125,6 +130,8 @@ class HierComm(Deriving):
         The Bruck radix of an explicit "bruck" or "hier_bruck".
     leaders : int
         The leaders per node of an explicit "hier_leaders".
+    chunks : int
+        The chunks of an explicit "hier"'s pipelined node phase.
     node_phase : str
         "shm" or "mpi", as agreed: how the hierarchical path's node phase moves data.
     progress : str
@@ -863,7 +870,7 @@ class CartHierComm(CartDeriving, HierComm):
     ----------
     comm : MPI.Cartcomm or hxmpi.CartHierComm, default MPI.COMM_WORLD
         The Cartesian communicator (give one: the default is HierComm's, which is not).
-    ranks_per_node, node_of, algorithm, topology, tuning, node_phase, cache_entries, cache_bytes, radix, overhead, progress, leaders
+    ranks_per_node, node_of, algorithm, topology, tuning, node_phase, cache_entries, cache_bytes, radix, overhead, progress, leaders, chunks
         As ``HierComm``'s.
 
     Raises
