@@ -66,21 +66,16 @@ class Call:
     ``algorithm``, ``validate``, ``uniform`` (an ``Alltoall``'s equal blocks): as the caller
     passed them; ``kind``, ``kind_text``: the row kind of ``alltoallv`` (0, ""); ``typed``: the
     ``Alltoallw`` call (``_call.TypedCall``) whose bytes this call moves, whose persistent run may
-    be composed with its type maps; ``busy(recv)``: why this call may not receive there (a
-    nonblocking request in flight still does), None where nothing is in flight; ``defer``: bind
-    the run and hand it over in ``run`` instead of running it (a nonblocking request runs it);
-    ``after``: what completes the call once its run ended (an ``Alltoallw``'s scatter), set by
-    the call when it defers.
+    be composed with its type maps; ``defer``: bind the run and hand it over in ``run`` instead
+    of running it (a nonblocking request runs it).
     """
-    __slots__ = ("algorithm", "validate", "uniform", "kind", "kind_text", "typed", "busy", "defer", "run",
-                 "after")
+    __slots__ = ("algorithm", "validate", "uniform", "kind", "kind_text", "typed", "defer", "run")
 
     def __init__(self, algorithm: Optional[str], validate, uniform: bool = False, kind: int = 0,
-                 kind_text: str = "", typed=None, busy: Optional[Callable] = None, defer: bool = False):
+                 kind_text: str = "", typed=None, defer: bool = False):
         self.algorithm, self.validate, self.uniform = algorithm, validate, uniform
-        self.kind, self.kind_text, self.typed, self.busy, self.defer = kind, kind_text, typed, busy, defer
+        self.kind, self.kind_text, self.typed, self.defer = kind, kind_text, typed, defer
         self.run: Optional[Run] = None
-        self.after: Optional[Callable] = None
 
 
 class Engine:
