@@ -432,7 +432,8 @@ def simgrid_missing():
 #: brings its own.
 API_SOURCES = {
     "HierComm": [("hxmpi/comm/exchange.py", "HierComm", "HierComm"),
-                 ("hxmpi/comm/derived.py", "Deriving.*", "HierComm")],
+                 ("hxmpi/comm/derived.py", "Deriving.*", "HierComm"),
+                 ("hxmpi/comm/rows.py", "Rows.*", "HierComm")],
     "CartHierComm": [("hxmpi/comm/exchange.py", "CartHierComm", "CartHierComm"),
                      ("hxmpi/comm/derived.py", "CartDeriving.*", "CartHierComm")],
     "Topology": [("hxmpi/comm/topology.py", "Topology", "Topology")],

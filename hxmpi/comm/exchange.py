@@ -8,8 +8,9 @@ node phase; ``docs/method.md``) or in log rounds, whichever the call asks for or
 What runs a call lives beside this module, one job a module: ``settings`` (the constructor's
 settings, checked and agreed), ``engine`` (a one-shot call's stages over its call context:
 lookup, agreement, conclusion, plan, run), ``persistent`` (planned-once requests),
-``nonblocking`` (requests and their progress), ``alltoallw`` (datatype specs as bytes) and
-``derived`` (the communicators a HierComm makes). Every other attribute of a communicator falls
+``nonblocking`` (requests and their progress; ``progress_thread``, its thread mode),
+``alltoallw`` (datatype specs as bytes), ``rows`` (the numpy ``alltoallv``) and ``derived`` (the
+communicators a HierComm makes). Every other attribute of a communicator falls
 through to ``comm``. Bad input raises ``ExchangeError`` on every rank.
 """
 from __future__ import annotations
@@ -27,8 +28,9 @@ from .alltoallw import TypedSides
 from .derived import CartDeriving, Deriving, is_cartesian
 from .engine import Call, Engine
 from .msgspec import Side, count_arrays, parse_alltoall, parse_alltoallv
-from .nonblocking import HierRequest, Progress, Requests, StepRequest
+from .nonblocking import HierRequest, Requests
 from .persistent import ExchangeRequest, make_request
+from .progress_thread import Progress
 from .plan import Layout
 from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES
 from .rows import Rows
@@ -233,7 +235,6 @@ class HierComm(Deriving, Rows):
             deferred = (self.topology.intra.Dup(), self.comm.Dup())  # the gathers' and the agreements'
             self._requests = Requests(Engine(twin, self.layout, "mpi", key, *engine_args, deferred=deferred),
                                       partial(one_rank_error, comm=self.comm))
-        self._request_types: Optional[TypedSides] = None  # Ialltoallw's layouts and kept calls
         #: what a HierComm with this one's layout and settings is built from (the progress thread's)
         self._settings = dict(node_of=list(self.topology.node_of), algorithm=algorithm, tuning=tuning,
                               node_phase=self.node_phase, cache_entries=cache_entries, cache_bytes=cache_bytes,
@@ -554,27 +555,7 @@ class HierComm(Deriving, Rows):
             if self._progress is None:
                 self._progress = Progress(lambda: HierComm(self.comm, **self._settings))
             return self._progress.submit(method, sendbuf, recvbuf, algorithm, validate)
-        call = Call(algorithm, validate, uniform=method == "Alltoall", defer=True)
-        requests = self._requests
-        if method != "Alltoallw":  # a repeated call on the same buffers may run as one compiled hit
-            slot = requests.engine.calls.request_slot(sendbuf, recvbuf, algorithm, validate, call.uniform)
-            if slot is not None:
-                return requests.submit(StepRequest(requests, call, slot.s, slot.r, None, (sendbuf, recvbuf),
-                                                   slot=slot))
-        typed = None
-        if method == "Alltoallw":
-            if self._request_types is None:
-                self._request_types = TypedSides(self.comm.size)
-            typed = find_typed(self._request_types.calls, sendbuf, recvbuf, algorithm, validate)
-            if typed is None:
-                typed, problem = self._request_types.prepare(sendbuf, recvbuf, algorithm, validate)
-                if problem:
-                    nothing = Side(None, None, None)
-                    return self._requests.submit(StepRequest(self._requests, call, nothing, nothing, problem, None))
-            sendbuf, recvbuf = typed.send_spec, typed.recv_spec
-        s, r, problem = (parse_alltoall if call.uniform else parse_alltoallv)(sendbuf, recvbuf, self.comm.size)
-        specs = (sendbuf, recvbuf) if sendbuf is not MPI.IN_PLACE else None
-        return self._requests.submit(StepRequest(self._requests, call, s, r, problem, specs, typed))
+        return self._requests.call(method, sendbuf, recvbuf, algorithm, validate)
 
     def __getattr__(self, name: str):
         """A public attribute of ``comm`` that HierComm lacks (called only when lookup fails)."""
@@ -751,8 +732,6 @@ class HierComm(Deriving, Rows):
             self._requests.engine.free()
             self._requests.engine.topology.free()
             self._requests = None
-        if self._request_types is not None:
-            self._request_types.clear()
         if self._typed is not None:
             self._typed.clear()
         if self._count_request is not None:

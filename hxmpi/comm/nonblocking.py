@@ -52,7 +52,6 @@ request completes, as MPI requires.
 from __future__ import annotations
 
 import atexit
-import queue
 import sys
 import threading
 from _thread import allocate_lock
@@ -62,11 +61,14 @@ from typing import Callable, Optional
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import HxmpiError, PlanStateError, agreed_error, one_rank_error
-from ._call import Program
+from ..errors import HxmpiError, PlanStateError
+from ._call import Program, find_typed
 from .agreement import Diagnosis
+from .alltoallw import TypedSides
+from .engine import Call
+from .msgspec import Side, parse_alltoall, parse_alltoallv
 
-__all__ = ["HierRequest", "StepRequest", "ThreadRequest", "Progress", "Requests", "ProgressEngine", "waitall",
+__all__ = ["HierRequest", "StepRequest", "Requests", "ProgressEngine", "waitall",
            "PROGRESS_MODES", "ENGINE"]
 
 #: ``HierComm(progress=...)``'s choices: a state machine driven by the request, or a thread
@@ -485,6 +487,7 @@ class Requests:
         self.moving: deque = deque()
         #: requests that ran whole as one compiled hit (``_begin_compiled``)
         self.compiled = 0
+        self.types: Optional[TypedSides] = None  # Ialltoallw's layouts and kept calls, made on first use
         with ENGINE.lock:
             ENGINE.queues.append(self)
 
@@ -492,6 +495,30 @@ class Requests:
     def in_flight(self) -> int:
         """Requests not completed."""
         return len(self.agreeing) + len(self.moving)
+
+    def call(self, method: str, sendbuf, recvbuf, algorithm, validate) -> StepRequest:
+        """The request of a nonblocking ``method`` ("Alltoallv", "Alltoall", "Alltoallw"), its
+        spec parsed and queued; a bad spec is this request's error, raised by its Wait/Test."""
+        call = Call(algorithm, validate, uniform=method == "Alltoall", defer=True)
+        if method != "Alltoallw":  # a repeated call on the same buffers may run as one compiled hit
+            slot = self.engine.calls.request_slot(sendbuf, recvbuf, algorithm, validate, call.uniform)
+            if slot is not None:
+                return self.submit(StepRequest(self, call, slot.s, slot.r, None, (sendbuf, recvbuf), slot=slot))
+        typed = None
+        if method == "Alltoallw":
+            if self.types is None:
+                self.types = TypedSides(self.engine.comm.size)
+            typed = find_typed(self.types.calls, sendbuf, recvbuf, algorithm, validate)
+            if typed is None:
+                typed, problem = self.types.prepare(sendbuf, recvbuf, algorithm, validate)
+                if problem:
+                    nothing = Side(None, None, None)
+                    return self.submit(StepRequest(self, call, nothing, nothing, problem, None))
+            sendbuf, recvbuf = typed.send_spec, typed.recv_spec
+        s, r, problem = (parse_alltoall if call.uniform else parse_alltoallv)(sendbuf, recvbuf,
+                                                                              self.engine.comm.size)
+        specs = (sendbuf, recvbuf) if sendbuf is not MPI.IN_PLACE else None
+        return self.submit(StepRequest(self, call, s, r, problem, specs, typed))
 
     def submit(self, request: StepRequest) -> StepRequest:
         """Queue a parsed call (local: nothing waits for another rank) and start what it can."""
@@ -676,105 +703,20 @@ class Requests:
         request.s = request.r = request.specs = request.typed = request.call = None
 
     def close(self) -> int:
-        """Complete every request still in flight (collective, as each is) and leave the engine;
-        how many there were."""
+        """Complete every request still in flight (collective, as each is), leave the engine and
+        free the kept Ialltoallw layouts; how many requests there were."""
         with ENGINE.lock:
             pending = self.in_flight
             while self.in_flight:
                 self.advance()
             ENGINE.queues.remove(self)
+        if self.types is not None:
+            self.types.clear()
         return pending
 
 
-# --------------------------------------------------------------------------- thread mode
-class ThreadRequest(HierRequest):
-    """A request of thread mode: completed by the progress thread, which releases a bare lock
-    (not a ``threading.Event``, whose condition variable doubles the wake-up cost)."""
-
-    def __init__(self):
-        super().__init__()
-        self._active = allocate_lock()  # held while the exchange is in flight
-        self._active.acquire()
-        self._ended = False  # read by Test: the lock may be held a moment by a waiting thread
-
-    def _finish(self, error: Optional[BaseException]) -> None:
-        """Called by the progress thread when the exchange has ended."""
-        self._error = error
-        self._ended = True
-        self._active.release()
-
-    def _done(self) -> bool:
-        return self._ended
-
-    def _sleep_until_done(self) -> None:
-        with self._active:  # acquired once the progress thread released it
-            pass
-
-
-class Progress:
-    """The progress thread of one ``HierComm``'s nonblocking calls (thread mode).
-
-    ``make()`` builds (collectively) the ``HierComm`` the thread calls; ``submit`` queues one call
-    and returns its request. ``close`` lets the queued calls finish, stops the thread and frees its
-    ``HierComm`` (collective). An error the thread meets that is not agreed (raised on every rank)
-    ends the job (``errors.abort_job``): the other ranks' threads would wait for this one forever,
-    and its next queued call would run out of step with theirs.
-    """
-
-    def __init__(self, make: Callable):
-        if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
-            # The level is the job's: every rank raises alike.
-            raise agreed_error(HxmpiError(
-                "progress='thread' needs MPI_THREAD_MULTIPLE (mpi4py's default: mpi4py.rc.thread_level = "
-                f"'multiple'); this MPI runs at level {MPI.Query_thread()}: use progress='request'"))
-        self.hc = make()
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread: Optional[threading.Thread] = threading.Thread(target=self._serve, name="hxmpi-progress",
-                                                                    daemon=True)
-        self._thread.start()
-        with ENGINE.lock:
-            _THREADS.append(self)
-
-    def submit(self, method: str, sendbuf, recvbuf, algorithm, validate) -> ThreadRequest:
-        """Queue ``method`` (the blocking method's name) of the thread's HierComm; its request."""
-        request = ThreadRequest()
-        self._jobs.put((method, sendbuf, recvbuf, algorithm, validate, request))
-        return request
-
-    def _serve(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            method, sendbuf, recvbuf, algorithm, validate, request = job
-            error = None
-            try:
-                getattr(self.hc, method)(sendbuf, recvbuf, algorithm=algorithm, validate=validate)
-            except Exception as exc:  # noqa: BLE001 - agreed ones go to the caller, others end the job
-                if not getattr(exc, "agreed", False):
-                    one_rank_error(exc, f"the progress thread's {method}", self.hc.comm)
-                error = exc  # handed to the caller's Wait/Test, on every rank alike
-            request._finish(error)
-
-    def close(self, timeout: Optional[float] = None) -> bool:
-        """Finish the queued calls, stop the thread and free its HierComm (collective); False where
-        the thread did not stop within ``timeout`` seconds (None: no limit; it is then left behind,
-        its HierComm not freed)."""
-        if self._thread is None:
-            return True
-        self._jobs.put(None)
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            return False
-        self._thread = None
-        self.hc.free()
-        with ENGINE.lock:
-            if self in _THREADS:
-                _THREADS.remove(self)
-        return True
-
-
-#: every live ``Progress``, in the order they were made: stopped at exit, before MPI_Finalize
+#: every live progress thread (``progress_thread.Progress``), in the order they were made:
+#: stopped at exit, before MPI_Finalize
 _THREADS: list = []
 
 
