@@ -41,3 +41,4 @@ include "_program.pxi"     # the request state machine: Program
 include "_bruck_once.pxi"  # a Bruck exchange's first run, compiled: BruckOnce
 include "_runner.pxi"      # the compiled runner of step programs: Runner
 include "_calltable.pxi"   # the call table: Slot, CallTable
+include "_persistent.pxi"  # a persistent request's Start and Wait: Persisted

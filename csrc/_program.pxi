@@ -267,6 +267,13 @@ cdef class Program:
 
     def start(self):
         """Run the steps before the first ``"mpi"`` step and Start its requests (then ``wait``)."""
+        self._start()
+
+    def wait(self):
+        """Wait for the requests ``start`` started, then run the remaining steps."""
+        self._wait()
+
+    cdef int _start(self) except -1:
         cdef int err = 0
         cdef Py_ssize_t i
         cdef Step* st
@@ -277,7 +284,7 @@ cdef class Program:
         if self._split < 0:
             self.execute()
             self._started = True
-            return
+            return 0
         with nogil:
             err = _run_steps(self._steps, self._split, self._status)
             if not err:
@@ -289,9 +296,9 @@ cdef class Program:
         if err:
             raise MPI.Exception(err)
         self._started = True
+        return 0
 
-    def wait(self):
-        """Wait for the requests ``start`` started, then run the remaining steps."""
+    cdef int _wait(self) except -1:
         cdef int err = 0
         cdef Py_ssize_t i
         cdef Step* st
@@ -299,7 +306,7 @@ cdef class Program:
             raise RuntimeError("Program.wait without start")
         self._started = False
         if self._split < 0:
-            return
+            return 0
         with nogil:
             st = &self._steps[self._split]
             for i in range(st.n):
@@ -310,6 +317,7 @@ cdef class Program:
                 err = _run_steps(&self._steps[self._split + 1], self._n - self._split - 1, self._status)
         if err:
             raise MPI.Exception(err)
+        return 0
 
     cdef int _advance(self, bint block, bint* done) noexcept nogil:
         """Run steps from ``_pos`` on; stop at requests not complete yet unless ``block``. Sets

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Optional
 
 __all__ = ["HxmpiError", "TopologyError", "ExchangeError", "SettingError", "NonFiniteLoss",
            "ExchangeTypeError", "ExchangeKeyError", "CpuFileError", "PlanStateError", "agree", "raise_gathered", "gathered_error", "agreed_error",
-           "abort_job", "one_rank_error", "returns_errors", "guarded"]
+           "abort_job", "one_rank_error", "returns_errors", "guarded", "route_error"]
 
 if TYPE_CHECKING:  # importing this module does not start MPI
     from mpi4py import MPI
@@ -311,8 +311,14 @@ def guarded(method=None, *, owner: Optional[str] = None):
         try:
             return method(self, *args, **kwargs)
         except BaseException as exc:
-            # A request used out of order is refused before it communicates: it leaves no rank waiting.
-            if getattr(exc, "agreed", False) or isinstance(exc, PlanStateError):
-                raise
-            one_rank_error(exc, where, self.__dict__.get("comm"))
+            route_error(exc, where, self.__dict__.get("comm"))
     return guard
+
+
+def route_error(error: BaseException, where: str, comm: Optional[MPI.Comm] = None) -> None:
+    """What ``guarded`` does with an error raised in ``where``: an agreed one (raised on every
+    rank alike) and a request used out of order (refused before it communicates: it leaves no
+    rank waiting) are raised again; any other goes to ``one_rank_error``."""
+    if getattr(error, "agreed", False) or isinstance(error, PlanStateError):
+        raise error
+    one_rank_error(error, where, comm)

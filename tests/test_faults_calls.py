@@ -33,16 +33,25 @@ rcounts = np.full(comm.size, comm.rank % 3 + 1)
 def boom(*args, **kwargs):
     raise RuntimeError("injected fault: scratch page lost")
 
+if call == "persistent":
+    preq = hc.Alltoallv_init([send, counts], [recv, rcounts], algorithm="hier")
 for k in range(3):
     if k == 2 and comm.rank == comm.size - 1:
         if call == "blocking":
             hc._engine.calls = type("Broken", (), {"call": boom})()  # the call path: the others wait in the agreement
         elif call == "request":
-            runs.Run.begin = runs.Run.test = runs.Run.finish = boom  # while the data moves (start, Test, Wait)
+            # while the data moves (start, Test, Wait), and where a repeated call runs as one
+            # compiled program (the others then wait in its agreement)
+            runs.Run.begin = runs.Run.test = runs.Run.finish = nonblocking.Requests._begin_compiled = boom
+        elif call == "persistent":
+            preq._run.program().free()                  # its compiled run lost, in Start
         else:
             exchange.HierComm.Alltoallv = boom          # on the progress thread
     if call == "blocking":
         hc.Alltoallv([send, counts], [recv, rcounts], algorithm="hier")
+    elif call == "persistent":
+        preq.Start()
+        preq.Wait()
     else:
         req = hc.Ialltoallv([send, counts], [recv, rcounts], algorithm="hier")
         while not req.Test():
@@ -54,14 +63,17 @@ print(f"rank {comm.rank} finished", flush=True)
 @needs_mpirun
 @pytest.mark.watchdog(240)
 @pytest.mark.parametrize("n", [2, 4])
-@pytest.mark.parametrize("call, progress", [("blocking", "request"), ("request", "request"), ("thread", "thread")])
+@pytest.mark.parametrize("call, progress", [("blocking", "request"), ("request", "request"), ("thread", "thread"),
+                                            ("persistent", "request")])
 def test_an_error_on_one_rank_ends_the_job_naming_it(tmp_path, n, call, progress):
     script = tmp_path / "job.py"
     script.write_text(JOB)
     t0 = time.monotonic()
     proc = run_job(MPIRUN + ["-n", str(n), sys.executable, str(script), call, progress], timeout=120)
     assert proc.returncode != 0, proc.stdout + proc.stderr
-    assert f"hxmpi: rank {n - 1}: RuntimeError: injected fault: scratch page lost" in proc.stderr, proc.stderr
+    fault = ("RuntimeError: this compiled run was freed\n  in ExchangeRequest.Start" if call == "persistent"
+             else "RuntimeError: injected fault: scratch page lost")
+    assert f"hxmpi: rank {n - 1}: {fault}" in proc.stderr, proc.stderr
     assert "the job is aborted (MPI_Abort)" in proc.stderr
     assert "finished" not in proc.stdout  # no rank got past the call
     assert time.monotonic() - t0 < 100

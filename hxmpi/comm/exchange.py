@@ -34,7 +34,6 @@ from .progress_thread import Progress
 from .plan import Layout
 from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES
 from .rows import Rows
-from .runs import ExchangeStats
 from .settings import agree_settings, check, pricing
 from .topology import Topology
 
@@ -608,7 +607,7 @@ class HierComm(Deriving, Rows):
         True
         >>> req.Free()
         """
-        return make_request(self._engine, parse_alltoallv, False, sendbuf, recvbuf, algorithm, self._request_done)
+        return make_request(self._engine, parse_alltoallv, False, sendbuf, recvbuf, algorithm)
 
     @guarded
     def Alltoall_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> ExchangeRequest:
@@ -643,11 +642,7 @@ class HierComm(Deriving, Rows):
         >>> b.tolist() == list(range(size))
         True
         """
-        return make_request(self._engine, parse_alltoall, True, sendbuf, recvbuf, algorithm, self._request_done)
-
-    def _request_done(self, stats: ExchangeStats) -> None:
-        """A persistent request of this communicator completed: its stats are ``last_stats``'s."""
-        self._engine.calls.stats, self._engine.calls.state = stats, "request"
+        return make_request(self._engine, parse_alltoall, True, sendbuf, recvbuf, algorithm)
 
     @property
     def scratch_bytes(self) -> int:

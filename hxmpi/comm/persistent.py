@@ -7,23 +7,24 @@ moves what the bound buffers hold at ``Start``, with nothing agreed or planned a
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from functools import partial
+from typing import Optional
 
 from mpi4py import MPI
 
-from ..errors import PlanStateError, guarded
+from ..errors import guarded, route_error
+from ._call import CallTable, Persisted
 from .engine import Call, Engine
 from .plancache import CacheEntry
-from .runs import ExchangeStats, NodeWindow, Run, Scratch
+from .runs import NodeWindow, Run, Scratch
 
 __all__ = ["ExchangeRequest", "make_request"]
 
 
-def make_request(engine: Engine, parse, uniform: bool, sendbuf, recvbuf, algorithm,
-                 done: Callable[[ExchangeStats], None]) -> "ExchangeRequest":
+def make_request(engine: Engine, parse, uniform: bool, sendbuf, recvbuf, algorithm) -> "ExchangeRequest":
     """Agree and plan one persistent call (collective; ``parse``: ``msgspec.parse_alltoallv`` or
-    ``parse_alltoall``, ``uniform`` for the latter); its request. ``done(stats)``: called at each
-    completed ``Wait`` (the owning HierComm's ``last_stats``)."""
+    ``parse_alltoall``, ``uniform`` for the latter); its request, whose completed ``Wait`` sets the
+    engine's ``calls.stats`` (the owning HierComm's ``last_stats``)."""
     s, r, problem = parse(sendbuf, recvbuf, engine.comm.size)
     call = Call(algorithm, True, uniform)
     settings = engine.settings(call)
@@ -37,7 +38,8 @@ def make_request(engine: Engine, parse, uniform: bool, sendbuf, recvbuf, algorit
     # A request owns its scratch and window: it may be started while one-shot calls run.
     run = engine.bind(entry, s, r, True, Scratch(), window)
     # In place, the send side is a copy of the receive blocks: refreshed at every Start.
-    return ExchangeRequest(run, done, engine.comm, (r.view, s.view) if sendbuf is MPI.IN_PLACE else None, window)
+    return ExchangeRequest(run, engine.calls, engine.comm, (r.view, s.view) if sendbuf is MPI.IN_PLACE else None,
+                           window)
 
 
 class ExchangeRequest:
@@ -72,11 +74,13 @@ class ExchangeRequest:
     True
     """
 
-    def __init__(self, run: Run, done: Callable[[ExchangeStats], None], comm: MPI.Intracomm,
-                 in_place: Optional[tuple] = None, window: Optional[NodeWindow] = None):
-        self._run, self._done, self._active = run, done, False
+    def __init__(self, run: Run, calls: CallTable, comm: MPI.Intracomm, in_place: Optional[tuple] = None,
+                 window: Optional[NodeWindow] = None):
+        self._run = run
         self.comm = comm  # whose error handler an error of this rank's alone follows (``errors.guarded``)
-        self._in_place = in_place  # (receive view, send copy) for MPI.IN_PLACE
+        # Start and Wait run compiled (``_call.Persisted``): state checks, the in-place copy
+        # ((receive view, send copy) for MPI.IN_PLACE) and the run's program, no Python between.
+        self._hot = Persisted(run, calls, in_place, partial(route_error, comm=comm))
         self._window = window  # the node window this request owns (freed with it), if any
 
     @property
@@ -102,12 +106,6 @@ class ExchangeRequest:
         """
         return self._run.stats.algorithm
 
-    def _live(self) -> Run:
-        if self._run is None:
-            raise PlanStateError("this persistent exchange was freed; create a new one with Alltoallv_init")
-        return self._run
-
-    @guarded
     def Start(self) -> None:
         """Start one exchange of the bound buffers' current contents.
 
@@ -134,16 +132,8 @@ class ExchangeRequest:
         >>> req.Wait()
         >>> req.Free()
         """
-        run = self._live()
-        if self._active:
-            raise PlanStateError("Start() called twice without Wait(); call Wait() first")
-        if self._in_place is not None:
-            recv, send = self._in_place
-            send[:] = recv[:send.shape[0]]
-        run.start()
-        self._active = True
+        self._hot.start()
 
-    @guarded
     def Wait(self) -> None:
         """Complete the exchange started by ``Start()``; the owning HierComm's ``last_stats`` are then its.
 
@@ -164,12 +154,7 @@ class ExchangeRequest:
         'request'
         >>> req.Free()
         """
-        run = self._live()
-        if not self._active:
-            raise PlanStateError("Wait() without Start(); call Start() first")
-        self._active = False
-        run.wait()
-        self._done(run.stats)  # the owning HierComm's last_stats
+        self._hot.wait()
 
     @guarded
     def Free(self) -> None:
@@ -196,8 +181,9 @@ class ExchangeRequest:
         """
         if self._run is None:
             return
-        if self._active:
+        if self._hot.active:
             self.Wait()
+        self._hot.free()
         self._run.free()
         if self._window is not None:
             self._window.free()
