@@ -513,7 +513,9 @@ def _returns_a_value(func) -> bool:
 
 
 def _attributes_set_by(cls) -> set:
-    """The public instance attributes ``cls.__init__`` (its own) assigns: ``self.name = ...``."""
+    """The public instance attributes ``cls.__init__`` (its own) assigns: ``self.name = ...``; a
+    method of the class the instance binds to a compiled twin (``ExchangeRequest.Start``) is that
+    method, documented as one, not an attribute."""
     import ast
     import inspect
     import textwrap
@@ -524,7 +526,7 @@ def _attributes_set_by(cls) -> set:
     return {t.attr for n in ast.walk(tree) if isinstance(n, (ast.Assign, ast.AnnAssign))
             for target in (n.targets if isinstance(n, ast.Assign) else [n.target])
             for t in ast.walk(target) if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name)
-            and t.value.id == "self" and not t.attr.startswith("_")}
+            and t.value.id == "self" and not t.attr.startswith("_") and not inspect.isfunction(vars(cls).get(t.attr))}
 
 
 def docstring_problems(name: str, obj) -> list:

@@ -81,6 +81,9 @@ class ExchangeRequest:
         # Start and Wait run compiled (``_call.Persisted``): state checks, the in-place copy
         # ((receive view, send copy) for MPI.IN_PLACE) and the run's program, no Python between.
         self._hot = Persisted(run, calls, in_place, partial(route_error, comm=comm))
+        # The instance's Start and Wait are the compiled ones themselves (the methods below, which
+        # call them, document them): no Python frame between a loop's Start and MPI_Start.
+        self.Start, self.Wait = self._hot.start, self._hot.wait
         self._window = window  # the node window this request owns (freed with it), if any
 
     @property
