@@ -42,3 +42,4 @@ include "_bruck_once.pxi"  # a Bruck exchange's first run, compiled: BruckOnce
 include "_runner.pxi"      # the compiled runner of step programs: Runner
 include "_calltable.pxi"   # the call table: Slot, CallTable
 include "_persistent.pxi"  # a persistent request's Start and Wait: Persisted
+include "_hit_request.pxi" # a nonblocking call's compiled hit: HitLane, HitRequest

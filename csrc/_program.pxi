@@ -319,9 +319,11 @@ cdef class Program:
             raise MPI.Exception(err)
         return 0
 
-    cdef int _advance(self, bint block, bint* done) noexcept nogil:
-        """Run steps from ``_pos`` on; stop at requests not complete yet unless ``block``. Sets
-        ``done`` when every step ran; the first MPI error code, or 0."""
+    cdef int _advance(self, bint block, bint* done, bint post=False) noexcept nogil:
+        """Run steps from ``_pos`` on; stop at requests not complete yet unless ``block``, and
+        right after starting requests where ``post`` (``begin``: as MPI's own nonblocking calls,
+        it starts the exchange and returns without a progress round). Sets ``done`` when every
+        step ran; the first MPI error code, or 0."""
         cdef Step* st
         cdef Py_ssize_t i
         cdef int err, flag
@@ -353,6 +355,8 @@ cdef class Program:
                     if err:
                         return err
                 self._posted = True
+                if post:
+                    return 0
             for i in range(st.n):  # a completed persistent request is inactive: it tests true again
                 if block:
                     err = _mpi_wait(st.handles[i], self._status)
@@ -370,14 +374,14 @@ cdef class Program:
         done[0] = True
         return 0
 
-    cdef int _step(self, bint block) except -1:
+    cdef int _step(self, bint block, bint post=False) except -1:
         """One ``_advance`` from Python: 1 when the program completed (it is then idle), else 0."""
         cdef int err
         cdef bint done = False
         if not self._begun:
             return 1
         with nogil:
-            err = self._advance(block, &done)
+            err = self._advance(block, &done, post)
         if err:
             self._begun = False
             raise MPI.Exception(err)
@@ -386,8 +390,9 @@ cdef class Program:
         return 1 if done else 0
 
     def begin(self):
-        """Start a run as a state machine: copies up to the first requests, which it starts;
-        returns whether the run already completed (then ``test``/``finish`` return at once)."""
+        """Start a run as a state machine: copies up to the first requests, which it starts (and
+        does not test yet); returns whether the run already completed (then ``test``/``finish``
+        return at once)."""
         if self._requests is None:
             raise RuntimeError("this compiled run was freed")
         if self._started or self._begun:
@@ -399,7 +404,7 @@ cdef class Program:
                 raise MemoryError()
             _flatten(self._steps, self._n, self._flat)
         self._pos, self._posted, self._begun, self.diverted = 0, False, True, False
-        return self._step(False) == 1
+        return self._step(False, True) == 1
 
     def test(self):
         """Go on as far as possible without waiting; whether the run completed."""

@@ -218,9 +218,62 @@ def test_repeated_calls_with_one_pattern_reuse_their_run(comm, comms):
             pass
         assert out.tobytes() == expected.tobytes(), k
         if hc.progress == "request" and k == 2:
-            before = hc._requests.compiled
+            before, begun = hc._requests.compiled, hc._requests.lane.begun
     if hc.progress == "request":
         assert hc._requests.compiled - before == 3
+        # from the fourth call on, each was begun at its call by the hit lane (the third made its program)
+        assert hc._requests.lane.begun - begun >= 2
+
+
+def _repeat_then(comm, hc, last_send, last_counts):
+    """Three rounds of one pattern on the same buffers (the last two begun by the hit lane), then
+    a fourth where the last rank sends from ``last_send(sbuf)`` with ``last_counts(sc)``: the
+    other ranks' hits are diverted by the agreement. The fourth round's request, outputs and
+    expected bytes (or None where the last rank's spec is bad)."""
+    sc, rc, sbuf, ref = exchange_case(comm, np.random.default_rng(71 + comm.rank), np.float64, max_count=30)
+    out = np.zeros_like(ref)
+    for _ in range(3):
+        hc.Ialltoallv([sbuf, sc], [out, rc]).Wait()
+    assert out.tobytes() == ref.tobytes()
+    mine = comm.rank == comm.size - 1
+    send, counts = (last_send(sbuf), last_counts(sc)) if mine else (sbuf, sc)
+    out[:] = 0
+    return hc.Ialltoallv([send, counts], [out, rc]), out, ref
+
+
+def test_a_hit_that_another_rank_misses_is_diverted_and_delivers(comm):
+    """The other ranks' repeated call is begun compiled, but the last rank sends from a new buffer
+    (a miss there): the agreement diverts their hit, which goes on staged, and every rank gets the
+    flat exchange's bytes."""
+    hc = HierComm(comm, ranks_per_node=2, progress="request")
+    try:
+        req, out, ref = _repeat_then(comm, hc, lambda sbuf: sbuf.copy(), lambda sc: sc)
+        diverted = getattr(req, "fallback", None) is not None
+        assert req.Wait() is True
+        assert out.tobytes() == ref.tobytes()
+        if comm.size > 1 and comm.rank != comm.size - 1:
+            assert type(req).__name__ == "HitRequest" and (diverted or req.fallback is not None)
+        req2, out2, ref2 = _repeat_then(comm, hc, lambda sbuf: sbuf, lambda sc: sc)  # all hit again
+        assert req2.Wait() is True and out2.tobytes() == ref2.tobytes()
+    finally:
+        hc.free()
+
+
+def test_a_bad_spec_beside_other_ranks_hits_raises_on_every_rank(comm):
+    """The other ranks' repeated call is begun compiled; the last rank's counts overrun its send
+    buffer: the same ExchangeError is raised by the Wait of every rank, and the next round runs."""
+    hc = HierComm(comm, ranks_per_node=2, progress="request")
+    try:
+        req, out, ref = _repeat_then(comm, hc, lambda sbuf: sbuf, lambda sc: np.asarray(sc) + 1000)
+        with pytest.raises(ExchangeError) as info:
+            req.Wait()
+        assert len(set(comm.allgather(str(info.value)))) == 1
+        assert str(info.value).startswith(f"rank {comm.size - 1}: send block for rank 0 (displ 0, count 10")
+        assert "past the buffer's" in str(info.value)
+        req2, out2, ref2 = _repeat_then(comm, hc, lambda sbuf: sbuf, lambda sc: sc)
+        assert req2.Wait() is True and out2.tobytes() == ref2.tobytes()
+    finally:
+        hc.free()
 
 
 def test_mpi4py_waitall_refuses_hxmpi_requests(comm, comms):

@@ -234,6 +234,8 @@ class HierComm(Deriving, Rows):
             deferred = (self.topology.intra.Dup(), self.comm.Dup())  # the gathers' and the agreements'
             self._requests = Requests(Engine(twin, self.layout, "mpi", key, *engine_args, deferred=deferred),
                                       partial(one_rank_error, comm=self.comm))
+        # Request mode's hit lane (``_call.HitLane``: routes its own errors, as a guard would)
+        self._lane = self._requests.lane if self._requests is not None else None
         #: what a HierComm with this one's layout and settings is built from (the progress thread's)
         self._settings = dict(node_of=list(self.topology.node_of), algorithm=algorithm, tuning=tuning,
                               node_phase=self.node_phase, cache_entries=cache_entries, cache_bytes=cache_bytes,
@@ -471,6 +473,10 @@ class HierComm(Deriving, Rows):
         ...     print("raised by Wait")
         raised by Wait
         """
+        if self._lane is not None:  # a repeated call on bound, compiled buffers: begun at once, compiled
+            hit = self._lane.call(sendbuf, recvbuf, algorithm, validate, False)
+            if hit is not None:
+                return hit
         return self._nonblocking("Alltoallv", sendbuf, recvbuf, algorithm, validate)
 
     def Ialltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> HierRequest:
@@ -506,6 +512,10 @@ class HierComm(Deriving, Rows):
         >>> b[1::2].tolist() == [100 * src + 2 * rank + 1 for src in range(size)]
         True
         """
+        if self._lane is not None:  # a repeated call on bound, compiled buffers: begun at once, compiled
+            hit = self._lane.call(sendbuf, recvbuf, algorithm, validate, True)
+            if hit is not None:
+                return hit
         return self._nonblocking("Alltoall", sendbuf, recvbuf, algorithm, validate)
 
     def Ialltoallw(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> HierRequest:
@@ -726,7 +736,7 @@ class HierComm(Deriving, Rows):
             self._requests.close()
             self._requests.engine.free()
             self._requests.engine.topology.free()
-            self._requests = None
+            self._requests = self._lane = None
         if self._typed is not None:
             self._typed.clear()
         if self._count_request is not None:

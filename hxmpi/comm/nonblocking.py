@@ -54,6 +54,7 @@ from __future__ import annotations
 import atexit
 import sys
 import threading
+from abc import ABCMeta
 from _thread import allocate_lock
 from collections import deque
 from typing import Callable, Optional
@@ -62,7 +63,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..errors import HxmpiError, PlanStateError
-from ._call import Program, find_typed
+from ._call import HitLane, HitRequest, Program, find_typed
 from .agreement import Diagnosis
 from .alltoallw import TypedSides
 from .engine import Call
@@ -77,7 +78,7 @@ PROGRESS_MODES = ("request", "thread")
 EXIT_JOIN_S = 60.0
 
 
-class HierRequest:
+class HierRequest(metaclass=ABCMeta):
     """The request of a nonblocking hxmpi all-to-all, with mpi4py's ``Request`` methods.
 
     What ``HierComm.Ialltoallv``, ``Ialltoall`` and ``Ialltoallw`` return. ``Test()`` moves every
@@ -394,6 +395,9 @@ def waitall(requests) -> bool:
     return True
 
 
+HierRequest.register(HitRequest)
+
+
 # --------------------------------------------------------------------------- request mode
 class ProgressEngine:
     """The process's one progress engine of request mode: every HierComm's ``Requests``, in the
@@ -423,11 +427,15 @@ class ProgressEngine:
         while not self.test(request):
             pass
 
+    def in_flight(self) -> int:
+        """Requests of the process not completed (hold ``lock``)."""
+        return sum(q.in_flight for q in self.queues)
+
     def settle(self) -> int:
         """Complete every request in flight (at exit; collective, as each is); how many there were."""
         with self.lock:
-            pending = sum(q.in_flight for q in self.queues)
-            while any(q.in_flight for q in self.queues):
+            pending = self.in_flight()
+            while self.in_flight():
                 self.poll()
         return pending
 
@@ -485,8 +493,12 @@ class Requests:
         self.engine, self.fail = engine, fail
         self.agreeing: deque = deque()
         self.moving: deque = deque()
-        #: requests that ran whole as one compiled hit (``_begin_compiled``)
+        #: requests that ran whole as one compiled hit (``_begin_compiled``, or the hit lane's)
         self.compiled = 0
+        #: the hit lane's request in flight (``_call.HitRequest``), ahead of every queued one
+        self.hit: Optional[HitRequest] = None
+        #: where a repeated call on bound, compiled buffers begins at once, compiled (``_call.HitLane``)
+        self.lane = HitLane(engine.calls, self, ENGINE, engine.plan_cache)
         self.types: Optional[TypedSides] = None  # Ialltoallw's layouts and kept calls, made on first use
         with ENGINE.lock:
             ENGINE.queues.append(self)
@@ -494,7 +506,7 @@ class Requests:
     @property
     def in_flight(self) -> int:
         """Requests not completed."""
-        return len(self.agreeing) + len(self.moving)
+        return len(self.agreeing) + len(self.moving) + (self.hit is not None)
 
     def call(self, method: str, sendbuf, recvbuf, algorithm, validate) -> StepRequest:
         """The request of a nonblocking ``method`` ("Alltoallv", "Alltoall", "Alltoallw"), its
@@ -531,6 +543,8 @@ class Requests:
         """Move this HierComm's requests as far as they go without waiting (the engine's lock is
         held). An error of this rank alone here ends the job (``fail``)."""
         try:
+            if self.hit is not None and not self.hit.progress():  # ahead of the queue: its agreement is in use
+                return
             while self.agreeing:
                 request = self.agreeing[0]
                 if not self._agree(request):
@@ -637,6 +651,19 @@ class Requests:
         self.compiled += 1
         return True
 
+    def divert(self, sendbuf, recvbuf, algorithm, validate, uniform: bool, slot) -> StepRequest:
+        """The staged request a hit lane's request goes on as where its gate diverted it (the
+        agreement, which its program ran, was not a clean hit): its verdict read now, the request
+        put at the head of the queue (the engine's lock held)."""
+        call = Call(algorithm, validate, uniform=uniform, defer=True)
+        request = StepRequest(self, call, slot.s, slot.r, None, (sendbuf, recvbuf), slot=slot)
+        entry = slot.entry
+        request._found = (entry, entry.key, entry.settings)
+        request.stage = "agreeing"
+        self._verdict(request)
+        self.agreeing.appendleft(request)
+        return request
+
     def _verdict(self, request: StepRequest) -> None:
         """The agreement came: a diagnosis to gather, a miss to plan, or the run bound."""
         engine, call, s, r = self.engine, request.call, request.s, request.r
@@ -673,7 +700,8 @@ class Requests:
         """Why ``request`` may not receive where it does: a request before it, not completed, still
         receives there (the same check on every rank: an agreed problem)."""
         lo, hi = _span(request.r.view)
-        ahead = [q for q in (*self.moving, *self.agreeing) if q is not request]
+        ahead = [q for q in (*([self.hit] if self.hit is not None else []), *self.moving, *self.agreeing)
+                 if q is not request]
         for k, other in enumerate(ahead):
             start, end = _span(other.r.view if other.r is not None else None)
             if lo < end and start < hi:
