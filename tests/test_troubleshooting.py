@@ -28,6 +28,7 @@ FOREIGN = {
     "prterun has detected an attempt to run as root.": "Open MPI (PRRTE)",
     "The PMIx server's listener thread failed to start": "Open MPI (PRRTE)",
     "TypeError: Cannot convert StepRequest to mpi4py.MPI.Request": "mpi4py",
+    "TypeError: Cannot convert HitRequest to mpi4py.MPI.Request": "mpi4py",
     "Traceback (most recent call last):": "Python",
     "python -m hxmpi.train: error: unrecognized arguments: --nope": "argparse, on hxmpi's error line",
 }

@@ -464,7 +464,7 @@ class Engine:
             return {"algorithm": st.algorithm, **picked, "plan_cache": self.calls.state,
                     "flat": {"messages": int(live.sum()), "bytes": int(counts[live].sum())},
                     "inter_node": {"messages": int(remote.sum()), "bytes": int(counts[remote].sum())},
-                    "copy_bytes": 0}
+                    "copy_bytes": 0, "copies_per_byte": 0.0}
         own = st.node_bytes  # None on a multi-leader rank that leads nothing
         own = np.zeros(t.num_nodes, dtype=np.int64) if own is None else own.copy()
         own[t.node] = 0
@@ -475,8 +475,10 @@ class Engine:
             p2_out = st.node_sends.copy()
             p2_out[t.local_rank] = 0
             intra = {"messages": int(np.count_nonzero(p2_out)), "bytes": int(p2_out.sum())}
+        delivered = st.delivered
         return {"algorithm": st.algorithm, **picked, "plan_cache": self.calls.state, "node_phase": self.node_phase,
-                "inter": inter, "intra": intra, "inter_node": dict(inter), "copy_bytes": int(st.copied)}
+                "inter": inter, "intra": intra, "inter_node": dict(inter), "copy_bytes": int(st.copied),
+                "copies_per_byte": round(st.copied / delivered, 3) if delivered else 0.0}
 
     @property
     def scratch_bytes(self) -> int:

@@ -693,8 +693,11 @@ class HierComm(Deriving, Rows):
             ``leaders`` for multi-leader); ``plan_cache``: "hit" (a cached persistent run),
             "hit-rebound" (a cached plan on new buffers), "miss" (planned anew), "off" (cache off) or
             "request" (a persistent request); ``inter_node`` (messages and bytes across node boundaries)
-            and ``copy_bytes`` (bytes copied); ``flat`` (messages and bytes) for the flat path;
-            ``inter``, ``intra`` and ``node_phase`` for the hierarchical ones.
+            and ``copy_bytes`` (bytes copied); ``copies_per_byte`` (``copy_bytes`` per byte
+            delivered to this rank's receive buffer: 0.0 flat, about 2.0 where every byte is packed
+            and copied out of the node window); ``flat`` (messages and bytes) for the flat path;
+            ``inter``, ``intra`` and ``node_phase`` for the hierarchical ones, with ``chunks`` for a
+            pipelined node phase.
 
         Raises
         ------

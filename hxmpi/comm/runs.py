@@ -164,6 +164,16 @@ class ExchangeStats:
         """Bytes the run's copies move."""
         return self.program.copied if self.program is not None else 0
 
+    @property
+    def delivered(self) -> int:
+        """Bytes the run writes into the receive buffer (copied there, or received there by an
+        exchange): what the call delivers to this rank, for ``copied`` per byte delivered."""
+        total = 0
+        for step in program_steps(self.program):
+            if getattr(step, "dst", None) == "recv":  # barriers and waits have none
+                total += step.nbytes if isinstance(step, CopyStep) else int(step.recv_counts.sum())
+        return total
+
 
 class _Phase:
     """One exchange, started nonblocking each time or bound once as an MPI persistent collective."""
