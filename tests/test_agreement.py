@@ -210,7 +210,7 @@ def test_new_patterns_run_the_compiled_miss_path(comm, layout, algorithm, node_p
         specs = [sbuf, counts], [late, (counts, displs + 99)]
         comm.Alltoallv(*specs[:1], [late_ref, (counts, displs + 99)])
         frames = _python_frames(lambda: hc.Alltoallv(*specs, algorithm=algorithm))
-        assert frames == ["<lambda>", "guard", "Alltoallv"] and late.tobytes() == late_ref.tobytes()
+        assert frames == ["<lambda>", "Alltoallv"] and late.tobytes() == late_ref.tobytes()
         assert hc._engine.calls.compiled_misses == 9
         if not ran.startswith("hier"):
             assert hc.last_stats["flat"]["bytes"] == 8 * (2 + 7 % 3) * (size - 1)
@@ -344,8 +344,8 @@ def test_new_alltoall_blocks_run_the_compiled_miss_path(comm, algorithm):
 
 def _python_frames(call) -> list:
     """The names of the Python functions that run during ``call()`` (``sys.setprofile``'s "call"
-    events: compiled code and builtins make none). A public call's frame comes with its guard's
-    (``errors.guarded``: ``guard``), which ends the job on an error one rank alone meets."""
+    events: compiled code and builtins make none). A public call's frame routes its own errors
+    (``errors.route_error``: an error one rank alone meets ends the job), with no guard frame."""
     names = []
 
     def seen(frame, event, arg):
@@ -383,7 +383,7 @@ def test_new_buffers_of_a_cached_pattern_run_compiled(comm, layout, algorithm, n
         frames = _python_frames(one) if call == 6 else one()
         assert out.tobytes() == ref.tobytes(), f"call {call}"
         assert hc.last_stats["plan_cache"] == ("miss" if call == 0 else "hit-rebound")
-    assert frames == ["one", "guard", "Alltoallv"], f"Python frames of a rebound hit: {frames}"
+    assert frames == ["one", "Alltoallv"], f"Python frames of a rebound hit: {frames}"
     ran = hc.last_stats["algorithm"]  # a hierarchical one runs flat where the layout has no hierarchy
     assert ran == ("flat" if algorithm.startswith("hier") and not hc.layout.hier_possible else algorithm)
     assert hc._engine.calls.compiled_misses == 1 and hc._engine.calls.compiled_rebound == 6 and hc.plan_cache.hits == 6
@@ -397,7 +397,7 @@ def test_new_buffers_of_a_cached_pattern_run_compiled(comm, layout, algorithm, n
     # persistent run (the general path, which lets the compiled path recognise the specs), the
     # other three run compiled.
     assert hc._engine.calls.compiled - before == 3
-    assert frames == ["one", "guard", "Alltoallv"], f"Python frames of a hit: {frames}"
+    assert frames == ["one", "Alltoallv"], f"Python frames of a hit: {frames}"
     # Two receive arrays in turn, one of which had the bound run: the first call frees it (in
     # Python), every later one is a rebound hit in compiled code, also where a slot recognises
     # the specs but holds no run bound to them.

@@ -22,7 +22,7 @@ from typing import Optional
 import numpy as np
 from mpi4py import MPI
 
-from ..errors import guarded, one_rank_error
+from ..errors import guarded, one_rank_error, route_error
 from ._call import DONE, NOT_FOUND, find_typed
 from .alltoallw import TypedSides
 from .derived import CartDeriving, Deriving, is_cartesian
@@ -242,7 +242,6 @@ class HierComm(Deriving, Rows):
                               radix=radix, overhead=overhead, progress=progress, leaders=leaders, chunks=chunks)
 
     # ------------------------------------------------------------------ public API
-    @guarded
     def Alltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather Vector: blocks of any size, counts and displacements in elements.
 
@@ -298,19 +297,23 @@ class HierComm(Deriving, Rows):
         ...     print("past the buffer" in str(exc))
         True
         """
-        # A compiled hit goes from here to its return in compiled code: no call context is made.
-        calls = self._engine.calls
-        done = calls.call(sendbuf, recvbuf, algorithm, validate, False, self.algorithm)
-        if done == NOT_FOUND:  # nothing communicated yet: lists the compiled reader does not take (of
-            # numpy integers, say) are read again as int64 arrays
-            s, r = count_arrays(sendbuf), count_arrays(recvbuf)
-            if s is not None or r is not None:
-                sendbuf, recvbuf = sendbuf if s is None else s, recvbuf if r is None else r
-                done = calls.call(sendbuf, recvbuf, algorithm, validate, False, self.algorithm)
-        if done != DONE:
-            self._engine.general(Call(algorithm, validate), parse_alltoallv, sendbuf, recvbuf, done)
+        # Errors routed here, not by a guard's wrapper frame: this is the hot path (a hit runs
+        # from here to its return in compiled code).
+        try:
+            # A compiled hit goes from here to its return in compiled code: no call context is made.
+            calls = self._engine.calls
+            done = calls.call(sendbuf, recvbuf, algorithm, validate, False, self.algorithm)
+            if done == NOT_FOUND:  # nothing communicated yet: lists the compiled reader does not take (of
+                # numpy integers, say) are read again as int64 arrays
+                s, r = count_arrays(sendbuf), count_arrays(recvbuf)
+                if s is not None or r is not None:
+                    sendbuf, recvbuf = sendbuf if s is None else s, recvbuf if r is None else r
+                    done = calls.call(sendbuf, recvbuf, algorithm, validate, False, self.algorithm)
+            if done != DONE:
+                self._engine.general(Call(algorithm, validate), parse_alltoallv, sendbuf, recvbuf, done)
+        except BaseException as exc:  # noqa: BLE001 - errors.route_error decides
+            route_error(exc, "HierComm.Alltoallv", self.comm)
 
-    @guarded
     def Alltoall(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather: equal blocks of ``len(buf) / size`` elements (or a given count).
 
@@ -349,11 +352,15 @@ class HierComm(Deriving, Rows):
         True
         >>> hc.Alltoall([a, MPI.INT], [b, MPI.INT], algorithm="flat")  # runs MPI_Alltoall
         """
-        done = self._engine.calls.call(sendbuf, recvbuf, algorithm, validate, True, self.algorithm)
-        if done != DONE:
-            self._engine.general(Call(algorithm, validate, uniform=True), parse_alltoall, sendbuf, recvbuf, done)
+        # Errors routed here, not by a guard's wrapper frame: this is the hot path (a hit runs
+        # from here to its return in compiled code).
+        try:
+            done = self._engine.calls.call(sendbuf, recvbuf, algorithm, validate, True, self.algorithm)
+            if done != DONE:
+                self._engine.general(Call(algorithm, validate, uniform=True), parse_alltoall, sendbuf, recvbuf, done)
+        except BaseException as exc:  # noqa: BLE001 - errors.route_error decides
+            route_error(exc, "HierComm.Alltoall", self.comm)
 
-    @guarded
     def Alltoallw(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> None:
         """All to All Scatter/Gather General: a datatype per peer, basic or derived, displacements in bytes.
 
@@ -395,32 +402,37 @@ class HierComm(Deriving, Rows):
         >>> not wrecv[1::2].any()  # bytes outside the receive type maps stay untouched
         True
         """
-        typed, engine, call = self._typed, self._engine, Call(algorithm, validate)
-        if typed is None:
-            typed = self._typed = TypedSides(self.comm.size)
-        kept = find_typed(typed.calls, sendbuf, recvbuf, algorithm, validate)  # a kept call's specs
-        if kept is None:
-            kept, problem = typed.prepare(sendbuf, recvbuf, algorithm, validate)
-            if problem:  # agreed like any call's problem: raises on every rank, before data moves
-                nothing = Side(None, None, None)
-                engine.one_shot(call, nothing, nothing, problem, False)
-        # ``Alltoallv`` of byte specs of the common form, its Python frame skipped: a kept call's
-        # specs are the objects the compiled path recognised last time. Where a side is packed,
-        # the run bound for good to them is composed with the type maps (``alltoallw.composed``):
-        # it reads and writes the caller's buffers itself, so that side is neither packed before
-        # it nor scattered after (a hit); any other run moves the packed bytes.
-        send, recv, parts = kept.send_spec, kept.recv_spec, kept.parts
-        later = parts is not None and parts[1] is not None and engine.calls.ready(send, recv, algorithm, validate)
-        if kept.pack is not None and not later:
-            kept.pack.run()
-        call.typed = kept
-        done = engine.calls.call(send, recv, algorithm, validate, False, self.algorithm)
-        if done != DONE:
-            if later and kept.pack is not None:  # agreed, nothing moved yet: the general path may run a
-                kept.pack.run()                   # plan on the packed bytes
-            engine.general(call, parse_alltoallv, send, recv, done)
-        if kept.unpack is not None and (parts is None or engine.calls.state != "hit"):
-            kept.unpack.run()
+        # Errors routed here, not by a guard's wrapper frame: this is the hot path (a hit runs
+        # from here to its return in compiled code).
+        try:
+            typed, engine, call = self._typed, self._engine, Call(algorithm, validate)
+            if typed is None:
+                typed = self._typed = TypedSides(self.comm.size)
+            kept = find_typed(typed.calls, sendbuf, recvbuf, algorithm, validate)  # a kept call's specs
+            if kept is None:
+                kept, problem = typed.prepare(sendbuf, recvbuf, algorithm, validate)
+                if problem:  # agreed like any call's problem: raises on every rank, before data moves
+                    nothing = Side(None, None, None)
+                    engine.one_shot(call, nothing, nothing, problem, False)
+            # ``Alltoallv`` of byte specs of the common form, its Python frame skipped: a kept call's
+            # specs are the objects the compiled path recognised last time. Where a side is packed,
+            # the run bound for good to them is composed with the type maps (``alltoallw.composed``):
+            # it reads and writes the caller's buffers itself, so that side is neither packed before
+            # it nor scattered after (a hit); any other run moves the packed bytes.
+            send, recv, parts = kept.send_spec, kept.recv_spec, kept.parts
+            later = parts is not None and parts[1] is not None and engine.calls.ready(send, recv, algorithm, validate)
+            if kept.pack is not None and not later:
+                kept.pack.run()
+            call.typed = kept
+            done = engine.calls.call(send, recv, algorithm, validate, False, self.algorithm)
+            if done != DONE:
+                if later and kept.pack is not None:  # agreed, nothing moved yet: the general path may run a
+                    kept.pack.run()                   # plan on the packed bytes
+                engine.general(call, parse_alltoallv, send, recv, done)
+            if kept.unpack is not None and (parts is None or engine.calls.state != "hit"):
+                kept.unpack.run()
+        except BaseException as exc:  # noqa: BLE001 - errors.route_error decides
+            route_error(exc, "HierComm.Alltoallw", self.comm)
 
     def Ialltoallv(self, sendbuf, recvbuf, algorithm: Optional[str] = None, validate: bool = True) -> HierRequest:
         """Nonblocking ``Alltoallv``: returns a request at once; the data moves inside its ``Test``/``Wait``.
