@@ -36,6 +36,7 @@ import sys
 import numpy as np
 
 from ..comm.costmodel.model import CostModel
+from ..comm.plan import MAX_CHUNKS
 from ..provenance import provenance
 from .args import add_replay_flags, block_sizes, command_line, cpu_of, layouts_of, model_of
 from .errors import SimulateError
@@ -81,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "bandwidth per node; presets with one: " + ", ".join(k for k, v in PRESET_NICS.items() if v) + ")")
     p.add_argument("--coarse", action="store_true", help="replay linear world phases coarsely: one message per "
                    "node pair and local rank, their CPU and NIC costs kept (much faster at 1024 ranks)")
+    p.add_argument("--chunks", type=int, choices=range(1, MAX_CHUNKS + 1), metavar=f"1..{MAX_CHUNKS}",
+                   help="replay hier with this many chunks in its pipelined node phase (default: the model's "
+                   "pick among 1, 2, 4 and 8, per point)")
     p.add_argument("--only", help="replay only these fields of each record, comma-separated, of: "
                    f"{', '.join(REPLAYED)} (default: all); the others are null and listed in not_run")
     p.add_argument("--compare", help="a calibrate.py --json report: simulate its layout and sizes with its "
@@ -128,7 +132,7 @@ def main(argv=None) -> int:
         for lay in layouts:
             rows = [simulate_point(lay, b, model, network, args.node_phase, args.uneven, timeout=args.timeout,
                                    cpu=cpu, numpy=args.numpy_call, max_replay_ranks=args.max_replay_ranks,
-                                   only=only, sg=sg, nic=nic, coarse=args.coarse)
+                                   only=only, sg=sg, nic=nic, coarse=args.coarse, chunks=args.chunks)
                     for b in sizes]
             print_layout(rows)
             sys.stdout.flush()

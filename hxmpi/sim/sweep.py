@@ -68,7 +68,8 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
                    node_phase: str = "shm", uneven: bool = False, workdir: Optional[str] = None,
                    timeout: Optional[float] = None, cpu: Optional[CpuTimes] = None, numpy: bool = False,
                    max_replay_ranks: int = DEFAULT_MAX_REPLAY_RANKS, only: Optional[Sequence[str]] = None,
-                   sg: Optional[SimGrid] = None, nic: Optional[Nic] = None, coarse: bool = False) -> dict:
+                   sg: Optional[SimGrid] = None, nic: Optional[Nic] = None, coarse: bool = False,
+                   chunks: Optional[int] = None) -> dict:
     """One JSON record: whole calls replayed (one-shot and plan), the bare MPI baselines, the model.
 
     One-shot calls pay the agreement (``agreement_steps``) and hxmpi's CPU per call (``cpu``);
@@ -81,7 +82,9 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
     ``only``: replay just these fields (``REPLAYED`` names, e.g. "auto"); the others stay None and
     are listed in ``not_run``. ``sg``: the SimGrid to replay with (default ``simgrid()``), named in
     the record's ``simgrid``. ``nic``: the platform's NIC (``Nic``); ``coarse``: replay linear
-    world phases coarsely (``coarse_actions``), recorded in the record's ``coarse``.
+    world phases coarsely (``coarse_actions``), recorded in the record's ``coarse``. ``chunks``: the
+    pipelined node phase's chunks of the lanes ("hier"; recorded as ``hier_radix``) instead of the
+    model's pick among 1, 2, 4 and 8.
     """
     layout = Layout(node_of_sizes(sizes))
     counts = make_counts(layout.size, block, uneven)
@@ -92,8 +95,8 @@ def simulate_point(sizes: Sequence[int], block: int, model: CostModel, network: 
     sizes = layout.node_sizes  # the model prices the layout itself, as HierComm's auto does
     pick = lambda mode: choose_call(model, mode, n, g, pattern, node_phase, cpu, numpy, sizes=sizes)  # noqa: E731
     auto, auto_plan = pick("oneshot"), pick("plan")
-    tried = lambda a: RADICES if ALGORITHM[a].radixed else settings_of(a, layout.node_sizes,  # noqa: E731
-                                                                        node_phase=node_phase)
+    tried = lambda a: RADICES if ALGORITHM[a].radixed else (chunks,) if chunks and ALGORITHM[a].chunked \
+        else settings_of(a, layout.node_sizes, node_phase=node_phase)  # noqa: E731
     radix = {a: min(tried(a), key=lambda k: predict_call(model, a, "plan", n, g, pattern, node_phase, k, cpu,
                                                         sizes=sizes))
              if has_radix(a) else None for a in ALGORITHMS}
