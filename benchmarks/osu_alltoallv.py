@@ -22,6 +22,9 @@ plans over the faster of "bare" and "bare-plan" (``hxmpi.baselines``).
 ``-c`` checks one extra, untimed call of every column per size against ``MPI_Alltoallv``, with the
 receive buffer poisoned first; the verdict is agreed by all ranks.
 ``--uneven`` draws skewed counts (Zipf-like, as MoE routing produces) with the same mean.
+``--rounds R`` times every column R times per size, one round after another, and keeps its best
+round (the lowest mean over ranks): on a noisy host, each column's best of several runs.
+``--chunks K`` gives the HierComm's hier columns a pipelined node phase of K chunks.
 """
 from __future__ import annotations
 
@@ -114,16 +117,21 @@ def run_size(hc: hxmpi.HierComm, nbytes: int, args, rng) -> dict:
             return rbuf
         for _ in range(args.warmup if nbytes <= args.large_threshold else args.warmup_large):
             once()
-        comm.Barrier()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            once()
-        local = (time.perf_counter() - t0) / iters * 1e6
+        best = None
+        for _ in range(args.rounds):  # a noisy host: the column's best round is kept
+            comm.Barrier()
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                once()
+            local = (time.perf_counter() - t0) / iters * 1e6
+            times = comm.allgather(local)
+            if best is None or np.mean(times) < np.mean(best):
+                best = times
+        times = best
         if args.check:  # one more call into a poisoned buffer: an exchange that moves nothing fails
             rbuf.fill(POISON)
             shifted_buf.fill(POISON)
             result["check"][col] = bool(np.array_equal(once(), ref))
-        times = comm.allgather(local)
         result[col] = {"avg_us": float(np.mean(times)), "min_us": float(np.min(times)),
                        "max_us": float(np.max(times))}
         if col == "auto":
@@ -164,13 +172,20 @@ def main(argv=None) -> int:
     p.add_argument("--node-phase", choices=("auto", "shm", "mpi"), default=None,
                    help="hier node phase (default: env HXMPI_NODE_PHASE, else auto)")
     p.add_argument("--radix", type=int, default=2, help="Bruck radix of the bruck and hier_bruck columns (default 2)")
+    p.add_argument("--chunks", type=int, default=1,
+                   help="chunks of the hier columns' pipelined node phase, 1 to 8 (default 1: none)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="timed rounds per column and size; the round with the lowest mean over ranks is kept (default 1)")
     p.add_argument("--no-validate", dest="validate_input", action="store_false",
                    help="call HierComm with validate=False (skip input checks)")
     p.add_argument("--json", default=None, help="write results here (rank 0)")
     args = p.parse_args(argv)
     lo, hi = parse_range(args.message_size)
     comm = MPI.COMM_WORLD
-    hc = hxmpi.HierComm(comm, ranks_per_node=args.ranks_per_node, node_phase=args.node_phase, radix=args.radix)
+    if args.rounds < 1:
+        p.error(f"--rounds must be at least 1, got {args.rounds}")
+    hc = hxmpi.HierComm(comm, ranks_per_node=args.ranks_per_node, node_phase=args.node_phase, radix=args.radix,
+                        chunks=args.chunks)
     topo = hc.topology
     rng = np.random.default_rng(comm.rank)
     sizes = [s for s in (2 ** k for k in range(0, 31)) if lo <= s <= hi]
@@ -203,6 +218,7 @@ def main(argv=None) -> int:
                            "world_size": comm.size,
                            "node_sizes": list(topo.node_sizes), "uneven": args.uneven,
                            "node_phase": hc.node_phase, "validate": args.validate_input, "radix": hc.radix,
+                           "chunks": hc.chunks, "rounds": args.rounds,
                            "ratios": ratios,
                            "mpi": MPI.Get_library_version().splitlines()[0].strip(),
                            "results": rows}, fh, indent=1)
