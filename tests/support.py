@@ -184,9 +184,10 @@ def auto_expected(comm, hc, send_bytes, uniform=False, mode="oneshot") -> tuple:
 
 def ran(hc) -> tuple:
     """(algorithm, radix) of ``hc``'s last call (radix 2 where the algorithm has none, as ``auto_pick``;
-    multi-leader's leaders per node where ``auto_pick`` gives its radix)."""
+    multi-leader's leaders per node, or the pipelined node phase's chunks, where ``auto_pick`` gives
+    its radix)."""
     stats = hc.last_stats
-    return stats["algorithm"], stats.get("radix", stats.get("leaders", 2))
+    return stats["algorithm"], stats.get("radix", stats.get("leaders", stats.get("chunks", 2)))
 
 
 def assert_exchange_works(comm, hc, algorithm="hier"):
@@ -433,6 +434,7 @@ def simgrid_missing():
 API_SOURCES = {
     "HierComm": [("hxmpi/comm/exchange.py", "HierComm", "HierComm"),
                  ("hxmpi/comm/derived.py", "Deriving.*", "HierComm"),
+                 ("hxmpi/comm/persistent.py", "Persisting.*", "HierComm"),
                  ("hxmpi/comm/rows.py", "Rows.*", "HierComm")],
     "CartHierComm": [("hxmpi/comm/exchange.py", "CartHierComm", "CartHierComm"),
                      ("hxmpi/comm/derived.py", "CartDeriving.*", "CartHierComm")],

@@ -7,7 +7,8 @@ node phase; ``docs/method.md``) or in log rounds, whichever the call asks for or
 
 What runs a call lives beside this module, one job a module: ``settings`` (the constructor's
 settings, checked and agreed), ``engine`` (a one-shot call's stages over its call context:
-lookup, agreement, conclusion, plan, run), ``persistent`` (planned-once requests),
+lookup, agreement, conclusion, plan, run), ``persistent`` (planned-once requests, and the
+``..._init`` calls that make them),
 ``nonblocking`` (requests and their progress; ``progress_thread``, its thread mode),
 ``alltoallw`` (datatype specs as bytes), ``rows`` (the numpy ``alltoallv``) and ``derived`` (the
 communicators a HierComm makes). Every other attribute of a communicator falls
@@ -29,7 +30,7 @@ from .derived import CartDeriving, Deriving, is_cartesian
 from .engine import Call, Engine
 from .msgspec import Side, count_arrays, parse_alltoall, parse_alltoallv
 from .nonblocking import HierRequest, Requests
-from .persistent import ExchangeRequest, make_request
+from .persistent import ExchangeRequest, Persisting
 from .progress_thread import Progress
 from .plan import Layout
 from .plancache import DEFAULT_BYTES, DEFAULT_ENTRIES
@@ -39,7 +40,7 @@ from .topology import Topology
 
 __all__ = ["HierComm", "CartHierComm", "ExchangeRequest", "HierRequest"]
 
-class HierComm(Deriving, Rows):
+class HierComm(Deriving, Persisting, Rows):
     """All-to-all over MPI ranks grouped into nodes: flat, hierarchical or in log rounds.
 
     A drop-in for mpi4py's communicator. ``Alltoallv``, ``Alltoall`` and ``Alltoallw`` (blocking),
@@ -590,81 +591,6 @@ class HierComm(Deriving, Rows):
         """A HierComm like this one over a duplicate of ``comm``, its ranks on nodes ``node_of``
         (``derived.Deriving``)."""
         return HierComm(comm, **{**self._settings, "node_of": node_of})
-
-    @guarded
-    def Alltoallv_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> ExchangeRequest:
-        """Persistent All to All Scatter/Gather Vector (MPI-4 style): validated, agreed and planned once.
-
-        Each ``Start()``/``Wait()`` of the returned request moves what the same buffers hold then (with
-        ``MPI.IN_PLACE``, what the receive buffer holds at ``Start``), with nothing agreed or planned
-        again. Collective over the HierComm's ranks.
-
-        Parameters
-        ----------
-        sendbuf, recvbuf : list
-            ``Alltoallv``'s specs (``MPI.IN_PLACE`` as ``sendbuf`` too), bound to the request for good.
-        algorithm : str, optional
-            The request's algorithm; None: the HierComm's own ("auto" picks once, here).
-
-        Returns
-        -------
-        ExchangeRequest
-            The persistent request: ``Start``, ``Wait``, ``Free``; a context manager that frees it.
-
-        Raises
-        ------
-        hxmpi.ExchangeError
-            On every rank, for bad input on any rank, as ``Alltoallv`` (also ``ExchangeTypeError``,
-            ``ExchangeKeyError``).
-
-        Examples
-        --------
-        >>> send, recv = sbuf.copy(), np.empty_like(rbuf)
-        >>> req = hc.Alltoallv_init([send, scounts, MPI.DOUBLE], [recv, rcounts, MPI.DOUBLE])
-        >>> for step in range(3):
-        ...     send[:] = rank + step  # new contents, the same buffer
-        ...     req.Start()
-        ...     req.Wait()
-        >>> np.array_equal(recv, expected + 2)
-        True
-        >>> req.Free()
-        """
-        return make_request(self._engine, parse_alltoallv, False, sendbuf, recvbuf, algorithm)
-
-    @guarded
-    def Alltoall_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> ExchangeRequest:
-        """Persistent All to All Scatter/Gather (equal blocks): validated, agreed and planned once.
-
-        As ``Alltoallv_init``, with ``Alltoall``'s specs. Collective over the HierComm's ranks.
-
-        Parameters
-        ----------
-        sendbuf, recvbuf : buffer or list
-            ``Alltoall``'s specs (``MPI.IN_PLACE`` as ``sendbuf`` too), bound to the request for good.
-        algorithm : str, optional
-            The request's algorithm; None: the HierComm's own.
-
-        Returns
-        -------
-        ExchangeRequest
-            The persistent request.
-
-        Raises
-        ------
-        hxmpi.ExchangeError
-            On every rank, for bad input on any rank, as ``Alltoall``.
-
-        Examples
-        --------
-        >>> a = np.full(size, rank, dtype="i")
-        >>> b = np.empty_like(a)
-        >>> with hc.Alltoall_init(a, b) as req:  # freed on leaving the block
-        ...     req.Start()
-        ...     req.Wait()
-        >>> b.tolist() == list(range(size))
-        True
-        """
-        return make_request(self._engine, parse_alltoall, True, sendbuf, recvbuf, algorithm)
 
     @property
     def scratch_bytes(self) -> int:

@@ -15,10 +15,11 @@ from mpi4py import MPI
 from ..errors import guarded, route_error
 from ._call import CallTable, Persisted
 from .engine import Call, Engine
+from .msgspec import parse_alltoall, parse_alltoallv
 from .plancache import CacheEntry
 from .runs import NodeWindow, Run, Scratch
 
-__all__ = ["ExchangeRequest", "make_request"]
+__all__ = ["ExchangeRequest", "make_request", "Persisting"]
 
 
 def make_request(engine: Engine, parse, uniform: bool, sendbuf, recvbuf, algorithm) -> "ExchangeRequest":
@@ -198,3 +199,83 @@ class ExchangeRequest:
 
     def __exit__(self, *exc) -> None:
         self.Free()
+
+
+class Persisting:
+    """The persistent calls of a HierComm (``Alltoallv_init``, ``Alltoall_init``). A class using it
+    has its engine (``_engine``)."""
+
+    @guarded(owner="HierComm")
+    def Alltoallv_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> ExchangeRequest:
+        """Persistent All to All Scatter/Gather Vector (MPI-4 style): validated, agreed and planned once.
+
+        Each ``Start()``/``Wait()`` of the returned request moves what the same buffers hold then (with
+        ``MPI.IN_PLACE``, what the receive buffer holds at ``Start``), with nothing agreed or planned
+        again. Collective over the HierComm's ranks.
+
+        Parameters
+        ----------
+        sendbuf, recvbuf : list
+            ``Alltoallv``'s specs (``MPI.IN_PLACE`` as ``sendbuf`` too), bound to the request for good.
+        algorithm : str, optional
+            The request's algorithm; None: the HierComm's own ("auto" picks once, here).
+
+        Returns
+        -------
+        ExchangeRequest
+            The persistent request: ``Start``, ``Wait``, ``Free``; a context manager that frees it.
+
+        Raises
+        ------
+        hxmpi.ExchangeError
+            On every rank, for bad input on any rank, as ``Alltoallv`` (also ``ExchangeTypeError``,
+            ``ExchangeKeyError``).
+
+        Examples
+        --------
+        >>> send, recv = sbuf.copy(), np.empty_like(rbuf)
+        >>> req = hc.Alltoallv_init([send, scounts, MPI.DOUBLE], [recv, rcounts, MPI.DOUBLE])
+        >>> for step in range(3):
+        ...     send[:] = rank + step  # new contents, the same buffer
+        ...     req.Start()
+        ...     req.Wait()
+        >>> np.array_equal(recv, expected + 2)
+        True
+        >>> req.Free()
+        """
+        return make_request(self._engine, parse_alltoallv, False, sendbuf, recvbuf, algorithm)
+
+    @guarded(owner="HierComm")
+    def Alltoall_init(self, sendbuf, recvbuf, algorithm: Optional[str] = None) -> ExchangeRequest:
+        """Persistent All to All Scatter/Gather (equal blocks): validated, agreed and planned once.
+
+        As ``Alltoallv_init``, with ``Alltoall``'s specs. Collective over the HierComm's ranks.
+
+        Parameters
+        ----------
+        sendbuf, recvbuf : buffer or list
+            ``Alltoall``'s specs (``MPI.IN_PLACE`` as ``sendbuf`` too), bound to the request for good.
+        algorithm : str, optional
+            The request's algorithm; None: the HierComm's own.
+
+        Returns
+        -------
+        ExchangeRequest
+            The persistent request.
+
+        Raises
+        ------
+        hxmpi.ExchangeError
+            On every rank, for bad input on any rank, as ``Alltoall``.
+
+        Examples
+        --------
+        >>> a = np.full(size, rank, dtype="i")
+        >>> b = np.empty_like(a)
+        >>> with hc.Alltoall_init(a, b) as req:  # freed on leaving the block
+        ...     req.Start()
+        ...     req.Wait()
+        >>> b.tolist() == list(range(size))
+        True
+        """
+        return make_request(self._engine, parse_alltoall, True, sendbuf, recvbuf, algorithm)

@@ -26,7 +26,7 @@ class Rows:
     engine (``_engine``), ``Alltoall_init`` and the count exchange's buffers (``_count_send``,
     ``_count_recv``, ``_count_request``)."""
 
-    @guarded
+    @guarded(owner="HierComm")
     def alltoallv(self, array, counts, algorithm: Optional[str] = None,
                   validate: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Send ``counts[d]`` consecutive rows of ``array`` (axis 0) to rank d; return (rows, recv counts).
