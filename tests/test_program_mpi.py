@@ -9,11 +9,21 @@ from mpi4py import MPI
 from support import layouts
 
 from hxmpi import ExchangeError, HierComm
-from hxmpi.comm.plan import ALGORITHMS, BarrierStep, CopyStep, Layout, StepProgram, algorithm_of, program_steps
+from hxmpi.comm.plan import (
+    ALGORITHMS,
+    BarrierStep,
+    CopyStep,
+    Layout,
+    StepProgram,
+    WaitStep,
+    algorithm_of,
+    program_steps,
+)
 from hxmpi.sim.schedule import (
     Copy,
     Exchange,
     NodeBarrier,
+    Wait,
     bruck_steps,
     lane_counts,
     program_schedule,
@@ -68,6 +78,9 @@ def _executed(hc, layout: Layout, prog: StepProgram, events: np.ndarray, counts:
             assert noted == [(-1, 0, 0)]
             steps.append(NodeBarrier())
             continue
+        if isinstance(st, WaitStep):
+            steps.append(Wait())
+            continue
         if st.rounds == "bruck":
             assert noted == [(-2, int(st.send_counts.sum()), int(st.recv_counts.sum()))]
             members = [_world_of(hc, st.comm, k) for k in range(st.send_counts.shape[0])]
@@ -93,17 +106,19 @@ def _executed(hc, layout: Layout, prog: StepProgram, events: np.ndarray, counts:
         schedule = "pairwise" if st.rounds == "pairwise" else "" if st.blocking and len(group) == 1 else "linear"
         members = tuple(_world_of(hc, st.comm, k) for k in range(st.send_counts.shape[0])) if len(group) == 1 else ()
         steps.append(Exchange(phase, tuple(m for g in group for m in g[0]), tuple(m for g in group for m in g[1]),
-                              schedule, members))
+                              schedule, members, st.in_flight))
         group = []
     return [s for s in steps if not isinstance(s, Copy) or s.nbytes]
 
 
-@pytest.mark.parametrize("node_phase", ["shm", "mpi"])
+@pytest.mark.parametrize("node_phase, chunks", [("shm", 1), ("shm", 3), ("mpi", 1)])
 @pytest.mark.parametrize("layout_name", LAYOUTS)
-def test_the_runner_executes_what_the_simulator_replays(comm, layout_name, node_phase):
+def test_the_runner_executes_what_the_simulator_replays(comm, layout_name, node_phase, chunks):
     try:
         # No plan cache: every call is planned and run anew (a cached pattern may run a bound run).
-        hc = HierComm(comm, node_phase=node_phase, radix=RADIX, cache_entries=0, **layouts(comm.size)[layout_name])
+        # Three chunks: "hier"'s pipelined node phase, its lane exchanges in flight beside copies.
+        hc = HierComm(comm, node_phase=node_phase, radix=RADIX, cache_entries=0, chunks=chunks,
+                      **layouts(comm.size)[layout_name])
     except ExchangeError:
         if node_phase != "shm":
             raise
@@ -137,7 +152,8 @@ def test_the_runner_executes_what_the_simulator_replays(comm, layout_name, node_
                     assert dtype is np.int64 and not algorithm_of(ran).hierarchical, (algorithm, ran)
                     continue
                 assert noted < events.shape[0]
-                setting = hc.last_stats.get("leaders", RADIX)  # multi-leader's leaders per node, else the radix
+                # multi-leader's leaders per node, the pipelined node phase's chunks, else the radix
+                setting = hc.last_stats.get("leaders", hc.last_stats.get("chunks", RADIX))
                 expected = rank_schedule(layout, counts * 8, me, ran, node_phase, setting, learned=False)
                 got = _executed(hc, layout, StepProgram(words), events[:noted], counts * 8)
                 assert got == expected, (pattern, algorithm, dtype)
@@ -149,8 +165,8 @@ def test_the_runner_executes_what_the_simulator_replays(comm, layout_name, node_
                 req.Wait()
                 assert out.tobytes() == ref.tobytes(), (pattern, algorithm, "persistent")
             ran = hc.last_stats["algorithm"]
-            replayed = rank_schedule(layout, counts * 8, me, ran, node_phase, hc.last_stats.get("leaders", RADIX),
-                                     learned=True)
+            replayed = rank_schedule(layout, counts * 8, me, ran, node_phase,
+                                     hc.last_stats.get("leaders", hc.last_stats.get("chunks", RADIX)), learned=True)
             assert program_schedule(req._run.plan, layout, me, counts * 8, learned=True) == replayed
             req.Free()
     hc.free()
