@@ -300,3 +300,70 @@ def test_the_direction_check_catches_upward_sideways_and_circular_imports(tmp_pa
                         "hxmpi.errors:1 imports hxmpi.comm.exchange (root may not import comm)",
                         "hxmpi.train.trainer:1 imports hxmpi.sim.simulate (train may not import sim)"]
     assert _cycles(imports) == [["hxmpi.comm.exchange", "hxmpi.comm.plan", "hxmpi.comm.exchange"]]
+
+
+#: The house rule (issue 50): one job a file, short functions. Lines, over hxmpi/ and csrc/.
+MODULE_LINES, FUNCTION_LINES = 800, 120
+#: A Cython function's first line: def/cdef/cpdef with a name and an open parenthesis, ending
+#: its line with a colon (not a ``cdef int x`` declaration, nor ``cdef class``).
+CYTHON_DEF = re.compile(r"^(\s*)(?:async\s+)?(?:def|cp?def\s+(?!class\b)[^=(]*?)\s*\b(\w+)\s*\(.*:\s*(#.*)?$")
+
+
+def _cython_functions(text):
+    """(name, first line, lines) of each def/cdef/cpdef in Cython source: a body ends at the next
+    line as little indented as its def (blank lines and comments do not end it)."""
+    lines = text.splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        m = CYTHON_DEF.match(line)
+        if not m:
+            continue
+        indent, end = len(m.group(1)), i
+        for j in range(i + 1, len(lines)):
+            body = lines[j]
+            if not body.strip() or body.lstrip().startswith("#"):
+                continue
+            if len(body) - len(body.lstrip()) <= indent:
+                break
+            end = j
+        found.append((m.group(2), i + 1, end - i + 1))
+    return found
+
+
+def _python_functions(text):
+    """(name, first line, lines) of each function in Python source, decorators left out."""
+    return [(node.name, node.lineno, node.end_lineno - node.lineno + 1) for node in ast.walk(ast.parse(text))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def _size_problems(root=ROOT):
+    problems = []
+    files = [*(root / "hxmpi").rglob("*.py"), *(f for ext in ("pyx", "pxi", "pxd") for f in (root / "csrc").glob(f"*.{ext}"))]
+    for f in sorted(files):
+        text = f.read_text()
+        name = f.relative_to(root)
+        n = len(text.splitlines())
+        if n > MODULE_LINES:
+            problems.append(f"{name}: {n} lines")
+        functions = _python_functions(text) if f.suffix == ".py" else _cython_functions(text)
+        problems += [f"{name}:{line} {func}: {length} lines" for func, line, length in functions
+                     if length > FUNCTION_LINES]
+    return problems
+
+
+def test_modules_and_functions_stay_short():
+    """No module of hxmpi/ or csrc/ over 800 lines, no function over 120."""
+    assert _size_problems() == []
+
+
+def test_the_size_check_catches_a_long_module_and_long_functions(tmp_path):
+    body = "    x = 1\n" * FUNCTION_LINES
+    (tmp_path / "hxmpi").mkdir()
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "hxmpi" / "big.py").write_text("def long(a):\n" + body + "\n" * MODULE_LINES)
+    (tmp_path / "csrc" / "_k.pxi").write_text("cdef int x = 1\ncdef class C:\n    cdef int long_c(self, int a) except -1:\n"
+                                              + "    " + body.replace("\n    ", "\n        ")
+                                              + "\ndef short():\n    pass\n")
+    assert _size_problems(tmp_path) == [f"csrc/_k.pxi:3 long_c: {1 + FUNCTION_LINES} lines",
+                                        f"hxmpi/big.py: {1 + FUNCTION_LINES + MODULE_LINES} lines",
+                                        f"hxmpi/big.py:1 long: {1 + FUNCTION_LINES} lines"]
