@@ -216,6 +216,31 @@ def test_a_new_algorithm_is_priced_without_model_code():
     assert got == pytest.approx(6e-6 + 0.25e-6)
 
 
+@pytest.mark.parametrize("sizes", [(4, 8), (3, 2), (2, 5)])
+def test_a_pipelined_node_phase_is_priced_at_the_block_it_runs(sizes):
+    """The cached price of k chunks, scaled to any block, is the walk of the programs the planner
+    makes at that block: every chunk's messages, waits and barriers priced (a walk at 1-byte
+    blocks would leave all chunks but one empty), so more chunks cost more where blocks are small."""
+    from hxmpi.comm.costmodel import layout_price, price_program, representative_ranks
+    from hxmpi.comm.plan import Layout, algorithm_of
+    n, g = sizes
+    layout = Layout(np.repeat(np.arange(n), g))
+    hier = algorithm_of("hier")
+    ranks = representative_ranks(layout, hier)
+    m, slow_nic = _walk_model(), _walk_model(nic_msg_rate=2e6, nic_bandwidth=2e9)
+    for chunks in (1, 2, 3, 8):
+        cached = layout_price(layout, "hier", chunks)
+        for block in (8 * chunks, 4096 * chunks):  # every chunk carries whole bytes of every block
+            counts = np.full((layout.size, layout.size), block, dtype=np.int64)
+            walked = price_program(layout, {r: layout.rank_program(r, hier, counts, "shm", chunks).detach()
+                                            for r in ranks})
+            for model in (m, slow_nic):
+                assert cached.price(model, float(block)) == pytest.approx(walked.price(model, 1.0), rel=1e-9), \
+                    (chunks, block)
+    small = [layout_price(layout, "hier", k).price(m, 64.0) for k in (1, 2, 4, 8)]
+    assert small == sorted(small) and small[0] < small[-1]
+
+
 @pytest.mark.parametrize("sizes", [(2, 2), (4, 3), (3, 4), (2, 8), (8, 2)])
 def test_the_representative_ranks_price_what_every_rank_prices(sizes):
     """Even layouts are priced from node 0's ranks (rank 0 for direct and lane exchanges): the

@@ -11,7 +11,7 @@ so any block and pattern is then arithmetic.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Mapping, Optional, Sequence
 
@@ -353,19 +353,27 @@ def layout_price(layout: Layout, algorithm, radix: Optional[int] = None, node_ph
                  rule: str = "", ranks: Optional[Sequence[int]] = None, uniform: bool = False) -> ProgramPrice:
     """The ``ProgramPrice`` of an even call of ``algorithm`` on ``layout`` (it runs as ``runs_as``
     says): the programs the planners make for ``ranks`` (default ``representative_ranks``; every
-    rank for the full walk) with 1-byte blocks. ``uniform``: an Alltoall's flat program."""
+    rank for the full walk) with 1-byte blocks. ``uniform``: an Alltoall's flat program.
+
+    A pipelined node phase of k chunks is walked with k-byte blocks, its bytes then scaled back to
+    one: chunk i carries part i of every block, so 1-byte blocks would leave all chunks but one
+    empty, and their messages and barriers unpriced (blocks of fewer than k bytes are priced as k
+    chunks all the same)."""
     algo = layout.runs(algorithm)
     p = layout.size
     if algo.led and node_phase != "shm":
         raise ValueError(f"{algo.name} runs with the 'shm' node phase only, not {node_phase!r}")
-    even = np.ones((p, p), dtype=np.int64)  # 1-byte blocks
+    unit = int(radix) if algo.chunked and radix else 1  # bytes per block: one in each chunk
+    even = np.full((p, p), unit, dtype=np.int64)
 
     def made(r: int) -> StepProgram:
         return layout.rank_program(r, algo, even, node_phase, radix, uniform).detach()
     if ranks is None and not algo.hierarchical:  # every rank's flat program is rank 0's, shifted
-        return price_program(layout, {0: made(0)}, learned, rule, shifts=representative_ranks(layout, algo))
-    return price_program(layout, {r: made(r) for r in (representative_ranks(layout, algo) if ranks is None else ranks)},
-                         learned, rule)
+        price = price_program(layout, {0: made(0)}, learned, rule, shifts=representative_ranks(layout, algo))
+    else:
+        price = price_program(layout, {r: made(r) for r in (representative_ranks(layout, algo) if ranks is None
+                                                             else ranks)}, learned, rule)
+    return price if unit == 1 else replace(price, per_byte=price.per_byte / unit)
 
 
 @lru_cache(maxsize=512)
