@@ -30,10 +30,19 @@ from hxmpi.sim.calls import make_counts
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def _setting(algorithm: str, value=None) -> int:
+    """The setting a replay ran ``algorithm`` with: ``value`` (a record's), else the algorithm's
+    default (a Bruck radix or leaders per node of 2, one chunk); 2, unused, where it takes none."""
+    spec = ALGORITHM.get(algorithm)
+    if spec is None or not spec.setting():
+        return 2
+    return spec.setting(None if value is None else int(value))
+
+
 def _call(label: str) -> tuple[str, int]:
-    """(algorithm, radix) of a record's pick label ("bruck/16", "hier", "alltoall")."""
-    name, _, radix = label.partition("/")
-    return name, int(radix) if radix else 2
+    """(algorithm, setting) of a record's pick label ("bruck/16", "hier/4", "hier": one chunk)."""
+    name, _, setting = label.partition("/")
+    return name, _setting(name, setting or None)
 
 
 def fields(rec: dict) -> list[tuple[str, str, str, int]]:
@@ -41,7 +50,7 @@ def fields(rec: dict) -> list[tuple[str, str, str, int]]:
     out = [("bare_alltoallv", "flat", "bare", 2), ("bare_alltoall", "alltoall", "bare", 2),
            ("bare_alltoallv_plan", "flat", "bare_plan", 2)]  # MPI's persistent collective
     for a in ALGORITHMS:
-        k = rec.get(f"{a}_radix", 2) if ALGORITHM[a].radixed else 2
+        k = _setting(a, rec.get(f"{a}_radix"))  # the radix, leaders or chunks the replay ran
         out.append((a, a, "oneshot", k))
         if a != "flat":
             out.append((f"{a}_plan", a, "plan", k))
