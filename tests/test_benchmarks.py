@@ -55,6 +55,27 @@ def test_an_mpi_benchmark_records_its_command_and_ranks(tmp_path, n):
     assert prov["commit"] == source_commit()[0]
 
 
+@pytest.mark.skipif(not MPIRUN, reason="no mpirun on this machine")
+@pytest.mark.watchdog(150)
+@pytest.mark.parametrize("n", [4, 5])
+def test_calibrate_writes_a_tuning_file_that_auto_loads(tmp_path, n):
+    """calibrate.py on virtual nodes of 2 (the last one of 1 at 5 ranks): a tuning file
+    ``CostModel.load`` reads back and a projection up to 4096 nodes of 8 ranks, in bounded memory
+    (the walk of a 32768-rank layout once built a 32768 x 32768 count matrix on every rank)."""
+    from hxmpi.comm.costmodel import CostModel
+    tuning, report = tmp_path / "tuning.json", tmp_path / "calibrate.json"
+    proc = run_job(MPIRUN + ["-n", str(n), sys.executable, "benchmarks/calibrate.py", "--ranks-per-node", "2",
+                             "-m", "8:64", "-i", "3", "--out", str(tuning), "--json", str(report)],
+                   timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    model = CostModel.load(str(tuning))
+    assert model.alpha_inter >= 0 and model.beta_copy > 0
+    data = json.loads(report.read_text())
+    assert data["layout"]["node_sizes"] == [2] * (n // 2) + [1] * (n % 2)
+    assert {(r["nodes"], r["per_node"]) for r in data["projection"]} >= {(4096, 8), (2, 2)}
+    assert f"wrote {tuning}" in proc.stdout
+
+
 def report_module():
     """benchmarks/report.py, loaded by path (benchmarks/ is not a package)."""
     spec = importlib.util.spec_from_file_location("hxmpi_report", ROOT / "benchmarks" / "report.py")

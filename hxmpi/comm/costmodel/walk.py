@@ -364,7 +364,8 @@ def layout_price(layout: Layout, algorithm, radix: Optional[int] = None, node_ph
     if algo.led and node_phase != "shm":
         raise ValueError(f"{algo.name} runs with the 'shm' node phase only, not {node_phase!r}")
     unit = int(radix) if algo.chunked and radix else 1  # bytes per block: one in each chunk
-    even = np.full((p, p), unit, dtype=np.int64)
+    # A read-only view, no p x p array: the planners read a rank's row and column and its node's.
+    even = np.broadcast_to(np.array(unit, dtype=np.int64), (p, p))
 
     def made(r: int) -> StepProgram:
         return layout.rank_program(r, algo, even, node_phase, radix, uniform).detach()
