@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import json
 import os
 import shutil
@@ -475,3 +476,12 @@ def api_docstrings(root: Path = Path(__file__).resolve().parent.parent) -> dict:
                             docs[f"{public_name}.{member.name}"] = inspect.cleandoc(
                                 ast.get_docstring(member, clean=False) or "")
     return groups
+
+
+def load_script(relpath: str, name: str):
+    """A script of the repository that is not in a package (``benchmarks/report.py``,
+    ``docs/_ext/hxmpi_docs.py``), loaded by its path as module ``name``."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / relpath)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,6 +1,5 @@
 """Benchmarks record where their JSON came from (``provenance``: the command, commit, date, version,
 MPI library and cores; the docs render it with the tables)."""
-import importlib.util
 import json
 import shlex
 import subprocess
@@ -9,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from mpilaunch import launcher_family, mpirun_command, run_job
+from support import load_script
 
 from hxmpi import __version__
 from hxmpi.baselines import baseline, ratio
@@ -78,10 +78,7 @@ def test_calibrate_writes_a_tuning_file_that_auto_loads(tmp_path, n):
 
 def report_module():
     """benchmarks/report.py, loaded by path (benchmarks/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("hxmpi_report", ROOT / "benchmarks" / "report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/report.py", "hxmpi_report")
 
 
 def test_plans_are_set_against_mpi_persistent_call_and_one_shot_calls_against_its_one_shot_call():

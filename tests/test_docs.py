@@ -4,7 +4,6 @@ table and performance pages generated from the code and the committed results, a
 The build itself (``sphinx-build -W``) is the last part of the README's test command, so CI runs it;
 these tests check what a build without warnings cannot: that the content is the code's and the
 results' own."""
-import importlib.util
 import json
 import re
 import shlex
@@ -14,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import pytest
+from support import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -97,10 +97,7 @@ def test_readme_links_resolve():
 
 def report_module():
     """benchmarks/report.py, loaded by path (benchmarks/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("hxmpi_report", ROOT / "benchmarks" / "report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/report.py", "hxmpi_report")
 
 
 def test_readme_numbers_are_the_result_files():
@@ -257,9 +254,7 @@ def test_flag_table_is_the_schemas_and_lists_every_flag_of_help():
 
 
 def test_the_extension_writes_the_flag_table_and_the_fragments(tmp_path):
-    spec = importlib.util.spec_from_file_location("hxmpi_docs", DOCS / "_ext" / "hxmpi_docs.py")
-    ext = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ext)
+    ext = load_script("docs/_ext/hxmpi_docs.py", "hxmpi_docs")
     ext.generate(tmp_path)
     from hxmpi.train.command import flags_markdown
     assert (tmp_path / "flags.md").read_text() == flags_markdown() + "\n"

@@ -1,10 +1,10 @@
 """hxmpi.sim.reference: Open MPI's reference schedules, their cost formulas, and the slingshot fit."""
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support import load_script
 
 from hxmpi.comm.costmodel import CostModel
 from hxmpi.comm.plan import Layout
@@ -26,10 +26,7 @@ needs_simgrid = pytest.mark.skipif(SKIP is not None, reason=SKIP or "")
 
 
 def load_fit_script():
-    spec = importlib.util.spec_from_file_location("fit_slingshot", ROOT / "benchmarks" / "fit_slingshot.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/fit_slingshot.py", "fit_slingshot")
 
 
 def test_bruck_schedule_counts_the_set_bits():
