@@ -25,7 +25,7 @@ from hxmpi.cli import command_line
 from hxmpi.comm.costmodel import CostModel, CpuTimes, Pattern, predict_agreement, predict_call
 from hxmpi.comm.plan import ALGORITHMS, ALGORITHM
 from hxmpi.provenance import provenance
-from hxmpi.sim.calls import make_counts
+from hxmpi.sim.calls import has_radix, make_counts
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -33,10 +33,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def _setting(algorithm: str, value=None) -> int:
     """The setting a replay ran ``algorithm`` with: ``value`` (a record's), else the algorithm's
     default (a Bruck radix or leaders per node of 2, one chunk); 2, unused, where it takes none."""
-    spec = ALGORITHM.get(algorithm)
-    if spec is None or not spec.setting():
+    if not has_radix(algorithm):
         return 2
-    return spec.setting(None if value is None else int(value))
+    return ALGORITHM[algorithm].setting(None if value is None else int(value))
 
 
 def _call(label: str) -> tuple[str, int]:

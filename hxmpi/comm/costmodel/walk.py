@@ -372,8 +372,8 @@ def layout_price(layout: Layout, algorithm, radix: Optional[int] = None, node_ph
     if ranks is None and not algo.hierarchical:  # every rank's flat program is rank 0's, shifted
         price = price_program(layout, {0: made(0)}, learned, rule, shifts=representative_ranks(layout, algo))
     else:
-        price = price_program(layout, {r: made(r) for r in (representative_ranks(layout, algo) if ranks is None
-                                                             else ranks)}, learned, rule)
+        ranks = representative_ranks(layout, algo) if ranks is None else ranks
+        price = price_program(layout, {r: made(r) for r in ranks}, learned, rule)
     return price if unit == 1 else replace(price, per_byte=price.per_byte / unit)
 
 
