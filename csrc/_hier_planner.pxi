@@ -38,14 +38,25 @@ cdef struct HierCall:
     int64_t* clw               # chunk k's lane li vectors from word 4 * n * (k * nl + li) on
     int64_t* cout              # chunk k's out list (p blocks) from word 3 * p * k on
     int64_t* cpack             # chunk k's pack list (p blocks) from word 3 * p * k on
+    const int64_t* lane        # each world rank's local rank in its node: the lane it sends on
 
 
-cdef inline int64_t _pack_list(HierCall* c, int64_t* packed) noexcept nogil:
+cdef inline int64_t _first_in_place(HierCall* c, int64_t lo, int64_t hi) noexcept nogil:
+    """Where the blocks ``lo`` to ``hi`` of the pack order start in the send buffer, when they lie
+    there one after another (``_pack_list``): the first non-empty one's displacement, or 0."""
+    cdef int64_t i
+    for i in range(lo, hi):
+        if c.pk[2 * c.p + i] > 0:
+            return c.pk[i]
+    return 0
+
+
+cdef inline bint _pack_list(HierCall* c, int64_t* packed) noexcept nogil:
     """The pack list: this rank's blocks for other nodes, in (node, local rank) order, and the send
     side of its own lane (``served[0]``): its node segments, packed. ``packed``: their bytes.
-    Returns where they start in the send buffer when they already lie there in that order (phase
-    1 then sends in place), else -1."""
-    cdef int64_t p = c.p, n = c.n, pos = 0, base = -1, i, m, d
+    Returns whether each node's blocks already lie one after another in the send buffer, in that
+    order: phase 1 then sends in place, from where the send vectors say."""
+    cdef int64_t p = c.p, n = c.n, pos = 0, i, m, d, at
     cdef int64_t* pk_s = c.pk
     cdef int64_t* pk_d = pk_s + p
     cdef int64_t* pk_l = pk_d + p
@@ -59,20 +70,18 @@ cdef inline int64_t _pack_list(HierCall* c, int64_t* packed) noexcept nogil:
             pk_s[i] = c.sd[d]
             pk_d[i] = pos
             pk_l[i] = 0 if m == c.node else c.sc[d]
-            if pk_l[i] > 0:
-                if base < 0 and grouped:
-                    base = c.sd[d] - pos
-                    grouped = base >= 0
-                elif c.sd[d] - pos != base:
-                    grouped = False
             pos += pk_l[i]
         nb[m] = pos - nd[m]
+        at = -1  # where the node's next block must start to lie in place (-1: no block yet)
+        for i in range(c.nstart[m], c.nstart[m + 1]):
+            if pk_l[i] > 0:
+                grouped = grouped and (at < 0 or pk_s[i] == at)
+                at = pk_s[i] + pk_l[i]
     packed[0] = pos
-    if not grouped:
-        base = -1
-    elif base < 0:
-        base = 0  # nothing to send: in place trivially
-    return base
+    if grouped:  # in place: each node's segment from its first block on
+        for m in range(n):
+            nd[m] = _first_in_place(c, c.nstart[m], c.nstart[m + 1])
+    return grouped
 
 
 cdef inline int64_t _shm_own_region(HierCall* c, int64_t j, int64_t cur) noexcept nogil:
@@ -141,10 +150,10 @@ cdef inline void _phase1_segments(HierCall* c) noexcept nogil:
     c.rstart[g] = cur
 
 
-cdef inline void _lane_vectors(HierCall* c, int64_t base) noexcept nogil:
+cdef inline void _lane_vectors(HierCall* c) noexcept nogil:
     """Every served lane's exchange vectors. Receive sides: from each other node, the segment of
     the source that sends on the lane there. Send sides: this rank's own lane sends its node
-    segments (``_pack_list``; from the send buffer itself, from ``base`` on, where they are grouped
+    segments (``_pack_list``; from the send buffer itself where they are grouped
     there), a lane it stands in for sends nothing."""
     cdef int64_t n = c.n, li, m, k, s
     cdef int64_t* lw = c.lw
@@ -159,10 +168,7 @@ cdef inline void _lane_vectors(HierCall* c, int64_t base) noexcept nogil:
                 for k in range(c.g):
                     lw[li * 4 * n + 2 * n + m] += c.rc_node[k * c.p + s]
                 lw[li * 4 * n + 3 * n + m] = c.seg[s]
-    if base >= 0:  # -- the send sides
-        for m in range(n):
-            nd[m] += base
-    for li in range(1, c.nl):
+    for li in range(1, c.nl):  # -- the send sides
         for m in range(2 * n):
             lw[li * 4 * n + m] = 0
 
@@ -235,98 +241,93 @@ cdef inline void _mpi_unpack(HierCall* c) noexcept nogil:
         c.rstart[g] = cur  # the private buffer holds phase 1, then phase 2
 
 
-cdef inline void _chunk_range(int64_t length, int64_t k, int64_t chunks, int64_t* lo, int64_t* hi) noexcept nogil:
-    """Bytes [lo, hi) of a range of ``length`` that chunk ``k`` of ``chunks`` carries: near-equal
-    parts, computed alike by the sender and the receiver of a segment (both know its length)."""
-    lo[0] = length * k // chunks
-    hi[0] = length * (k + 1) // chunks
+cdef inline int64_t _group_start(int64_t q, int64_t size, int64_t chunks) noexcept nogil:
+    """The first local rank of group ``q`` when a node of ``size`` ranks is cut into ``chunks``
+    near-equal groups of consecutive local ranks (local rank r is in group r * chunks // size; a
+    group is empty where chunks > size), computed alike by a segment's sender and receiver."""
+    return (q * size + chunks - 1) // chunks
 
 
-cdef inline int64_t _chunk_bytes(const int64_t* lengths, int64_t stride, int64_t count, int64_t k,
-                                 int64_t chunks) noexcept nogil:
-    """Bytes of chunk ``k`` over ``count`` blocks of ``lengths`` (``stride`` words apart): each
-    block's part ``_chunk_range``."""
-    cdef int64_t i, lo, hi, total = 0
-    for i in range(count):
-        _chunk_range(lengths[i * stride], k, chunks, &lo, &hi)
-        total += hi - lo
-    return total
+cdef inline int64_t _chunk_group(int64_t lane, int64_t k, int64_t chunks) noexcept nogil:
+    """The group of the receiving node's ranks whose blocks chunk ``k`` of ``lane`` carries: the
+    lanes rotate through the groups, so in every chunk each rank of the node gets blocks from as
+    many lanes as the others, and copies out as much."""
+    return (lane + k) % chunks
 
 
-cdef inline int64_t _chunk_pack(HierCall* c) noexcept nogil:
-    """Each chunk's pack list and the own lane's send vectors: chunk k holds part k of every block
-    this rank sends to another node (``_chunk_range``), grouped by node, chunks one after another
-    in the scratch buffer; so every rank of a receiving node finds its part of each chunk in the
-    chunk that carries it, and all of them copy out as each chunk lands. Returns the bytes packed."""
-    cdef int64_t p = c.p, n = c.n, nl = c.nl, k, m, i, d, lo, hi, pos = 0
+cdef inline void _chunk_sends(HierCall* c, bint in_place) noexcept nogil:
+    """Each chunk's send vectors on this rank's own lane and, where the blocks must be packed
+    (not ``in_place``), its pack list: chunk k to node m is the blocks for m's group
+    ``_chunk_group(local, k)``, whole and consecutive in the pack order (``_pack_list``), so they
+    go from the send buffer itself where the blocks are grouped by node there (``in_place``), else
+    from the scratch buffer, each chunk packed just before it is sent."""
+    cdef int64_t p = c.p, n = c.n, nl = c.nl, k, m, i, q, lo, hi, size
+    cdef int64_t* pk_s = c.pk
+    cdef int64_t* pk_d = pk_s + p
+    cdef int64_t* pk_l = pk_d + p
     cdef int64_t* q_s
-    cdef int64_t* q_d
-    cdef int64_t* q_l
     cdef int64_t* v
     for k in range(c.chunks):
         q_s = c.cpack + 3 * p * k
-        q_d, q_l = q_s + p, q_s + 2 * p
         v = c.clw + 4 * n * (k * nl)  # this rank's own lane: the first served
+        for i in range(p):
+            q_s[i], q_s[p + i], q_s[2 * p + i] = pk_s[i], pk_d[i], 0
         for m in range(n):
-            v[n + m] = pos
-            for i in range(c.nstart[m], c.nstart[m + 1]):
-                d = c.dest[i]
-                lo = hi = 0
-                if m != c.node:  # blocks for its own node never travel on a lane
-                    _chunk_range(c.sc[d], k, c.chunks, &lo, &hi)
-                q_s[i], q_d[i], q_l[i] = c.sd[d] + lo, pos, hi - lo
-                pos += hi - lo
-            v[m] = pos - v[n + m]
-    return pos
+            size = c.nstart[m + 1] - c.nstart[m]
+            q = _chunk_group(c.local, k, c.chunks)
+            lo = c.nstart[m] + _group_start(q, size, c.chunks)
+            hi = c.nstart[m] + _group_start(q + 1, size, c.chunks)
+            v[m] = 0
+            v[n + m] = _first_in_place(c, lo, hi) if in_place else (pk_d[lo] if lo < hi else 0)
+            for i in range(lo, hi):
+                v[m] += pk_l[i]
+                q_s[2 * p + i] = pk_l[i]
 
 
 cdef inline void _chunk_receives(HierCall* c) noexcept nogil:
-    """Each chunk's lane vectors besides the own lane's sends: every served lane receives chunk k
-    of each other node's segment, the chunks laid one after another in the segment's place of
-    the window; a lane it stands in for sends nothing."""
-    cdef int64_t p = c.p, n = c.n, nl = c.nl, g = c.g, k, li, m, s, at
+    """Each chunk's lane vectors besides the own lane's sends: every served lane receives, in
+    chunk k, the part of each other node's segment that holds the blocks for this node's group
+    ``_chunk_group(lane, k)``, in its place in the window (segments keep the one-chunk layout);
+    a lane it stands in for sends nothing."""
+    cdef int64_t p = c.p, n = c.n, nl = c.nl, g = c.g, k, li, m, s, q, r, at, lo, hi
     cdef int64_t* v
     for li in range(nl):
         for m in range(n):
             s = c.lane_src[li * n + m]
-            at = c.seg[s] if s >= 0 and c.seg[s] >= 0 else 0
             for k in range(c.chunks):
                 v = c.clw + 4 * n * (k * nl + li)
                 if li > 0:
                     v[m], v[n + m] = 0, 0
+                v[2 * n + m], v[3 * n + m] = 0, 0
                 if s < 0 or c.seg[s] < 0:
-                    v[2 * n + m], v[3 * n + m] = 0, 0
                     continue
-                v[2 * n + m] = _chunk_bytes(c.rc_node + s, p, g, k, c.chunks)
+                q = _chunk_group(c.lane[s], k, c.chunks)
+                lo, hi = _group_start(q, g, c.chunks), _group_start(q + 1, g, c.chunks)
+                at = c.seg[s]
+                for r in range(lo):
+                    at += c.rc_node[r * p + s]
                 v[3 * n + m] = at
-                at += v[2 * n + m]
+                for r in range(lo, hi):
+                    v[2 * n + m] += c.rc_node[r * p + s]
 
 
 cdef inline void _chunk_out(HierCall* c) noexcept nogil:
-    """Each chunk's out list: this rank's part of chunk k of every segment in the window (after the
-    parts of the node's ranks before it), to its place in the receive buffer; in chunk 0 also the
-    blocks the node's other ranks wrote to their own regions for it (no lane carries those)."""
-    cdef int64_t p = c.p, g = c.g, local = c.local, k, s, lo, hi, at
+    """Each chunk's out list: this rank's whole block of each segment whose chunk k carries this
+    rank's group, from the window to its place in the receive buffer (each block in one chunk);
+    in chunk 0 also the blocks the node's other ranks wrote to their own regions for it (no lane
+    carries those)."""
+    cdef int64_t p = c.p, k, s, mine
     cdef int64_t* o_s = c.out
     cdef int64_t* o_d = o_s + p
     cdef int64_t* o_l = o_d + p
     cdef int64_t* q_s
-    cdef int64_t* q_d
-    cdef int64_t* q_l
+    mine = c.local * c.chunks // c.g
     for s in range(p):
-        at = c.seg[s]  # where chunk k of s's segment starts
         for k in range(c.chunks):
             q_s = c.cout + 3 * p * k
-            q_d, q_l = q_s + p, q_s + 2 * p
-            q_s[s], q_d[s], q_l[s] = 0, 0, 0
-            if at < 0:  # a rank of this node: its block came through its own region
-                if k == 0:
-                    q_s[s], q_d[s], q_l[s] = o_s[s], o_d[s], o_l[s]
-                continue
-            _chunk_range(c.rc[s], k, c.chunks, &lo, &hi)
-            q_s[s] = at + _chunk_bytes(c.rc_node + s, p, local, k, c.chunks)
-            q_d[s], q_l[s] = c.rd[s] + lo, hi - lo
-            at += _chunk_bytes(c.rc_node + s, p, g, k, c.chunks)
+            q_s[s], q_s[p + s], q_s[2 * p + s] = 0, 0, 0
+            if (k == 0 if c.seg[s] < 0 else _chunk_group(c.lane[s], k, c.chunks) == mine):
+                q_s[s], q_s[p + s], q_s[2 * p + s] = o_s[s], o_d[s], o_l[s]
 
 
 #: The most chunks a pipelined node phase is cut into.
@@ -361,6 +362,8 @@ cdef class HierPlanner:
     cdef const int64_t* _served
     cdef int64_t* _seg
     cdef int64_t* _rstart
+    cdef const int64_t* _lane
+    cdef readonly object lane_of  # each world rank's local rank in its node: the lane it sends on
 
     def __init__(self, int64_t me, int64_t node, int64_t local, members, dest_order, node_start,
                  srv_sources, srv_ptr, lane_src, served):
@@ -418,6 +421,11 @@ cdef class HierPlanner:
         self._served = <int64_t*>cnp.PyArray_DATA(self.served)
         self._seg = <int64_t*>cnp.PyArray_DATA(self.seg_off)
         self._rstart = <int64_t*>cnp.PyArray_DATA(self.region_start)
+        self.lane_of = np.zeros(p, dtype=i64)
+        for m in range(n):
+            self.lane_of[self.dest_order[self.node_start[m]:self.node_start[m + 1]]] = \
+                np.arange(self.node_start[m + 1] - self.node_start[m])
+        self._lane = <int64_t*>cnp.PyArray_DATA(self.lane_of)
 
     def plan(self, int mode, cnp.ndarray send_counts, cnp.ndarray send_displs, cnp.ndarray recv_counts,
              cnp.ndarray recv_displs, cnp.ndarray node_counts, int rounds=ROUNDS_LINEAR, int radix=2):
@@ -434,7 +442,8 @@ cdef class HierPlanner:
         before it out of the window (``_write_pipelined``).
         """
         cdef HierCall c
-        cdef int64_t p = self.size, g = self.g, base, packed = 0, nrep = 0, p2tot = 0, words = self._words
+        cdef bint in_place
+        cdef int64_t p = self.size, g = self.g, packed = 0, nrep = 0, p2tot = 0, words = self._words
         cdef int64_t shift = 0
         cdef int64_t* w = self._w
         cdef StepProgram out = self.program
@@ -457,71 +466,74 @@ cdef class HierPlanner:
         c.p, c.n, c.g, c.local, c.me, c.node, c.nl, c.mode = p, self.num_nodes, g, self.local, self.me, self.node, \
             self.num_lanes, mode
         c.members, c.dest, c.nstart, c.srv, c.sptr = self._members, self._dest, self._nstart, self._srv, self._sptr
-        c.lane_src, c.seg, c.rstart = self._lane_src, self._seg, self._rstart
+        c.lane_src, c.seg, c.rstart, c.lane = self._lane_src, self._seg, self._rstart, self._lane
         w += shift  # the lists lie after the rows: ``shift`` words further in the pipelined program
         c.pk, c.ow, c.out, c.rp, c.unp = w + self._at_pack, w + self._at_own, w + self._at_out, w + self._at_rep, \
             w + self._at_unp
         c.lw, c.nv = w + self._at_lanes, w + self._at_node
         w -= shift
         with nogil:
-            base = _pack_list(&c, &packed)
+            in_place = _pack_list(&c, &packed)
             _phase1_segments(&c)
-            _lane_vectors(&c, base)
+            _lane_vectors(&c)
             if mode == _MPI:
                 nrep = _mpi_repack(&c, &p2tot)
                 _mpi_unpack(&c)
             w[shift + self._at_self], w[shift + self._at_self + 1], w[shift + self._at_self + 2] = \
                 c.sd[c.me], c.rd[c.me], c.sc[c.me]
             if c.chunks > 1:
-                packed = _chunk_pack(&c)
+                _chunk_sends(&c, in_place)
                 _chunk_receives(&c)
                 _chunk_out(&c)
-                self._write_pipelined(&c, w)
-                base = -1  # always packed: chunk by chunk
+                self._write_pipelined(&c, w, in_place)
             else:
-                self._write_steps(&c, rounds, radix, base, nrep)
-            _finish(w, packed if base < 0 and packed > p2tot else p2tot, c.rstart[g], words)
+                self._write_steps(&c, rounds, radix, in_place, nrep)
+            _finish(w, packed if not in_place and packed > p2tot else p2tot, c.rstart[g], words)
         return out
 
-    cdef void _write_pipelined(self, HierCall* c, int64_t* w) noexcept nogil:
+    cdef void _write_pipelined(self, HierCall* c, int64_t* w, bint in_place) noexcept nogil:
         """The pipelined program's steps (linear lanes, shared-memory node phase, ``c.chunks``
-        chunks): chunk 0 is packed and started on every served lane, then this rank's own blocks
-        for its node go to the window and chunk 1 is packed beside it; then, for each chunk k,
-        wait for it, start chunk k + 1, a node barrier (every server's chunk k is in the window),
-        copy this rank's part of chunk k out and pack chunk k + 2 while chunk k + 1 is on the wire;
-        a last barrier frees the window."""
+        chunks): chunk 0 is started on every served lane, then this rank's own blocks for its node
+        go to the window; then, for each chunk k, wait for it, start chunk k + 1, a node barrier
+        (every server's chunk k is in the window) and copy this rank's blocks in chunk k out
+        while chunk k + 1 is on the wire; a last barrier frees the window. Where the blocks must
+        be packed (not ``in_place``), each chunk is packed before it is started: chunks 0 and 1
+        first, chunk k + 2 after chunk k's out list, beside the wire."""
         cdef int64_t p = c.p, g = c.g, k, s = self._shift
+        cdef int64_t send_buf = BUF_SEND if in_place else BUF_SCRATCH
         _start(w, self._pool + s, STAGE_SHARED)
         _copy_step(w, COPY_SELF, BUF_SEND, BUF_RECV, s + self._at_self, 1, 1)
-        _copy_step(w, COPY_PACK, BUF_SEND, BUF_SCRATCH, self._at_cpack, p, p)
-        self._chunk_lanes(c, w, 0)
+        if not in_place:
+            _copy_step(w, COPY_PACK, BUF_SEND, BUF_SCRATCH, self._at_cpack, p, p)
+        self._chunk_lanes(c, w, 0, send_buf)
         _copy_step(w, COPY_OWN, BUF_SEND, BUF_STAGE, s + self._at_own, g, g)
-        _copy_step(w, COPY_PACK, BUF_SEND, BUF_SCRATCH, self._at_cpack + 3 * p, p, p)
+        if not in_place:
+            _copy_step(w, COPY_PACK, BUF_SEND, BUF_SCRATCH, self._at_cpack + 3 * p, p, p)
         for k in range(c.chunks):
             _emit(w, STEP_WAIT, 0, 0, 0)
             if k + 1 < c.chunks:
-                self._chunk_lanes(c, w, k + 1)
+                self._chunk_lanes(c, w, k + 1, send_buf)
             _emit(w, STEP_BARRIER, 0, 0, 0)   # every server's chunk k (and every own block) is in place
             _copy_step(w, COPY_OUT, BUF_STAGE, BUF_RECV, self._at_cout + 3 * p * k, p, p)
-            if k + 2 < c.chunks:
+            if k + 2 < c.chunks and not in_place:
                 _copy_step(w, COPY_PACK, BUF_SEND, BUF_SCRATCH, self._at_cpack + 3 * p * (k + 2), p, p)
         _emit(w, STEP_BARRIER, 0, 0, 0)       # nobody reads the window any more: the next call may write it
 
-    cdef void _chunk_lanes(self, HierCall* c, int64_t* w, int64_t k) noexcept nogil:
-        """Chunk ``k`` of every served lane, posted together and left in flight."""
+    cdef void _chunk_lanes(self, HierCall* c, int64_t* w, int64_t k, int64_t send_buf) noexcept nogil:
+        """Chunk ``k`` of every served lane, sent from ``send_buf``, posted together and left in flight."""
         cdef int64_t li, n = c.n, nl = c.nl
         for li in range(nl):
             _exchange_step(w, self._served[li], ROUNDS_LINEAR, 0, WITH_NEXT if li + 1 < nl else IN_FLIGHT,
-                           BUF_SCRATCH, BUF_STAGE, self._at_clanes + 4 * n * (k * nl + li), n)
+                           send_buf, BUF_STAGE, self._at_clanes + 4 * n * (k * nl + li), n)
 
-    cdef void _write_steps(self, HierCall* c, int64_t rounds, int64_t radix, int64_t base, int64_t nrep) noexcept nogil:
+    cdef void _write_steps(self, HierCall* c, int64_t rounds, int64_t radix, bint in_place, int64_t nrep) noexcept nogil:
         """The program's steps, in the order every runner takes them (phase 1 from the send buffer
-        where ``base`` >= 0, else from the pack; ``nrep``: the repack list's blocks)."""
+        where ``in_place``, else from the pack; ``nrep``: the repack list's blocks)."""
         cdef int64_t* w = self._w
         cdef int64_t p = c.p, n = c.n, g = c.g, nl = c.nl, li, send_buf, flags
         _start(w, self._pool, STAGE_SHARED if c.mode == _SHM else 0)
-        send_buf = BUF_SEND if base >= 0 else BUF_SCRATCH
-        if base < 0:
+        send_buf = BUF_SEND if in_place else BUF_SCRATCH
+        if not in_place:
             _copy_step(w, COPY_PACK, BUF_SEND, BUF_SCRATCH, self._at_pack, p, p)
         _copy_step(w, COPY_SELF, BUF_SEND, BUF_RECV, self._at_self, 1, 1)
         if c.mode == _SHM:

@@ -161,12 +161,12 @@ def test_auto_pick_is_choose_call_per_pattern_class():
     from hxmpi.sim.presets import PRESETS
     hdr = PRESETS["hdr"]
     small = Pattern.even(512, 8)
-    # 64 x 8 at 8 B: Bruck at a radix above 2 as a plan. 4 KiB blocks one-shot: MPI_Alltoall, which
+    # 64 x 8 at 8 B: Bruck at a radix above 2 as a plan. 16 KiB blocks one-shot: MPI_Alltoall, which
     # is hxmpi's flat for uniform counts.
     algo, radix = auto_pick(hdr, "plan", 64, 8, small)
     assert algo == "bruck" and radix > 2 and radix == choose_call(hdr, "plan", 64, 8, small)[1]
-    assert choose_call(hdr, "oneshot", 64, 8, Pattern.even(512, 4096))[0] == "alltoall"
-    assert auto_pick(hdr, "oneshot", 64, 8, Pattern.even(512, 4096)) == ("flat", 2)
+    assert choose_call(hdr, "oneshot", 64, 8, Pattern.even(512, 16384))[0] == "alltoall"
+    assert auto_pick(hdr, "oneshot", 64, 8, Pattern.even(512, 16384)) == ("flat", 2)
     # Mid blocks go hierarchical, large ones flat; without a hierarchy, never a hier algorithm.
     # (with hxmpi's measured CPU per path, as HierComm prices: the fixed costs overcharge hier)
     assert auto_pick(hdr, "plan", 32, 8, Pattern.even(256, 512), cpu=CpuTimes.load())[0] == "hier"
@@ -219,8 +219,8 @@ def test_a_new_algorithm_is_priced_without_model_code():
 @pytest.mark.parametrize("sizes", [(4, 8), (3, 2), (2, 5)])
 def test_a_pipelined_node_phase_is_priced_at_the_block_it_runs(sizes):
     """The cached price of k chunks, scaled to any block, is the walk of the programs the planner
-    makes at that block: every chunk's messages, waits and barriers priced (a walk at 1-byte
-    blocks would leave all chunks but one empty), so more chunks cost more where blocks are small."""
+    makes at that block: every chunk's messages, waits and barriers priced (chunks carry whole
+    blocks, so the 1-byte walk has them all), so more chunks cost more where blocks are small."""
     from hxmpi.comm.costmodel import layout_price, price_program, representative_ranks
     from hxmpi.comm.plan import Layout, algorithm_of
     n, g = sizes
@@ -230,7 +230,7 @@ def test_a_pipelined_node_phase_is_priced_at_the_block_it_runs(sizes):
     m, slow_nic = _walk_model(), _walk_model(nic_msg_rate=2e6, nic_bandwidth=2e9)
     for chunks in (1, 2, 3, 8):
         cached = layout_price(layout, "hier", chunks)
-        for block in (8 * chunks, 4096 * chunks):  # every chunk carries whole bytes of every block
+        for block in (3, 8, 4096):
             counts = np.full((layout.size, layout.size), block, dtype=np.int64)
             walked = price_program(layout, {r: layout.rank_program(r, hier, counts, "shm", chunks).detach()
                                             for r in ranks})
@@ -243,17 +243,18 @@ def test_a_pipelined_node_phase_is_priced_at_the_block_it_runs(sizes):
 
 @pytest.mark.parametrize("sizes", [(2, 2), (4, 3), (3, 4), (2, 8), (8, 2)])
 def test_the_representative_ranks_price_what_every_rank_prices(sizes):
-    """Even layouts are priced from node 0's ranks (rank 0 for direct and lane exchanges): the
-    same price as the walk of every rank's program, NIC and all."""
+    """Even layouts are priced from node 0's ranks (rank 0 for direct and lane exchanges; whole
+    nodes for pipelining lanes): the same price as the walk of every rank's program, NIC and all."""
     from hxmpi.comm.costmodel import layout_price, representative_ranks
     from hxmpi.comm.plan import ALGORITHMS, Layout, algorithm_of
     n, g = sizes
     layout = Layout(np.repeat(np.arange(n), g))
     m, slow_nic = _walk_model(), _walk_model(nic_msg_rate=2e6, nic_bandwidth=2e9)
     for name in ALGORITHMS:
-        led = algorithm_of(name).led  # multi-leader: whole nodes (the first, second and last)
-        assert len(representative_ranks(layout, algorithm_of(name))) < layout.size or layout.size <= g \
-            or (led and n <= 3)
+        algo = algorithm_of(name)
+        led = algo.led  # multi-leader and pipelining lanes: whole nodes (the first, second and last)
+        assert len(representative_ranks(layout, algo)) < layout.size or layout.size <= g \
+            or ((led or algo.chunked) and n <= 3)
         for phase in ("shm",) if led else ("shm", "mpi"):
             for learned in (True, False):
                 for radix in (1, 2, 3) if led else (2, 3):

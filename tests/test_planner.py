@@ -292,3 +292,24 @@ def test_pipelined_node_phase_delivers_every_byte(name, size, chunks):
         waits = sum(isinstance(st, WaitStep) for st in steps)
         flying = sum(isinstance(st, ExchangeStep) and st.in_flight for st in steps)
         assert waits == flying == (chunks if chunks > 1 else 0)
+
+
+@pytest.mark.parametrize("chunks", [1, 4])
+@pytest.mark.parametrize("shape", [(4, 4), (3, 5)])
+def test_blocks_grouped_by_node_are_sent_in_place(shape, chunks):
+    """Where a rank's blocks for each other node lie one after another in its send buffer (nodes
+    of consecutive ranks, an inner node's own blocks between them), the lanes send them from there:
+    no pack, and each byte is copied once on each side of the window (self block, own node's
+    blocks into it, every block out of it). Where they do not (ranks dealt round-robin to nodes),
+    they are packed first: one more copy of every byte for another node."""
+    from hxmpi.comm.plan import CopyStep, program_steps
+    n, g = shape
+    p, b = n * g, 24
+    counts = np.full((p, p), b, dtype=np.int64)
+    for node_of, packs in ((np.repeat(np.arange(n), g), False), (np.arange(p) % n, True)):
+        layout = Layout(node_of)
+        for r in range(p):
+            prog = layout.rank_program(r, "hier", counts, "shm", chunks).detach()
+            packed = [st for st in program_steps(prog) if isinstance(st, CopyStep) and st.what == "pack" and st.nbytes]
+            assert bool(packed) == packs, (r, node_of)
+            assert prog.copied == b * (p + g - 1) + (b * (p - g) if packs else 0), (r, node_of)

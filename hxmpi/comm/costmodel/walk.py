@@ -336,10 +336,12 @@ def representative_ranks(layout: Layout, algorithm: Algorithm) -> tuple:
     node's ranks and not others. The lanes treat a node's ranks alike, but the nodes differ in
     their copies (an inner node packs its send blocks around its own): the first rank of the
     first, second and last nodes. Multi-leader: every rank of those nodes (a node's leaders send, its
-    other ranks do not)."""
+    other ranks do not), and so for lanes that can pipeline (``chunked``): the lanes take their
+    chunks' groups of ranks in turn, and where the chunks do not divide a node's ranks some local
+    ranks carry more in a chunk than others."""
     if not layout.is_regular:
         return tuple(range(layout.size))
-    if algorithm.led:  # leaders and the others differ: whole nodes
+    if algorithm.led or algorithm.chunked:  # a node's ranks differ: whole nodes
         return tuple(int(r) for m in sorted({0, 1 % layout.num_nodes, layout.num_nodes - 1})
                      for r in layout.members[m])
     if algorithm.hierarchical:
@@ -353,19 +355,14 @@ def layout_price(layout: Layout, algorithm, radix: Optional[int] = None, node_ph
                  rule: str = "", ranks: Optional[Sequence[int]] = None, uniform: bool = False) -> ProgramPrice:
     """The ``ProgramPrice`` of an even call of ``algorithm`` on ``layout`` (it runs as ``runs_as``
     says): the programs the planners make for ``ranks`` (default ``representative_ranks``; every
-    rank for the full walk) with 1-byte blocks. ``uniform``: an Alltoall's flat program.
-
-    A pipelined node phase of k chunks is walked with k-byte blocks, its bytes then scaled back to
-    one: chunk i carries part i of every block, so 1-byte blocks would leave all chunks but one
-    empty, and their messages and barriers unpriced (blocks of fewer than k bytes are priced as k
-    chunks all the same)."""
+    rank for the full walk) with 1-byte blocks (a pipelined node phase's chunks carry whole blocks,
+    so they are all priced there too). ``uniform``: an Alltoall's flat program."""
     algo = layout.runs(algorithm)
     p = layout.size
     if algo.led and node_phase != "shm":
         raise ValueError(f"{algo.name} runs with the 'shm' node phase only, not {node_phase!r}")
-    unit = int(radix) if algo.chunked and radix else 1  # bytes per block: one in each chunk
     # A read-only view, no p x p array: the planners read a rank's row and column and its node's.
-    even = np.broadcast_to(np.array(unit, dtype=np.int64), (p, p))
+    even = np.broadcast_to(np.array(1, dtype=np.int64), (p, p))
 
     def made(r: int) -> StepProgram:
         return layout.rank_program(r, algo, even, node_phase, radix, uniform).detach()
@@ -374,7 +371,7 @@ def layout_price(layout: Layout, algorithm, radix: Optional[int] = None, node_ph
     else:
         ranks = representative_ranks(layout, algo) if ranks is None else ranks
         price = price_program(layout, {r: made(r) for r in ranks}, learned, rule)
-    return price if unit == 1 else replace(price, per_byte=price.per_byte / unit)
+    return price
 
 
 @lru_cache(maxsize=512)
