@@ -306,10 +306,10 @@ def test_blocks_grouped_by_node_are_sent_in_place(shape, chunks):
     n, g = shape
     p, b = n * g, 24
     counts = np.full((p, p), b, dtype=np.int64)
-    for node_of, packs in ((np.repeat(np.arange(n), g), False), (np.arange(p) % n, True)):
-        layout = Layout(node_of)
+    for nodes, packs in ((np.repeat(np.arange(n), g), False), (np.arange(p) % n, True)):
+        layout = Layout(nodes)
         for r in range(p):
             prog = layout.rank_program(r, "hier", counts, "shm", chunks).detach()
             packed = [st for st in program_steps(prog) if isinstance(st, CopyStep) and st.what == "pack" and st.nbytes]
-            assert bool(packed) == packs, (r, node_of)
-            assert prog.copied == b * (p + g - 1) + (b * (p - g) if packs else 0), (r, node_of)
+            assert bool(packed) == packs, (r, nodes)
+            assert prog.copied == b * (p + g - 1) + (b * (p - g) if packs else 0), (r, nodes)

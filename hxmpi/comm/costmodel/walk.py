@@ -11,7 +11,7 @@ so any block and pattern is then arithmetic.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Mapping, Optional, Sequence
 
