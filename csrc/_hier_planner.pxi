@@ -39,6 +39,8 @@ cdef struct HierCall:
     int64_t* cout              # chunk k's out list (p blocks) from word 3 * p * k on
     int64_t* cpack             # chunk k's pack list (p blocks) from word 3 * p * k on
     const int64_t* lane        # each world rank's local rank in its node: the lane it sends on
+    const int64_t* served      # the lanes this rank serves (``nl``), its own first
+    bint direct                # linear lanes and the shm node phase: a lane may receive into the receive buffer
 
 
 cdef inline int64_t _first_in_place(HierCall* c, int64_t lo, int64_t hi) noexcept nogil:
@@ -152,13 +154,15 @@ cdef inline void _phase1_segments(HierCall* c) noexcept nogil:
 
 cdef inline void _lane_vectors(HierCall* c) noexcept nogil:
     """Every served lane's exchange vectors. Receive sides: from each other node, the segment of
-    the source that sends on the lane there. Send sides: this rank's own lane sends its node
+    the source that sends on the lane there (into the receive buffer where ``_direct``). Send sides: this rank's own lane sends its node
     segments (``_pack_list``; from the send buffer itself where they are grouped
     there), a lane it stands in for sends nothing."""
     cdef int64_t n = c.n, li, m, k, s
     cdef int64_t* lw = c.lw
     cdef int64_t* nd = c.lw + n
+    cdef bint direct
     for li in range(c.nl):  # -- the receive sides
+        direct = c.chunks == 1 and _direct(c, c.served[li], 0)
         for m in range(n):
             s = c.lane_src[li * n + m]
             if s < 0 or c.seg[s] < 0:
@@ -168,6 +172,9 @@ cdef inline void _lane_vectors(HierCall* c) noexcept nogil:
                 for k in range(c.g):
                     lw[li * 4 * n + 2 * n + m] += c.rc_node[k * c.p + s]
                 lw[li * 4 * n + 3 * n + m] = c.seg[s]
+                if direct:  # into the receive buffer: nothing to copy out
+                    lw[li * 4 * n + 3 * n + m] = c.rd[s]
+                    c.out[2 * c.p + s] = 0
     for li in range(1, c.nl):  # -- the send sides
         for m in range(2 * n):
             lw[li * 4 * n + m] = 0
@@ -251,8 +258,27 @@ cdef inline int64_t _group_start(int64_t q, int64_t size, int64_t chunks) noexce
 cdef inline int64_t _chunk_group(int64_t lane, int64_t k, int64_t chunks) noexcept nogil:
     """The group of the receiving node's ranks whose blocks chunk ``k`` of ``lane`` carries: the
     lanes rotate through the groups, so in every chunk each rank of the node gets blocks from as
-    many lanes as the others, and copies out as much."""
-    return (lane + k) % chunks
+    many lanes as the others, and copies out as much; in the last chunk a lane carries its own
+    local rank's group (``_direct``)."""
+    return (lane + k + 1) % chunks
+
+
+cdef inline bint _direct(HierCall* c, int64_t lane, int64_t k) noexcept nogil:
+    """Whether chunk ``k`` of ``lane`` (0 of 1 without a pipeline) lands straight in this rank's
+    receive buffer, with no copy out of the window: linear lanes with the shm node phase, a lane
+    this rank serves, whose chunk carries blocks for this rank alone (on a node of one rank,
+    always; with one chunk per rank of the node, the last chunk of the rank's own lane)."""
+    cdef int64_t q, lo, hi, li
+    if not c.direct:
+        return False
+    q = _chunk_group(lane, k, c.chunks)
+    lo, hi = _group_start(q, c.g, c.chunks), _group_start(q + 1, c.g, c.chunks)
+    if lo != c.local or hi != lo + 1:
+        return False
+    for li in range(c.nl):
+        if c.served[li] == lane:
+            return True
+    return False
 
 
 cdef inline void _chunk_sends(HierCall* c, bint in_place) noexcept nogil:
@@ -287,8 +313,8 @@ cdef inline void _chunk_sends(HierCall* c, bint in_place) noexcept nogil:
 cdef inline void _chunk_receives(HierCall* c) noexcept nogil:
     """Each chunk's lane vectors besides the own lane's sends: every served lane receives, in
     chunk k, the part of each other node's segment that holds the blocks for this node's group
-    ``_chunk_group(lane, k)``, in its place in the window (segments keep the one-chunk layout);
-    a lane it stands in for sends nothing."""
+    ``_chunk_group(lane, k)``, in its place in the window (segments keep the one-chunk layout),
+    or where ``_direct`` in its place in the receive buffer; a lane it stands in for sends nothing."""
     cdef int64_t p = c.p, n = c.n, nl = c.nl, g = c.g, k, li, m, s, q, r, at, lo, hi
     cdef int64_t* v
     for li in range(nl):
@@ -306,14 +332,15 @@ cdef inline void _chunk_receives(HierCall* c) noexcept nogil:
                 at = c.seg[s]
                 for r in range(lo):
                     at += c.rc_node[r * p + s]
-                v[3 * n + m] = at
+                v[3 * n + m] = c.rd[s] if _direct(c, c.served[li], k) else at
                 for r in range(lo, hi):
                     v[2 * n + m] += c.rc_node[r * p + s]
 
 
 cdef inline void _chunk_out(HierCall* c) noexcept nogil:
     """Each chunk's out list: this rank's whole block of each segment whose chunk k carries this
-    rank's group, from the window to its place in the receive buffer (each block in one chunk);
+    rank's group, from the window to its place in the receive buffer (each block in one chunk;
+    none where the chunk landed there, ``_direct``);
     in chunk 0 also the blocks the node's other ranks wrote to their own regions for it (no lane
     carries those)."""
     cdef int64_t p = c.p, k, s, mine
@@ -326,7 +353,8 @@ cdef inline void _chunk_out(HierCall* c) noexcept nogil:
         for k in range(c.chunks):
             q_s = c.cout + 3 * p * k
             q_s[s], q_s[p + s], q_s[2 * p + s] = 0, 0, 0
-            if (k == 0 if c.seg[s] < 0 else _chunk_group(c.lane[s], k, c.chunks) == mine):
+            if (k == 0 if c.seg[s] < 0 else _chunk_group(c.lane[s], k, c.chunks) == mine
+                                                and not _direct(c, c.lane[s], k)):
                 q_s[s], q_s[p + s], q_s[2 * p + s] = o_s[s], o_d[s], o_l[s]
 
 
@@ -467,6 +495,7 @@ cdef class HierPlanner:
             self.num_lanes, mode
         c.members, c.dest, c.nstart, c.srv, c.sptr = self._members, self._dest, self._nstart, self._srv, self._sptr
         c.lane_src, c.seg, c.rstart, c.lane = self._lane_src, self._seg, self._rstart, self._lane
+        c.served, c.direct = self._served, mode == _SHM and rounds == ROUNDS_LINEAR
         w += shift  # the lists lie after the rows: ``shift`` words further in the pipelined program
         c.pk, c.ow, c.out, c.rp, c.unp = w + self._at_pack, w + self._at_own, w + self._at_out, w + self._at_rep, \
             w + self._at_unp
@@ -524,7 +553,7 @@ cdef class HierPlanner:
         cdef int64_t li, n = c.n, nl = c.nl
         for li in range(nl):
             _exchange_step(w, self._served[li], ROUNDS_LINEAR, 0, WITH_NEXT if li + 1 < nl else IN_FLIGHT,
-                           send_buf, BUF_STAGE, self._at_clanes + 4 * n * (k * nl + li), n)
+                           send_buf, BUF_RECV if _direct(c, self._served[li], k) else BUF_STAGE, self._at_clanes + 4 * n * (k * nl + li), n)
 
     cdef void _write_steps(self, HierCall* c, int64_t rounds, int64_t radix, bint in_place, int64_t nrep) noexcept nogil:
         """The program's steps, in the order every runner takes them (phase 1 from the send buffer
@@ -543,7 +572,8 @@ cdef class HierPlanner:
         # lanes run one after another, in ascending lane order, which cannot deadlock.
         for li in range(nl):
             flags = WITH_NEXT if li + 1 < nl else 0
-            _exchange_step(w, self._served[li], rounds, radix, flags, send_buf, BUF_STAGE,
+            _exchange_step(w, self._served[li], rounds, radix, flags, send_buf,
+                           BUF_RECV if _direct(c, self._served[li], 0) else BUF_STAGE,
                            self._at_lanes + 4 * n * li, n)
         if c.mode == _SHM:
             _emit(w, STEP_BARRIER, 0, 0, 0)   # every rank's own blocks and phase-1 segments are in place

@@ -46,12 +46,15 @@ def test_messages_pair_up_and_carry_every_remote_byte(name, size, node_phase):
 
 
 def test_shm_phase_copies_every_received_byte_once():
+    """Every byte a rank receives is copied once into its receive buffer, but on a node of one
+    rank, whose lanes receive there themselves (its own block is still copied)."""
     layout = Layout(node_of(layouts(7)["irregular_3_3_1"], 7))
     counts = _counts(7, 4)
     for rank in range(7):
         steps = rank_schedule(layout, counts, rank, "hier", "shm")
         out = sum(s.nbytes for s in steps if isinstance(s, Copy) and s.what in ("out", "self"))
-        assert out == counts[:, rank].sum()
+        alone = len(layout.members[layout.node_of[rank]]) == 1
+        assert out == (counts[rank, rank] if alone else counts[:, rank].sum())
         assert sum(isinstance(s, NodeBarrier) for s in steps) == 2
         assert not any(isinstance(s, Exchange) and s.phase == "node" for s in steps)
 
@@ -300,16 +303,47 @@ def test_blocks_grouped_by_node_are_sent_in_place(shape, chunks):
     """Where a rank's blocks for each other node lie one after another in its send buffer (nodes
     of consecutive ranks, an inner node's own blocks between them), the lanes send them from there:
     no pack, and each byte is copied once on each side of the window (self block, own node's
-    blocks into it, every block out of it). Where they do not (ranks dealt round-robin to nodes),
-    they are packed first: one more copy of every byte for another node."""
-    from hxmpi.comm.plan import CopyStep, program_steps
+    blocks into it, every block out of it, but those a lane received into the receive buffer
+    itself). Where they do not (ranks dealt round-robin to nodes), they are packed first: one more
+    copy of every byte for another node."""
+    from hxmpi.comm.plan import CopyStep, ExchangeStep, program_steps
     n, g = shape
     p, b = n * g, 24
     counts = np.full((p, p), b, dtype=np.int64)
     for nodes, packs in ((np.repeat(np.arange(n), g), False), (np.arange(p) % n, True)):
         layout = Layout(nodes)
         for r in range(p):
-            prog = layout.rank_program(r, "hier", counts, "shm", chunks).detach()
-            packed = [st for st in program_steps(prog) if isinstance(st, CopyStep) and st.what == "pack" and st.nbytes]
+            steps = program_steps(layout.rank_program(r, "hier", counts, "shm", chunks).detach())
+            packed = [st for st in steps if isinstance(st, CopyStep) and st.what == "pack" and st.nbytes]
             assert bool(packed) == packs, (r, nodes)
-            assert prog.copied == b * (p + g - 1) + (b * (p - g) if packs else 0), (r, nodes)
+            copied = sum(st.nbytes for st in steps if isinstance(st, CopyStep))
+            direct = sum(int(st.recv_counts.sum()) for st in steps if isinstance(st, ExchangeStep) and st.dst == "recv")
+            assert copied + direct == b * (p + g - 1) + (b * (p - g) if packs else 0), (r, nodes)
+
+
+@pytest.mark.parametrize("chunks", [1, 3])
+def test_a_node_of_one_rank_receives_into_the_receive_buffer(chunks):
+    """A node of one rank receives its lanes' segments straight into its receive buffer: only its
+    own block is copied."""
+    from hxmpi.comm.plan import CopyStep, ExchangeStep, program_steps
+    layout = Layout([0, 0, 0, 1, 2, 2])
+    counts = np.full((6, 6), 40, dtype=np.int64)
+    steps = program_steps(layout.rank_program(3, "hier", counts, "shm", chunks).detach())
+    assert sum(int(st.recv_counts.sum()) for st in steps if isinstance(st, ExchangeStep) and st.dst == "recv") == 40 * 5
+    assert sum(st.nbytes for st in steps if isinstance(st, CopyStep)) == 40
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (3, 2)])
+def test_with_a_chunk_per_rank_the_last_chunk_lands_in_the_receive_buffer(shape):
+    """With one chunk per rank of the node, each rank's own lane carries its blocks alone in the
+    last chunk and receives them straight into the receive buffer: the last chunk leaves nothing
+    to copy out of the window, so nothing trails the wire."""
+    from hxmpi.comm.plan import CopyStep, ExchangeStep, program_steps
+    n, g = shape
+    layout = Layout(np.repeat(np.arange(n), g))
+    counts = np.full((n * g, n * g), 40, dtype=np.int64)
+    for r in range(n * g):
+        steps = program_steps(layout.rank_program(r, "hier", counts, "shm", g).detach())
+        direct = [st for st in steps if isinstance(st, ExchangeStep) and st.dst == "recv"]
+        assert sum(int(st.recv_counts.sum()) for st in direct) == 40 * (n - 1), r
+        assert [st for st in steps if isinstance(st, CopyStep) and st.what == "out"][-1].nbytes == 0, r
