@@ -287,7 +287,8 @@ def compose(prog: StepProgram, send_runs: Optional[tuple], recv_runs: Optional[t
     that reads the packed send side reads the caller's send buffer along ``send_runs``, one that
     writes the packed receive side writes the caller's receive buffer along ``recv_runs``
     (``TypedSide.runs``; None: that side is direct, left as it is). An exchange that reads (writes)
-    a packed side itself does so in scratch (in the private stage) beyond the program's own, the
+    a packed side itself does so in scratch (in the private stage, or in scratch too where the
+    stage is the node's shared window) beyond the program's own, the
     blocks it moves packed by a first copy step (scattered by a last one). So each byte is copied as often as in a
     contiguous call whose exchanges cannot read the caller's buffer in place: once more than a
     contiguous call's where they can (a send buffer already grouped by node, flat)."""
@@ -296,6 +297,9 @@ def compose(prog: StepProgram, send_runs: Optional[tuple], recv_runs: Optional[t
     rows, pool = [], []  # rows name pool vectors by their index until the pool's place is known
     ends = [int(w[HeaderWord.SCRATCH_BYTES]), int(w[HeaderWord.STAGE_BYTES])]  # scratch and stage in use
     copied, regions, first, last = 0, {}, [], []
+    # Where a packed receive side lands: the private stage, or the scratch where the stage is the
+    # node's shared window (a lane that receives into the receive buffer itself, ``_direct``).
+    lands, landing = (0, Buffer.BUF_SCRATCH) if prog.stage_shared else (1, Buffer.BUF_STAGE)
 
     def step(kind, what, src, dst, vecs, row=None) -> None:
         row = np.zeros(ROW_SIZE, np.int64) if row is None else row
@@ -329,17 +333,18 @@ def compose(prog: StepProgram, send_runs: Optional[tuple], recv_runs: Optional[t
             if runs is None or (dst != Buffer.BUF_RECV if side else src != Buffer.BUF_SEND):
                 continue
             if side not in regions:  # the packed side's place: sent from scratch, received in the
-                # stage (private wherever an exchange writes the receive buffer: flat), so that MPI
-                # is never given one buffer for both
-                regions[side] = ends[side]
-                ends[side] += int(runs[2].sum())
+                # private stage or beyond the sent side in scratch, so that MPI is never given
+                # overlapping bytes for both
+                at_end = lands if side else 0
+                regions[side] = ends[at_end]
+                ends[at_end] += int(runs[2].sum())
             # the blocks it sends (receives) packed there first (scattered last)
             b, within, user, ln = _through(v[1 + 2 * side], v[2 * side], runs)
             at = v[1 + 2 * side][b] + within + regions[side]
             copied += int(ln.sum())
             if side:
-                last.append((Copied.COPY_UNPACK, Buffer.BUF_STAGE, Buffer.BUF_RECV, [at, user, ln]))
-                dst, v[3] = Buffer.BUF_STAGE, v[3] + regions[1]
+                last.append((Copied.COPY_UNPACK, landing, Buffer.BUF_RECV, [at, user, ln]))
+                dst, v[3] = landing, v[3] + regions[1]
             else:
                 first.append((Copied.COPY_PACK, Buffer.BUF_SEND, Buffer.BUF_SCRATCH, [user, at, ln]))
                 src, v[1] = Buffer.BUF_SCRATCH, v[1] + regions[0]
@@ -358,7 +363,5 @@ def compose(prog: StepProgram, send_runs: Optional[tuple], recv_runs: Optional[t
             row[key] = starts[row[key]]
     header = w[:HEADER_SIZE].copy()
     header[HeaderWord.ROWS], header[HeaderWord.POOL], header[HeaderWord.WORDS] = len(rows), base, starts[-1]
-    if 1 in regions and prog.stage_shared:
-        raise ValueError("compose: an exchange writes the receive buffer of a program whose stage is shared")
     header[HeaderWord.SCRATCH_BYTES], header[HeaderWord.STAGE_BYTES], header[HeaderWord.COPIED] = *ends, copied
     return StepProgram(np.concatenate([header] + [row for row, _ in rows] + pool))
