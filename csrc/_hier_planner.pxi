@@ -154,9 +154,9 @@ cdef inline void _phase1_segments(HierCall* c) noexcept nogil:
 
 cdef inline void _lane_vectors(HierCall* c) noexcept nogil:
     """Every served lane's exchange vectors. Receive sides: from each other node, the segment of
-    the source that sends on the lane there (into the receive buffer where ``_direct``). Send sides: this rank's own lane sends its node
-    segments (``_pack_list``; from the send buffer itself where they are grouped
-    there), a lane it stands in for sends nothing."""
+    the source that sends on the lane there (into the receive buffer where ``_direct``). Send
+    sides: this rank's own lane sends its node segments (``_pack_list``; from the send buffer
+    itself where they are grouped there), a lane it stands in for sends nothing."""
     cdef int64_t n = c.n, li, m, k, s
     cdef int64_t* lw = c.lw
     cdef int64_t* nd = c.lw + n
@@ -250,9 +250,14 @@ cdef inline void _mpi_unpack(HierCall* c) noexcept nogil:
 
 cdef inline int64_t _group_start(int64_t q, int64_t size, int64_t chunks) noexcept nogil:
     """The first local rank of group ``q`` when a node of ``size`` ranks is cut into ``chunks``
-    near-equal groups of consecutive local ranks (local rank r is in group r * chunks // size; a
+    near-equal groups of consecutive local ranks (local rank r is in group ``_group_of(r)``; a
     group is empty where chunks > size), computed alike by a segment's sender and receiver."""
     return (q * size + chunks - 1) // chunks
+
+
+cdef inline int64_t _group_of(int64_t r, int64_t size, int64_t chunks) noexcept nogil:
+    """The group of local rank ``r`` (``_group_start``'s cut)."""
+    return r * chunks // size
 
 
 cdef inline int64_t _chunk_group(int64_t lane, int64_t k, int64_t chunks) noexcept nogil:
@@ -296,11 +301,11 @@ cdef inline void _chunk_sends(HierCall* c, bint in_place) noexcept nogil:
     for k in range(c.chunks):
         q_s = c.cpack + 3 * p * k
         v = c.clw + 4 * n * (k * nl)  # this rank's own lane: the first served
+        q = _chunk_group(c.local, k, c.chunks)
         for i in range(p):
             q_s[i], q_s[p + i], q_s[2 * p + i] = pk_s[i], pk_d[i], 0
         for m in range(n):
             size = c.nstart[m + 1] - c.nstart[m]
-            q = _chunk_group(c.local, k, c.chunks)
             lo = c.nstart[m] + _group_start(q, size, c.chunks)
             hi = c.nstart[m] + _group_start(q + 1, size, c.chunks)
             v[m] = 0
@@ -340,15 +345,14 @@ cdef inline void _chunk_receives(HierCall* c) noexcept nogil:
 cdef inline void _chunk_out(HierCall* c) noexcept nogil:
     """Each chunk's out list: this rank's whole block of each segment whose chunk k carries this
     rank's group, from the window to its place in the receive buffer (each block in one chunk;
-    none where the chunk landed there, ``_direct``);
-    in chunk 0 also the blocks the node's other ranks wrote to their own regions for it (no lane
-    carries those)."""
+    none where the chunk landed there, ``_direct``); in chunk 0 also the blocks the node's other
+    ranks wrote to their own regions for it (no lane carries those)."""
     cdef int64_t p = c.p, k, s, mine
     cdef int64_t* o_s = c.out
     cdef int64_t* o_d = o_s + p
     cdef int64_t* o_l = o_d + p
     cdef int64_t* q_s
-    mine = c.local * c.chunks // c.g
+    mine = _group_of(c.local, c.g, c.chunks)
     for s in range(p):
         for k in range(c.chunks):
             q_s = c.cout + 3 * p * k
@@ -394,13 +398,14 @@ cdef class HierPlanner:
     cdef readonly object lane_of  # each world rank's local rank in its node: the lane it sends on
 
     def __init__(self, int64_t me, int64_t node, int64_t local, members, dest_order, node_start,
-                 srv_sources, srv_ptr, lane_src, served):
+                 srv_sources, srv_ptr, lane_src, served, local_of):
         """``members``: world ranks of this node (local order); ``dest_order``: world ranks grouped by
         node, ``node_start`` its node boundaries (N+1); ``srv_sources``/``srv_ptr``: every source rank
         grouped by the local rank of this node that receives its phase-1 segment, in (lane, node)
         order; ``lane_src``: (served lanes x N) world rank sending on that lane from each node, -1 where
         none (this node included: own blocks never travel in phase 1); ``served``: the lanes this
-        rank serves, ascending (``Layout.served_lanes``)."""
+        rank serves, ascending (``Layout.served_lanes``); ``local_of``: every world rank's local rank
+        in its node, the lane it sends on (``Layout.local_of``)."""
         i64 = np.int64
         self.members = np.ascontiguousarray(members, dtype=i64)
         self.dest_order = np.ascontiguousarray(dest_order, dtype=i64)
@@ -449,10 +454,9 @@ cdef class HierPlanner:
         self._served = <int64_t*>cnp.PyArray_DATA(self.served)
         self._seg = <int64_t*>cnp.PyArray_DATA(self.seg_off)
         self._rstart = <int64_t*>cnp.PyArray_DATA(self.region_start)
-        self.lane_of = np.zeros(p, dtype=i64)
-        for m in range(n):
-            self.lane_of[self.dest_order[self.node_start[m]:self.node_start[m + 1]]] = \
-                np.arange(self.node_start[m + 1] - self.node_start[m])
+        self.lane_of = np.ascontiguousarray(local_of, dtype=i64)
+        if self.lane_of.shape[0] != p:
+            raise ValueError("HierPlanner: local_of must give every world rank's local rank")
         self._lane = <int64_t*>cnp.PyArray_DATA(self.lane_of)
 
     def plan(self, int mode, cnp.ndarray send_counts, cnp.ndarray send_displs, cnp.ndarray recv_counts,
@@ -553,7 +557,8 @@ cdef class HierPlanner:
         cdef int64_t li, n = c.n, nl = c.nl
         for li in range(nl):
             _exchange_step(w, self._served[li], ROUNDS_LINEAR, 0, WITH_NEXT if li + 1 < nl else IN_FLIGHT,
-                           send_buf, BUF_RECV if _direct(c, self._served[li], k) else BUF_STAGE, self._at_clanes + 4 * n * (k * nl + li), n)
+                           send_buf, BUF_RECV if _direct(c, self._served[li], k) else BUF_STAGE,
+                           self._at_clanes + 4 * n * (k * nl + li), n)
 
     cdef void _write_steps(self, HierCall* c, int64_t rounds, int64_t radix, bint in_place, int64_t nrep) noexcept nogil:
         """The program's steps, in the order every runner takes them (phase 1 from the send buffer

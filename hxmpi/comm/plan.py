@@ -162,7 +162,7 @@ class Layout:
         return HierPlanner(rank, node, local, self.members[node], self.dest_order, self.node_start,
                            np.asarray(srv, dtype=np.int64), np.asarray(ptr, dtype=np.int64),
                            np.asarray(lane_src, dtype=np.int64).reshape(len(lane_src), self.num_nodes),
-                           self.served_lanes(rank))
+                           self.served_lanes(rank), self.local_of)
 
     @property
     def max_leaders(self) -> int:
