@@ -383,6 +383,9 @@ cdef class HierPlanner:
     # lists; made at its first use.
     cdef readonly StepProgram pipelined
     cdef int64_t _shift, _at_clanes, _at_cout, _at_cpack, _cwords
+    #: the most ranks a node of the layout has: more chunks than that would leave every lane's
+    #: extra chunks empty (``_group_start``), each still costing a wait and a node barrier
+    cdef readonly int64_t max_node_size
     # The layout's arrays and the planner's scratch through their data pointers: they are never
     # reallocated, and acquiring typed memoryviews per call cost more than the planning itself.
     cdef const int64_t* _members
@@ -419,6 +422,7 @@ cdef class HierPlanner:
         self.num_nodes = self.node_start.shape[0] - 1
         self.g = self.members.shape[0]
         self.num_lanes = self.lane_src.shape[0]
+        self.max_node_size = int(np.max(np.diff(self.node_start)))
         if self.served.shape[0] != self.num_lanes or self.num_lanes == 0 or self.served[0] != local:
             raise ValueError("HierPlanner: served must list the lanes of lane_src's rows, this rank's own first")
         p, n, g, nl = self.size, self.num_nodes, self.g, self.num_lanes
@@ -469,9 +473,10 @@ cdef class HierPlanner:
         when they are already grouped by node (phase 1 sends in place), else packed into the
         scratch buffer first; the stage buffer is the node's window (shm, sized for the whole
         node) or private (mpi). Linear lanes with the shared-memory node phase carry their chunk
-        count in ``radix`` (1 to ``MAX_CHUNKS``; 0 or 1: one chunk): with more than one, the lanes
-        move their segments in chunks, each chunk left in flight while the node copies the one
-        before it out of the window (``_write_pipelined``).
+        count in ``radix`` (1 to ``MAX_CHUNKS``; 0 or 1: one chunk; at most ``max_node_size``
+        run, as a chunk is a group of a node's ranks): with more than one, the lanes move their
+        segments in chunks, each chunk left in flight while the node copies the one before it out
+        of the window (``_write_pipelined``).
         """
         cdef HierCall c
         cdef bint in_place
@@ -482,6 +487,7 @@ cdef class HierPlanner:
         c.chunks = radix if rounds == ROUNDS_LINEAR and mode == _SHM and radix > 1 else 1
         if c.chunks > MAX_CHUNKS:
             raise ValueError(f"HierPlanner.plan: at most {MAX_CHUNKS} chunks, got {c.chunks}")
+        c.chunks = min(c.chunks, self.max_node_size)
         if c.chunks > 1:
             if self.pipelined is None:
                 self.pipelined = StepProgram(np.zeros(self._cwords, dtype=np.int64))

@@ -294,7 +294,27 @@ def test_pipelined_node_phase_delivers_every_byte(name, size, chunks):
         steps = program_steps(programs[0])
         waits = sum(isinstance(st, WaitStep) for st in steps)
         flying = sum(isinstance(st, ExchangeStep) and st.in_flight for st in steps)
-        assert waits == flying == (chunks if chunks > 1 else 0)
+        runs = min(chunks, layout.max_node_size)  # a chunk is a group of a node's ranks
+        assert waits == flying == (runs if runs > 1 else 0)
+
+
+@pytest.mark.parametrize("nodes", [[0, 0, 1, 1, 2], [0, 0, 0, 1, 1, 1, 2], [0, 1, 1, 1, 1]])
+def test_no_more_chunks_run_than_the_largest_node_has_ranks(nodes):
+    """Chunks beyond the largest node's ranks would be empty on every lane and still cost a wait
+    and a node barrier each: every rank's program for more chunks is the one for as many chunks
+    as the largest node has ranks, and the cost model offers no more."""
+    from hxmpi.comm.costmodel import settings_of
+    from hxmpi.comm.plan import WaitStep, program_steps
+    layout = Layout(nodes)
+    gmax = layout.max_node_size
+    counts = _counts(layout.size, 5)
+    for r in range(layout.size):
+        capped = layout.rank_program(r, "hier", counts, "shm", gmax).detach()
+        for chunks in range(gmax + 1, 9):
+            asked = layout.rank_program(r, "hier", counts, "shm", chunks).detach()
+            assert np.array_equal(asked.words, capped.words), (r, chunks)
+        assert sum(isinstance(st, WaitStep) for st in program_steps(capped)) == gmax
+    assert max(settings_of("hier", layout.node_sizes)) == gmax
 
 
 @pytest.mark.parametrize("chunks", [1, 4])
