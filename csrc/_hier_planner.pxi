@@ -383,8 +383,8 @@ cdef class HierPlanner:
     # lists; made at its first use.
     cdef readonly StepProgram pipelined
     cdef int64_t _shift, _at_clanes, _at_cout, _at_cpack, _cwords
-    #: the most ranks a node of the layout has: more chunks than that would leave every lane's
-    #: extra chunks empty (``_group_start``), each still costing a wait and a node barrier
+    #: the most ranks a node of the layout has: no more chunks run (``plan.chunks_run``; the
+    #: rest would be empty on every lane, ``_group_start``, each costing a wait and a barrier)
     cdef readonly int64_t max_node_size
     # The layout's arrays and the planner's scratch through their data pointers: they are never
     # reallocated, and acquiring typed memoryviews per call cost more than the planning itself.

@@ -465,7 +465,7 @@ def test_pipelined_node_phase_equals_flat(comm, layout, node_phase, chunks):
             stats = hc.last_stats
             if hc.layout.hier_possible:
                 # no more chunks than the largest node has ranks (a chunk is a group of them)
-                runs = min(chunks, max(hc.layout.node_sizes)) if hc.node_phase == "shm" else 1
+                runs = min(chunks, hc.layout.max_node_size) if hc.node_phase == "shm" else 1
                 assert stats["algorithm"] == "hier" and stats["chunks"] == runs
             out = np.full_like(ref, np.nan)
             with hc.Alltoallv_init([sbuf, sc], [out, rc], algorithm="hier") as req:

@@ -46,6 +46,7 @@ from .plan import (
     StepProgram,
     bruck_rounds,
     check_leaders,
+    chunks_run,
     program,
 )
 from .plancache import CacheEntry, PlanCache
@@ -97,12 +98,11 @@ class Engine:
                  cache_bytes: int, deferred: Optional[tuple] = None):
         t = self.topology = topology
         self.comm, self.deferred = t.comm, deferred is not None
-        # Only the shared-memory node phase pipelines (its window holds every chunk), and a chunk
-        # is a group of a node's ranks: more chunks than the largest node has would be empty (the
-        # planner runs no more; the stats say what runs).
+        # Only the shared-memory node phase pipelines (its window holds every chunk); the stats
+        # say how many chunks run (``chunks_run``).
         self.algorithm, self.radix, self.leaders = algorithm, radix, leaders
         self.layout = layout
-        self.chunks = min(chunks, layout.max_node_size) if node_phase == "shm" else 1
+        self.chunks = chunks_run(chunks, layout.node_sizes) if node_phase == "shm" else 1
         self.cost_model, self.cpu_times, self.node_phase = cost_model, cpu_times, node_phase
         self.hier_possible = self.layout.hier_possible
         self.planner = self.layout.planner(t.rank) if self.hier_possible else None

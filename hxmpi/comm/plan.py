@@ -74,8 +74,8 @@ from ._plan import (
 
 __all__ = ["exclusive_cumsum", "dense_node_ids", "Layout", "Algorithm", "ALGORITHMS", "ALGORITHM", "NODE_PHASES",
            "algorithm_of", "has_hierarchy", "runs_as", "program", "StepProgram", "CopyStep", "ExchangeStep",
-           "BarrierStep", "WaitStep", "program_steps", "check_radix", "check_leaders", "check_chunks", "bruck_rounds",
-           "MAX_CHUNKS"]
+           "BarrierStep", "WaitStep", "program_steps", "check_radix", "check_leaders", "check_chunks", "chunks_run",
+           "bruck_rounds", "MAX_CHUNKS"]
 
 #: The node phase's implementations: shared memory ("shm") or message passing ("mpi").
 NODE_PHASES = {"shm": MODE_SHM, "mpi": MODE_MPI}
@@ -431,6 +431,14 @@ def check_chunks(chunks) -> int:
     if isinstance(chunks, bool) or not isinstance(chunks, (int, np.integer)) or not 0 <= chunks <= MAX_CHUNKS:
         raise ValueError(f"chunks must be an integer from 0 (the cost model picks) to {MAX_CHUNKS}, got {chunks!r}")
     return int(chunks)
+
+
+def chunks_run(chunks: int, node_sizes) -> int:
+    """The chunks a pipelined node phase runs when ``chunks`` are asked on nodes of ``node_sizes``
+    ranks: at most the largest node's ranks, as a chunk is a group of a node's ranks and more
+    would be empty on every lane, each still costing a wait and a node barrier
+    (``HierPlanner.plan`` runs no more)."""
+    return min(int(chunks), max(node_sizes))
 
 
 def check_radix(radix, size: int) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from ..plan import ALGORITHM, ALGORITHMS, NODE_PHASES, has_hierarchy, runs_as
+from ..plan import ALGORITHM, ALGORITHMS, NODE_PHASES, chunks_run, has_hierarchy, runs_as
 from .agreement import predict_agreement
 from .alltoall import alltoall_price
 from .cpu import fixed_cpu
@@ -99,11 +99,11 @@ def settings_of(algorithm, shape: tuple, radices=RADICES, node_phase: str = "shm
     (each of ``radices`` up to the size of the communicator the rounds run on, the world or a lane
     of one rank per node, and that size: one round to every peer), leaders per node for
     multi-leader (powers of two below the smallest node: at its size the lanes do better), the
-    pipelined node phase's chunks for linear lanes (``CHUNKS`` up to the largest node's size; with
-    the "shm" node phase only, the one that pipelines), else [2]."""
+    pipelined node phase's chunks for linear lanes (``CHUNKS``, as many as run: ``chunks_run``;
+    with the "shm" node phase only, the one that pipelines), else [2]."""
     algo = ALGORITHM[algorithm] if isinstance(algorithm, str) else algorithm
-    if algo.chunked:  # no more chunks than the largest node has ranks: the planner runs no more
-        return sorted({min(k, max(shape)) for k in CHUNKS}) if node_phase == "shm" else [1]
+    if algo.chunked:
+        return sorted({chunks_run(k, shape) for k in CHUNKS}) if node_phase == "shm" else [1]
     if algo.led:
         return [1 << i for i in range(max(min(shape) - 1, 1).bit_length()) if (1 << i) < min(shape)] or [1]
     if algo.radixed:
